@@ -1,0 +1,82 @@
+# forge: `make` builds the CLI and examples (CPU only), `make test` runs every suite,
+# `make fuzz SECONDS=N` fuzzes the GGUF reader, `make demo` inspects a real model.
+
+CC       ?= cc
+CFLAGS   ?= -O2
+WARN      = -std=c99 -Wall -Wextra -Werror -pedantic
+LDLIBS    = -lm
+BUILD     = build
+FIXTURES ?= ../shared/fixtures
+PYTHON   ?= python3
+SECONDS  ?= 60
+FUZZ_CC  ?= clang
+SAN_CC   ?= $(CC)
+SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+MODEL_CACHE ?= $(HOME)/.cache/forge
+
+EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
+TESTBINS = $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/dump_tensors
+
+.PHONY: all test fuzz demo clean check-builds python-deps
+
+all: $(BUILD)/forge $(EXAMPLES)
+
+$(BUILD):
+	mkdir -p $(BUILD)
+
+$(BUILD)/forge: tools/forge.c forge.h | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/%: examples/%.c forge.h | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_%: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -g $< -o $@ $(LDLIBS)
+
+# the same suites under AddressSanitizer and UndefinedBehaviorSanitizer
+$(BUILD)/test_%_san: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h | $(BUILD)
+	$(SAN_CC) $(WARN) -O1 -g $(SANITIZE) $< -o $@ $(LDLIBS)
+
+$(BUILD)/dump_tensors: tests/dump_tensors.c forge.h | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+test: all $(TESTBINS) python-deps
+	FORGE_FIXTURES=$(FIXTURES) PYTHON=$(PYTHON) sh tests/run.sh
+
+# the fixture checks compare with the gguf Python package's own reading of every file
+python-deps:
+	@$(PYTHON) -c "import gguf, numpy" 2>/dev/null || $(PYTHON) -m pip install --quiet gguf numpy || \
+		$(PYTHON) -m pip install --quiet --break-system-packages gguf numpy
+
+# forge.h alone, as C99 with gcc and clang and as C++, with and without FORGE_STATIC
+check-builds: | $(BUILD)
+	sh tests/check_builds.sh
+
+$(BUILD)/fuzz_gguf: tests/fuzz_gguf.c forge.h | $(BUILD)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined $< -o $@ $(LDLIBS)
+
+fuzz: $(BUILD)/fuzz_gguf
+	rm -rf $(BUILD)/fuzz_seeds && mkdir -p $(BUILD)/fuzz_seeds $(BUILD)/fuzz_corpus
+	$(PYTHON) tests/make_seeds.py $(BUILD)/fuzz_seeds
+	$(BUILD)/fuzz_gguf -max_total_time=$(SECONDS) -max_len=65536 -print_final_stats=1 \
+		-artifact_prefix=$(BUILD)/ $(BUILD)/fuzz_corpus $(BUILD)/fuzz_seeds
+
+demo: $(BUILD)/forge
+	sh tools/fetch_model.sh smollm2 $(MODEL_CACHE)
+	$(BUILD)/forge info $(MODEL_CACHE)/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+
+# GPU builds: the kernels compile for both vendors; the GPU backend that links them is not wired yet
+ifeq ($(GPU),nvidia)
+all: $(BUILD)/forge_kernels.o
+$(BUILD)/forge_kernels.o: forge_kernels.hip | $(BUILD)
+	nvcc -x cu -O3 -c $< -o $@
+endif
+ifeq ($(GPU),amd)
+HIP_ARCHS ?= gfx90a,gfx1030
+all: $(BUILD)/forge_kernels.o
+$(BUILD)/forge_kernels.o: forge_kernels.hip | $(BUILD)
+	hipcc --offload-arch=$(HIP_ARCHS) $(HIPFLAGS) -O3 -c $< -o $@
+endif
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,35 @@
+#!/bin/sh
+# Runs every suite, shows each one's output, and ends with the total "N passed, N failed".
+# Called by `make test` after the binaries are built; FORGE_FIXTURES names the fixtures folder.
+cd "$(dirname "$0")/.." || exit 1
+B=${BUILD:-build}
+PY=${PYTHON:-python3}
+total_passed=0; total_failed=0; broken=""
+run() {
+  name=$1; shift
+  echo "== $name"
+  log=$B/$name.log
+  "$@" >"$log" 2>&1
+  status=$?
+  grep -v '^ok ' "$log" | tail -n 40
+  last=$(tail -n 1 "$log")
+  p=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1/p')
+  f=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p')
+  if [ -z "$p" ]; then
+    echo "FAIL $name ended without a summary line (exit $status)"; total_failed=$((total_failed + 1)); broken="$broken $name"
+    return
+  fi
+  total_passed=$((total_passed + p)); total_failed=$((total_failed + f))
+  if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "FAIL $name exited $status"; total_failed=$((total_failed + 1)); broken="$broken $name"
+  elif [ "$f" -ne 0 ]; then broken="$broken $name"; fi
+}
+run types       $B/test_types
+run types_san   $B/test_types_san
+run gguf        $B/test_gguf
+run gguf_san    $B/test_gguf_san
+run builds      sh tests/check_builds.sh
+run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
+[ -n "$broken" ] && echo "suites with failures:$broken"
+echo "$total_passed passed, $total_failed failed"
+[ "$total_failed" -eq 0 ]

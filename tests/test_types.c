@@ -1,0 +1,150 @@
+/* Unit tests of the tensor type table: block geometry, half-precision conversion, and
+   dequantization of blocks whose values are worked out by hand from the format description.
+   (Every type is also checked against the gguf Python package on every fixture tensor, in
+   tests/check_fixtures.py.) */
+#define FORGE_IMPLEMENTATION
+#include "../forge.h"
+#include "test.h"
+
+#include <math.h>
+#include <string.h>
+
+static void test_geometry(void) {
+    /* (id, name, elements per block, bytes per block) as the GGUF format defines them */
+    static const struct { uint32_t id; const char *name; uint32_t elems, bytes; } expected[] = {
+        {0, "F32", 1, 4},       {1, "F16", 1, 2},       {30, "BF16", 1, 2},     {2, "Q4_0", 32, 18},
+        {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},    {8, "Q8_0", 32, 34},
+        {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
+        {14, "Q6_K", 256, 210}, {20, "IQ4_NL", 32, 18}, {23, "IQ4_XS", 256, 136}};
+    size_t i;
+    uint32_t id;
+    int supported = 0;
+    TEST_CASE("type geometry");
+    for (i = 0; i < sizeof expected / sizeof expected[0]; i++) {
+        const forge_type_traits *t = forge_type_info(expected[i].id);
+        CHECK(t != NULL, "type %u missing", expected[i].id);
+        if (!t) continue;
+        CHECK(strcmp(t->name, expected[i].name) == 0, "type %u named %s", expected[i].id, t->name);
+        CHECK(t->block_elems == expected[i].elems && t->block_bytes == expected[i].bytes, "%s: %u elems %u bytes",
+              t->name, t->block_elems, t->block_bytes);
+        CHECK(strcmp(forge_type_name(expected[i].id), expected[i].name) == 0, "forge_type_name(%u)", expected[i].id);
+    }
+    for (id = 0; id < 1000; id++) supported += forge_type_info(id) != NULL;
+    CHECK(supported == 15, "%d supported ids, expected exactly 15", supported);
+    CHECK(forge_type_info(16) == NULL && strcmp(forge_type_name(16), "IQ2_XXS") == 0, "IQ2_XXS known by name only");
+    CHECK(forge_type_name(4) && forge_type_info(4) == NULL, "retired id 4");
+    CHECK(forge_type_name(500) == NULL, "id 500 has no name");
+
+    TEST_CASE("type bytes");
+    {
+        uint64_t bytes = 0;
+        CHECK(forge_type_bytes(FORGE_TYPE_Q4_K, 4096 * 256, &bytes) == FORGE_OK && bytes == 4096ull * 144, "Q4_K bytes %llu",
+              (unsigned long long)bytes);
+        CHECK(forge_type_bytes(FORGE_TYPE_Q8_0, 33, &bytes) == FORGE_ERR_TENSOR_BLOCK, "33 Q8_0 elements");
+        CHECK(forge_type_bytes(FORGE_TYPE_F32, 1ull << 62, &bytes) == FORGE_ERR_OVERFLOW, "2^62 f32 elements");
+        CHECK(forge_type_bytes(99, 32, &bytes) == FORGE_ERR_ARGUMENT, "unknown type");
+    }
+}
+
+static void test_half(void) {
+    uint32_t h;
+    int mismatches = 0;
+    TEST_CASE("f16 conversion");
+    CHECK(forge_f16_to_f32(0x3c00) == 1.0f, "1.0");
+    CHECK(forge_f16_to_f32(0xc000) == -2.0f, "-2.0");
+    CHECK(forge_f16_to_f32(0x7bff) == 65504.0f, "largest half");
+    CHECK(forge_f16_to_f32(0x0001) == ldexpf(1.0f, -24), "smallest subnormal");
+    CHECK(forge_f16_to_f32(0x03ff) == ldexpf(1023.0f, -24), "largest subnormal");
+    CHECK(isinf(forge_f16_to_f32(0x7c00)) && isnan(forge_f16_to_f32(0x7e00)), "inf and nan");
+    CHECK(signbit(forge_f16_to_f32(0x8000)) && forge_f16_to_f32(0x8000) == 0.0f, "negative zero");
+    /* every half that is not NaN survives the round trip exactly */
+    for (h = 0; h < 65536; h++) {
+        float f = forge_f16_to_f32((uint16_t)h);
+        if (isnan(f)) continue;
+        if (forge_f32_to_f16(f) != h) mismatches++;
+    }
+    CHECK(mismatches == 0, "%d halves changed in a round trip", mismatches);
+    CHECK(forge_f32_to_f16(1.0f + ldexpf(1.0f, -11)) == 0x3c00, "tie rounds to even (down)");
+    CHECK(forge_f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)) == 0x3c02, "tie rounds to even (up)");
+    CHECK(forge_f32_to_f16(1e6f) == 0x7c00, "overflow to inf");
+    CHECK(forge_bf16_to_f32(0x3f80) == 1.0f && forge_bf16_to_f32(0xc040) == -3.0f, "bf16");
+}
+
+static void test_blocks(void) {
+    uint8_t block[256];
+    float out[256];
+    int j, bad;
+
+    TEST_CASE("Q4_0 block");
+    /* d = 0.5 (0x3800); byte j holds element j (low nibble) and element j+16 (high nibble) */
+    memset(block, 0, sizeof block);
+    block[0] = 0x00; block[1] = 0x38;
+    for (j = 0; j < 16; j++) block[2 + j] = (uint8_t)(j | ((15 - j) << 4));
+    CHECK(forge_dequantize(FORGE_TYPE_Q4_0, block, out, 32) == FORGE_OK, "dequantize");
+    CHECK(out[0] == -4.0f && out[8] == 0.0f && out[15] == 3.5f, "low nibbles: %g %g %g", out[0], out[8], out[15]);
+    CHECK(out[16] == 3.5f && out[31] == -4.0f, "high nibbles: %g %g", out[16], out[31]);
+
+    TEST_CASE("Q4_1 block");
+    /* d = 2 (0x4000), m = -1 (0xbc00) */
+    block[0] = 0x00; block[1] = 0x40; block[2] = 0x00; block[3] = 0xbc;
+    for (j = 0; j < 16; j++) block[4 + j] = (uint8_t)(j | (j << 4));
+    forge_dequantize(FORGE_TYPE_Q4_1, block, out, 32);
+    CHECK(out[0] == -1.0f && out[5] == 9.0f && out[21] == 9.0f && out[31] == 29.0f, "%g %g %g %g", out[0], out[5], out[21], out[31]);
+
+    TEST_CASE("Q5_0 block");
+    /* d = 1; the fifth bit of element j is bit j of the 32-bit word after d */
+    memset(block, 0, sizeof block);
+    block[0] = 0x00; block[1] = 0x3c;
+    block[2] = 0x01; block[5] = 0x80; /* bits 0 and 31: elements 0 and 31 get +16 */
+    for (j = 0; j < 16; j++) block[6 + j] = 0xff;
+    forge_dequantize(FORGE_TYPE_Q5_0, block, out, 32);
+    CHECK(out[0] == 15.0f && out[1] == -1.0f && out[31] == 15.0f && out[16] == -1.0f, "%g %g %g %g", out[0], out[1], out[31], out[16]);
+
+    TEST_CASE("Q8_0 block");
+    memset(block, 0, sizeof block);
+    block[0] = 0x00; block[1] = 0x34; /* d = 0.25 */
+    for (j = 0; j < 32; j++) block[2 + j] = (uint8_t)(int8_t)(j - 16);
+    forge_dequantize(FORGE_TYPE_Q8_0, block, out, 32);
+    for (bad = 0, j = 0; j < 32; j++) bad += out[j] != (float)(j - 16) * 0.25f;
+    CHECK(bad == 0, "%d wrong values", bad);
+
+    TEST_CASE("IQ4_NL block");
+    memset(block, 0, sizeof block);
+    block[0] = 0x00; block[1] = 0x3c; /* d = 1: values are the level table itself */
+    block[2] = 0xf0; /* element 0 -> level 0, element 16 -> level 15 */
+    forge_dequantize(FORGE_TYPE_IQ4_NL, block, out, 32);
+    CHECK(out[0] == -127.0f && out[16] == 113.0f && out[1] == -127.0f, "%g %g", out[0], out[16]);
+
+    TEST_CASE("Q6_K block");
+    /* all 6-bit values 32 (zero after the -32 offset) except element 0 = 63 -> +31; scale[0] = 2, d = 1 */
+    memset(block, 0, sizeof block);
+    for (j = 0; j < 64; j++) block[128 + j] = 0xaa; /* high bits 2 everywhere -> value 32 */
+    block[0] = 0x0f; block[128] = 0xab;              /* element 0: low 15, high 3 -> 63 */
+    for (j = 0; j < 16; j++) block[192 + j] = 2;
+    block[208] = 0x00; block[209] = 0x3c;
+    forge_dequantize(FORGE_TYPE_Q6_K, block, out, 256);
+    for (bad = 0, j = 1; j < 256; j++) bad += out[j] != 0.0f;
+    CHECK(out[0] == 62.0f && bad == 0, "element 0 = %g, %d others nonzero", out[0], bad);
+
+    TEST_CASE("dequantize arguments");
+    CHECK(forge_dequantize(FORGE_TYPE_Q4_K, block, out, 100) == FORGE_ERR_TENSOR_BLOCK, "partial block");
+    CHECK(forge_dequantize(16, block, out, 256) == FORGE_ERR_ARGUMENT, "unsupported type");
+}
+
+static void test_results(void) {
+    int r;
+    TEST_CASE("result names");
+    for (r = 0; r < FORGE_RESULT_COUNT; r++) {
+        CHECK(strncmp(forge_result_name((forge_result)r), "FORGE_", 6) == 0, "name of %d", r);
+        CHECK(forge_result_string((forge_result)r)[0] != 0, "text of %d", r);
+    }
+    CHECK(strcmp(forge_result_name(FORGE_ERR_TRUNCATED), "FORGE_ERR_TRUNCATED") == 0, "truncated");
+}
+
+int main(void) {
+    test_geometry();
+    test_half();
+    test_blocks();
+    test_results();
+    return test_summary();
+}
