@@ -73,6 +73,9 @@ $(BUILD)/forge_kernels.o: forge_kernels.hip | $(BUILD)
 endif
 ifeq ($(GPU),amd)
 HIP_ARCHS ?= gfx90a,gfx1030
+# Debian's hipcc needs to be told where the rocm-device-libs bitcode lives
+ROCM_DEVICE_LIBS ?= $(shell dpkg -L rocm-device-libs 2>/dev/null | grep -m1 '\.bc$$' | xargs -r dirname)
+HIPFLAGS += $(if $(ROCM_DEVICE_LIBS),--rocm-device-lib-path=$(ROCM_DEVICE_LIBS))
 all: $(BUILD)/forge_kernels.o
 $(BUILD)/forge_kernels.o: forge_kernels.hip | $(BUILD)
 	hipcc --offload-arch=$(HIP_ARCHS) $(HIPFLAGS) -O3 -c $< -o $@

@@ -397,6 +397,7 @@ FORGE_API const forge_gguf *forge_model_gguf(const forge_model *model);
 #ifndef FORGE__IMPLEMENTED
 #define FORGE__IMPLEMENTED
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -1045,7 +1046,8 @@ static uint64_t forge__slot_capacity(uint64_t n) {
 static forge_result forge__gguf_walk(forge_gguf *g, forge_error *e) {
     forge__cursor c;
     forge_result r;
-    uint64_t i, n_strs = 0, data_end = 0, data_end_tensor = 0;
+    uint64_t i, n_strs = 0, data_end = 0;
+    forge_gguf_str data_end_name = {"?", 1};
     const int fill = g->kv != NULL;
     c.bytes = g->bytes;
     c.size = g->size;
@@ -1208,7 +1210,7 @@ static forge_result forge__gguf_walk(forge_gguf *g, forge_error *e) {
                                FORGE__STR_ARGS(name), (forge__ull)offset, (forge__ull)n_bytes);
         if (end > data_end) {
             data_end = end;
-            data_end_tensor = i;
+            data_end_name = name;
         }
         if (fill) {
             forge_gguf_tensor *t = &g->tensors[i];
@@ -1225,20 +1227,16 @@ static forge_result forge__gguf_walk(forge_gguf *g, forge_error *e) {
 
     /* c.pos <= size and alignment <= 2^16: the sum cannot overflow */
     g->data_offset = (c.pos + g->alignment - 1) / g->alignment * g->alignment;
-    if (g->n_tensors > 0 && (g->data_offset > g->size || data_end > g->size - g->data_offset)) {
-        forge_gguf_str name = {"?", 1};
-        if (fill) name = g->tensors[data_end_tensor].name;
+    if (g->n_tensors > 0 && (g->data_offset > g->size || data_end > g->size - g->data_offset))
         return forge__fail(e, FORGE_ERR_TENSOR_OFFSET,
                            "tensor data ends at byte %llu (tensor '%.*s') but the file has %llu bytes",
-                           (forge__ull)(g->data_offset + data_end), FORGE__STR_ARGS(name), (forge__ull)g->size);
-    }
+                           (forge__ull)(g->data_offset + data_end), FORGE__STR_ARGS(data_end_name), (forge__ull)g->size);
     if (g->data_offset > g->size) g->data_offset = g->size; /* no tensors: no data section */
     if (fill) {
         for (i = 0; i < g->n_tensors; i++) g->tensors[i].data = g->bytes + g->data_offset + g->tensors[i].offset;
     } else {
         g->n_strs = n_strs;
     }
-    (void)data_end_tensor;
     return FORGE_OK;
 }
 
@@ -1479,7 +1477,7 @@ static forge_result forge__read_whole(const char *path, const forge_allocator *a
     FILE *f = fopen(path, "rb");
     long end;
     uint8_t *buf;
-    if (!f) return forge__fail(e, FORGE_ERR_IO, "cannot open '%s'", path);
+    if (!f) return forge__fail(e, FORGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0 || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return forge__fail(e, FORGE_ERR_IO, "cannot find the size of '%s'", path);
@@ -1510,7 +1508,7 @@ FORGE_API forge_result forge_file_open(const char *path, const forge_allocator *
     {
         struct stat st;
         int fd = open(path, O_RDONLY);
-        if (fd < 0) return forge__fail(error, FORGE_ERR_IO, "cannot open '%s'", path);
+        if (fd < 0) return forge__fail(error, FORGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
         if (fstat(fd, &st) != 0) {
             close(fd);
             return forge__fail(error, FORGE_ERR_IO, "cannot stat '%s'", path);

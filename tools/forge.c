@@ -6,6 +6,7 @@
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,11 +70,13 @@ static void json_str(FILE *out, const char *text, uint64_t len) {
 
 static void json_cstr(FILE *out, const char *text) { json_str(out, text, strlen(text)); }
 
-/* JSON has no NaN or infinity: they become null. */
-static void json_float(FILE *out, double v) {
-    if (v != v || v > 1e308 || v < -1e308) fputs("null", out);
-    else fprintf(out, "%.9g", v);
+/* JSON has no NaN or infinity: they become null. 9 digits restore any float32, 17 any float64. */
+static void json_number(FILE *out, double v, int digits) {
+    if (isnan(v) || isinf(v)) fputs("null", out);
+    else fprintf(out, "%.*g", digits, v);
 }
+
+static void json_float(FILE *out, double v) { json_number(out, v, 9); }
 
 /* Text mode shows strings on one line, escaped and cut. */
 static void text_str(FILE *out, forge_gguf_str s, uint64_t max_len) {
@@ -112,7 +115,7 @@ static void print_scalar(FILE *out, const forge_gguf_kv *kv, uint64_t i, int jso
     } else if (t == FORGE_GGUF_FLOAT32 || t == FORGE_GGUF_FLOAT64) {
         if (kv->type == FORGE_GGUF_ARRAY) forge_gguf_kv_float_at(kv, i, &fv, NULL);
         else forge_gguf_kv_float(kv, &fv, NULL);
-        json_float(out, fv);
+        json_number(out, fv, t == FORGE_GGUF_FLOAT64 ? 17 : 9);
     } else if (t == FORGE_GGUF_UINT64) {
         /* uint64 may exceed int64: print the raw value */
         const uint8_t *p = kv->data + 8 * i;
@@ -387,6 +390,10 @@ static int cmd_info(int argc, char **argv) {
     free(config);
     forge_gguf_free(g);
     forge_file_close(&file);
+    if (fflush(out) != 0 || ferror(out)) {
+        fprintf(stderr, "forge info: could not write the output\n");
+        return 1;
+    }
     return config_ok || vocab_only ? 0 : 1;
 }
 

@@ -1,0 +1,485 @@
+#!/usr/bin/env python3
+"""Check forge against outside truth kept in the shared fixtures.
+
+Usage:
+    python3 tests/check_fixtures.py --forge build/forge --dump build/dump_tensors [--fixtures DIR]
+
+Checks:
+  (a) config:    `forge info --json` on every model listed in models/index.json derives the same
+                 hyper-parameters as llama.cpp's loader did (index.json's peer_hparams).
+  (b) dequant:   build/dump_tensors' f32 values for every tensor of every model equal the gguf
+                 Python package's dequantization (gguf.quants.dequantize).
+  (c) tokenizer: `forge info --json` reads the vocabulary-only files of tokenizer/ (model name and
+                 token count as gguf.GGUFReader reads them; no configuration derived).
+
+Prints one "ok ..." / "FAIL ..." line per check and, as the last line, "N passed, N failed".
+Exits non-zero when anything failed. Missing fixtures or binaries are failures, never skips:
+a test that silently checks nothing is worse than one that fails.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import gguf
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Every tensor type forge claims to read; check (b) must see each one at least once, otherwise the
+# fixtures no longer cover what forge promises and the test would be quietly weaker.
+ALL_TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+             "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]
+
+# A forge process that takes longer than this on a fixture of a few MB is hung, not slow.
+SUBPROCESS_TIMEOUT_S = 120
+
+# Dequantized values may differ from the reference only by float rounding (the two compute the same
+# products in possibly different orders), so relative to the tensor's largest value.
+DEQUANT_REL_TOL = 1e-6
+
+# llama.cpp prints f_norm_rms_eps with two significant digits ("1.0e-05"); the fixtures use round
+# values, so a small relative tolerance is enough and still catches a wrong key or default.
+RMS_EPS_REL_TOL = 1e-4
+# Rope bases are printed with one decimal ("10000.0"); they are integers in every fixture.
+FREQ_REL_TOL = 1e-6
+
+
+class Tally:
+    """Counts and prints check results."""
+
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def ok(self, text):
+        self.passed += 1
+        print("ok   " + text, flush=True)
+
+    def fail(self, text):
+        self.failed += 1
+        print("FAIL " + text, flush=True)
+
+    def check(self, good, text):
+        if good:
+            self.ok(text)
+        else:
+            self.fail(text)
+
+
+def reject_constant(name):
+    # Python's json accepts NaN/Infinity, which are not JSON; the CLI must not print them.
+    raise ValueError("non-standard JSON constant " + name)
+
+
+def forge_info(forge, path):
+    """Runs `forge info --json path`. Returns (document, None) or (None, reason)."""
+    try:
+        proc = subprocess.run([forge, "info", "--json", path], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=SUBPROCESS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, "forge info timed out after %d s" % SUBPROCESS_TIMEOUT_S
+    except OSError as e:
+        return None, "cannot run %s: %s" % (forge, e)
+    stderr = proc.stderr.decode("utf-8", "replace").strip()
+    if proc.returncode != 0:
+        return None, "forge info exited %d: %s" % (proc.returncode, stderr)
+    try:
+        text = proc.stdout.decode("utf-8")  # JSON text must be UTF-8 (RFC 8259)
+    except UnicodeDecodeError as e:
+        return None, "forge info output is not UTF-8: %s" % e
+    try:
+        doc = json.loads(text, parse_constant=reject_constant)
+    except ValueError as e:
+        return None, "forge info output is not valid JSON: %s" % e
+    if not isinstance(doc, dict):
+        return None, "forge info output is not a JSON object"
+    return doc, None
+
+
+def read_gguf_string(reader, key):
+    """A scalar string field as gguf.GGUFReader reads it, or None when absent or not a string."""
+    field = reader.fields.get(key)
+    if field is None or field.types != [gguf.GGUFValueType.STRING]:
+        return None
+    return bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
+
+
+def read_gguf_array_count(reader, key):
+    """Element count of an array field as gguf.GGUFReader reads it, or None when absent."""
+    field = reader.fields.get(key)
+    if field is None or not field.types or field.types[0] != gguf.GGUFValueType.ARRAY:
+        return None
+    return len(field.data)
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) configuration vs llama.cpp
+
+# (peer_hparams key, forge config key). Integers; "rope type" is printed as a number too.
+INT_FIELDS = [
+    ("n_ctx_train", "n_ctx_train"),
+    ("n_embd", "n_embd"),
+    ("n_layer", "n_layer"),
+    ("n_head", "n_head"),
+    ("n_head_kv", "n_head_kv"),
+    ("n_rot", "n_rot"),
+    ("n_swa", "n_swa"),
+    ("n_embd_head_k", "head_dim"),
+    ("n_embd_head_v", "head_dim_v"),
+    ("n_ff", "n_ff"),
+    ("n_expert", "n_expert"),
+    ("n_expert_used", "n_expert_used"),
+    ("rope type", "rope_type"),
+    ("n_vocab", "n_vocab"),
+]
+# llama.cpp prints these only for models that have them.
+OPTIONAL_INT_FIELDS = [
+    ("n_ff_exp", "n_ff_exp"),
+    ("n_ff_shexp", "n_ff_shexp"),
+]
+# (peer key, forge key, relative tolerance, required)
+FLOAT_FIELDS = [
+    ("f_norm_rms_eps", "rms_eps", RMS_EPS_REL_TOL, True),
+    ("freq_base_train", "rope_freq_base", FREQ_REL_TOL, True),
+    ("freq_base_swa", "rope_freq_base_swa", FREQ_REL_TOL, False),  # printed for SWA models only
+]
+STRING_FIELDS = [
+    ("arch", "arch"),
+    ("vocab type", "vocab_type"),
+    ("file type", "file_type_name"),
+]
+# "BOS token" = "1 '<s>'": id and text in one line.
+TOKEN_FIELDS = [
+    ("BOS token", "bos_id", "bos_text"),
+    ("EOS token", "eos_id", "eos_text"),
+]
+
+
+def peer_int(text):
+    """llama.cpp prints a per-layer value as one number when all layers agree, else as a list
+    "[4, 4, 2]". forge's config keeps the largest over layers, so compare with the maximum."""
+    text = text.strip()
+    if text.startswith("["):
+        return max(int(v) for v in text.strip("[]").split(",") if v.strip())
+    return int(text)
+
+
+def is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def compare_config(peer, config):
+    """Returns a list of "field: forge X != llama.cpp Y" lines (empty when everything matches)."""
+    bad = []
+
+    def missing(peer_key, key):
+        if key not in config:
+            bad.append("%s: forge config has no '%s' (llama.cpp: %s)" % (key, key, peer.get(peer_key)))
+            return True
+        return False
+
+    for required, fields in ((True, INT_FIELDS), (False, OPTIONAL_INT_FIELDS)):
+        for peer_key, key in fields:
+            if peer_key not in peer:
+                if required:
+                    bad.append("%s: index.json peer_hparams lacks '%s'" % (key, peer_key))
+                continue
+            if missing(peer_key, key):
+                continue
+            want = peer_int(peer[peer_key])
+            got = config[key]
+            if not is_int(got) or got != want:
+                bad.append("%s: forge %r != llama.cpp %r" % (key, got, want))
+
+    for peer_key, key, rel_tol, required in FLOAT_FIELDS:
+        if peer_key not in peer:
+            if required:
+                bad.append("%s: index.json peer_hparams lacks '%s'" % (key, peer_key))
+            continue
+        if missing(peer_key, key):
+            continue
+        want = float(peer[peer_key])
+        got = config[key]
+        if not is_number(got) or abs(got - want) > rel_tol * abs(want):
+            bad.append("%s: forge %r != llama.cpp %s" % (key, got, peer[peer_key]))
+
+    for peer_key, key in STRING_FIELDS:
+        if peer_key not in peer:
+            bad.append("%s: index.json peer_hparams lacks '%s'" % (key, peer_key))
+            continue
+        if missing(peer_key, key):
+            continue
+        if config[key] != peer[peer_key]:
+            bad.append("%s: forge %r != llama.cpp %r" % (key, config[key], peer[peer_key]))
+
+    for peer_key, id_key, text_key in TOKEN_FIELDS:
+        if peer_key not in peer:
+            bad.append("%s: index.json peer_hparams lacks '%s'" % (id_key, peer_key))
+            continue
+        m = re.match(r"^(-?\d+) '(.*)'$", peer[peer_key], re.DOTALL)
+        if not m:
+            bad.append("%s: cannot parse llama.cpp's %r" % (id_key, peer[peer_key]))
+            continue
+        want_id, want_text = int(m.group(1)), m.group(2)
+        if not missing(peer_key, id_key):
+            got = config[id_key]
+            if not is_int(got) or got != want_id:
+                bad.append("%s: forge %r != llama.cpp %r" % (id_key, got, want_id))
+        if not missing(peer_key, text_key):
+            got = config[text_key]
+            if got != want_text:
+                bad.append("%s: forge %r != llama.cpp %r" % (text_key, got, want_text))
+    return bad
+
+
+def check_configs(tally, forge, models_dir, index):
+    files = index.get("files", {})
+    for name in sorted(files):
+        path = os.path.join(models_dir, name)
+        peer = files[name].get("peer_hparams")
+        label = "config %s" % name
+        if not os.path.isfile(path):
+            tally.fail("%s: listed in index.json but missing" % label)
+            continue
+        if not isinstance(peer, dict):
+            tally.fail("%s: index.json has no peer_hparams" % label)
+            continue
+        doc, err = forge_info(forge, path)
+        if err:
+            tally.fail("%s: %s" % (label, err))
+            continue
+        config = doc.get("config")
+        if not isinstance(config, dict):
+            tally.fail("%s: config is %r, config_error %r" % (label, config, doc.get("config_error")))
+            continue
+        bad = compare_config(peer, config)
+        if bad:
+            tally.fail("%s: %d mismatch(es): %s" % (label, len(bad), "; ".join(bad)))
+        else:
+            tally.ok("%s (%s, %s)" % (label, config.get("arch"), config.get("file_type_name")))
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) dequantization vs the gguf Python package
+
+def compare_tensor(got, ref):
+    """Returns (max abs difference, max |reference|, passed) for two flat arrays of equal size."""
+    got = got.astype(np.float64)
+    ref = ref.astype(np.float64)
+    finite = np.abs(ref[np.isfinite(ref)])
+    scale = float(np.max(finite)) if finite.size else 0.0
+    with np.errstate(invalid="ignore"):  # inf - inf is NaN, handled just below
+        diff = np.abs(got - ref)
+    # Identical values (infinities included) and NaN on both sides differ by 0; a NaN on one
+    # side only is a failure.
+    diff[got == ref] = 0.0
+    diff[np.isnan(diff)] = np.inf
+    diff[np.isnan(got) & np.isnan(ref)] = 0.0
+    max_diff = float(np.max(diff)) if diff.size else 0.0
+    if scale == 0.0:
+        return max_diff, scale, max_diff == 0.0  # all-zero tensors must come out exactly zero
+    return max_diff, scale, max_diff <= DEQUANT_REL_TOL * scale
+
+
+def check_dequant_file(tally, dump_tool, path, type_counts, tmp_dir):
+    name = os.path.basename(path)
+    label = "dequant %s" % name
+    reader = gguf.GGUFReader(path, "r")
+    tensors = list(reader.tensors)
+    expected_elems = sum(int(t.n_elements) for t in tensors)
+
+    out_path = os.path.join(tmp_dir, name + ".f32")
+    try:
+        proc = subprocess.run([dump_tool, path, out_path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=SUBPROCESS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        tally.fail("%s: dump_tensors timed out after %d s" % (label, SUBPROCESS_TIMEOUT_S))
+        return
+    except OSError as e:
+        tally.fail("%s: cannot run %s: %s" % (label, dump_tool, e))
+        return
+    try:
+        if proc.returncode != 0:
+            tally.fail("%s: dump_tensors exited %d: %s" % (label, proc.returncode,
+                                                           proc.stderr.decode("utf-8", "replace").strip()))
+            return
+        size = os.path.getsize(out_path)
+        if size != 4 * expected_elems:
+            tally.fail("%s: dump has %d bytes, expected %d (= 4 x %d elements in %d tensors)"
+                       % (label, size, 4 * expected_elems, expected_elems, len(tensors)))
+            return
+        # np.memmap refuses empty files; a file without tensors has nothing to compare.
+        dump = np.memmap(out_path, dtype="<f4", mode="r") if size else np.zeros(0, dtype="<f4")
+
+        worst = None  # (ratio, tensor name, type, max diff)
+        n_bad = 0
+        offset = 0
+        for t in tensors:
+            n = int(t.n_elements)
+            ref = gguf.quants.dequantize(t.data, t.tensor_type).reshape(-1)
+            got = dump[offset:offset + n]
+            offset += n
+            type_name = t.tensor_type.name
+            if ref.size != n:
+                n_bad += 1
+                worst = (np.inf, t.name, type_name, "reference has %d values, not %d" % (ref.size, n))
+                continue
+            max_diff, scale, good = compare_tensor(got, ref)
+            type_counts[type_name] = type_counts.get(type_name, 0) + 1
+            if not good:
+                n_bad += 1
+            ratio = max_diff / scale if scale else (0.0 if max_diff == 0.0 else np.inf)
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, t.name, type_name, max_diff)
+        del dump  # release the mapping before the file is removed
+
+        if worst is None:
+            summary = "no tensors"
+        elif worst[0] == 0.0:
+            summary = "all values equal"
+        elif isinstance(worst[3], str):
+            summary = "worst %s (%s): %s" % (worst[1], worst[2], worst[3])
+        else:
+            summary = "worst %s (%s): max diff %.3g, ratio %.3g of max|ref|" % (
+                worst[1], worst[2], worst[3], worst[0])
+        if n_bad:
+            tally.fail("%s: %d of %d tensors differ beyond %g x max|ref|; %s"
+                       % (label, n_bad, len(tensors), DEQUANT_REL_TOL, summary))
+        else:
+            tally.ok("%s: %d tensors, %d values; %s" % (label, len(tensors), expected_elems, summary))
+    finally:
+        if os.path.exists(out_path):
+            os.remove(out_path)
+
+
+def check_dequant(tally, dump_tool, model_paths):
+    type_counts = {}
+    with tempfile.TemporaryDirectory(prefix="forge-dump-") as tmp_dir:
+        for path in model_paths:
+            check_dequant_file(tally, dump_tool, path, type_counts, tmp_dir)
+    listed = " ".join("%s=%d" % (t, type_counts.get(t, 0)) for t in ALL_TYPES)
+    others = sorted(set(type_counts) - set(ALL_TYPES))
+    if others:
+        listed += " (also: %s)" % " ".join("%s=%d" % (t, type_counts[t]) for t in others)
+    print("tensors checked per type: " + listed, flush=True)
+    never = [t for t in ALL_TYPES if not type_counts.get(t)]
+    if never:
+        tally.fail("dequant type coverage: never checked: %s" % " ".join(never))
+    else:
+        tally.ok("dequant type coverage: all %d types checked" % len(ALL_TYPES))
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) vocabulary-only files
+
+def check_tokenizer_file(tally, forge, path):
+    label = "tokenizer %s" % os.path.basename(path)
+    reader = gguf.GGUFReader(path, "r")
+    want_model = read_gguf_string(reader, "tokenizer.ggml.model")
+    want_count = read_gguf_array_count(reader, "tokenizer.ggml.tokens")
+    if want_model is None or want_count is None or len(reader.tensors) != 0:
+        tally.fail("%s: fixture is not what this check expects (model %r, tokens %r, %d tensors)"
+                   % (label, want_model, want_count, len(reader.tensors)))
+        return
+
+    doc, err = forge_info(forge, path)
+    if err:
+        tally.fail("%s: %s" % (label, err))
+        return
+    bad = []
+    metadata = doc.get("metadata")
+    if not isinstance(metadata, dict):
+        bad.append("metadata is %r" % type(metadata).__name__)
+        metadata = {}
+    got_model = metadata.get("tokenizer.ggml.model")
+    if got_model != want_model:
+        bad.append("tokenizer.ggml.model: forge %r != gguf %r" % (got_model, want_model))
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, dict):
+        bad.append("tokenizer.ggml.tokens: forge %r, expected an array summary" % (tokens,))
+    else:
+        if tokens.get("type") != "array" or tokens.get("elem_type") != "string":
+            bad.append("tokenizer.ggml.tokens: type %r elem_type %r, expected 'array' of 'string'"
+                       % (tokens.get("type"), tokens.get("elem_type")))
+        if tokens.get("count") != want_count:
+            bad.append("tokenizer.ggml.tokens count: forge %r != gguf %d" % (tokens.get("count"), want_count))
+    if doc.get("config", "absent") is not None:
+        bad.append("config: %r, expected null" % (doc.get("config", "absent"),))
+    if doc.get("vocab_only") is not True:
+        bad.append("vocab_only: %r, expected true" % (doc.get("vocab_only"),))
+    if bad:
+        tally.fail("%s: %s" % (label, "; ".join(bad)))
+    else:
+        tally.ok("%s: model %r, %d tokens" % (label, want_model, want_count))
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main():
+    default_fixtures = os.environ.get("FORGE_FIXTURES") or os.path.join(REPO_ROOT, "..", "shared", "fixtures")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--forge", default=os.path.join(REPO_ROOT, "build", "forge"), help="forge CLI")
+    parser.add_argument("--dump", default=os.path.join(REPO_ROOT, "build", "dump_tensors"),
+                        help="tests/dump_tensors.c built")
+    parser.add_argument("--fixtures", default=default_fixtures,
+                        help="fixtures folder (default: $FORGE_FIXTURES or ../shared/fixtures)")
+    args = parser.parse_args()
+
+    start = time.time()
+    tally = Tally()
+    fixtures = os.path.normpath(args.fixtures)
+    models_dir = os.path.join(fixtures, "models")
+    tokenizer_dir = os.path.join(fixtures, "tokenizer")
+    index_path = os.path.join(models_dir, "index.json")
+
+    # Preconditions: anything missing here would make every later check meaningless.
+    problems = []
+    if not os.path.isfile(index_path):
+        problems.append("fixtures missing: no %s" % index_path)
+    for what, exe in (("forge CLI", args.forge), ("dump tool", args.dump)):
+        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            problems.append("%s not found or not executable: %s" % (what, exe))
+    if problems:
+        for p in problems:
+            tally.fail(p)
+        print("%d passed, %d failed" % (tally.passed, tally.failed))
+        return 1
+
+    with open(index_path, encoding="utf-8") as f:
+        index = json.load(f)
+    model_paths = sorted(glob.glob(os.path.join(models_dir, "*.gguf")))
+    tokenizer_paths = sorted(glob.glob(os.path.join(tokenizer_dir, "*.gguf")))
+    if not model_paths:
+        tally.fail("no models/*.gguf in %s" % fixtures)
+    if not tokenizer_paths:
+        tally.fail("no tokenizer/*.gguf in %s" % fixtures)
+    unlisted = [os.path.basename(p) for p in model_paths if os.path.basename(p) not in index.get("files", {})]
+    if unlisted:
+        # The README promises index.json lists every file; one it lacks would escape check (a).
+        tally.fail("models not listed in index.json: %s" % " ".join(unlisted))
+
+    print("== (a) configuration vs llama.cpp (%s)" % models_dir, flush=True)
+    check_configs(tally, args.forge, models_dir, index)
+    print("== (b) dequantization vs the gguf Python package", flush=True)
+    check_dequant(tally, args.dump, model_paths)
+    print("== (c) vocabulary-only files (%s)" % tokenizer_dir, flush=True)
+    for path in tokenizer_paths:
+        check_tokenizer_file(tally, args.forge, path)
+
+    print("elapsed %.1f s" % (time.time() - start))
+    print("%d passed, %d failed" % (tally.passed, tally.failed))
+    return 1 if tally.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
