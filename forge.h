@@ -256,8 +256,9 @@ FORGE_API uint64_t forge_gguf_tensor_count(const forge_gguf *gguf);
 FORGE_API const forge_gguf_tensor *forge_gguf_tensor_at(const forge_gguf *gguf, uint64_t index);
 FORGE_API const forge_gguf_tensor *forge_gguf_find_tensor(const forge_gguf *gguf, const char *name);
 
-/* Typed reads of a value. Integers of any width convert when the value fits; floats accept
-   FLOAT32/FLOAT64; anything else is FORGE_ERR_KEY_TYPE with the key and both types named.
+/* Typed reads of a value. _int accepts every integer width and fails when the value does not fit
+   in int64; _float accepts FLOAT32/FLOAT64 and converts integers; _bool accepts BOOL; _str STRING.
+   Anything else is FORGE_ERR_KEY_TYPE with the key and both types named.
    The *_at forms read element i of an array. */
 FORGE_API forge_result forge_gguf_kv_int(const forge_gguf_kv *kv, int64_t *out, forge_error *error);
 FORGE_API forge_result forge_gguf_kv_float(const forge_gguf_kv *kv, double *out, forge_error *error);
@@ -1229,8 +1230,10 @@ static forge_result forge__gguf_walk(forge_gguf *g, forge_error *e) {
     g->data_offset = (c.pos + g->alignment - 1) / g->alignment * g->alignment;
     if (g->n_tensors > 0 && (g->data_offset > g->size || data_end > g->size - g->data_offset))
         return forge__fail(e, FORGE_ERR_TENSOR_OFFSET,
-                           "tensor data ends at byte %llu (tensor '%.*s') but the file has %llu bytes",
-                           (forge__ull)(g->data_offset + data_end), FORGE__STR_ARGS(data_end_name), (forge__ull)g->size);
+                           "tensor '%.*s' ends %llu bytes into the data section, which starts at byte %llu of a "
+                           "%llu-byte file",
+                           FORGE__STR_ARGS(data_end_name), (forge__ull)data_end, (forge__ull)g->data_offset,
+                           (forge__ull)g->size);
     if (g->data_offset > g->size) g->data_offset = g->size; /* no tensors: no data section */
     if (fill) {
         for (i = 0; i < g->n_tensors; i++) g->tensors[i].data = g->bytes + g->data_offset + g->tensors[i].offset;
