@@ -22,6 +22,9 @@
         experts, sliding windows) for llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, qwen2moe,
         qwen3moe and glm4 files, and checks that every tensor the configuration implies is present
         with the right shape; no dimension of a derived configuration is ever zero
+      - computes the exact bytes of a KV cache (f32, f16, q8_0, q4_0) and reads host memory as a
+        process can use it, within a container's cgroup limit
+      - samples tokens: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded
 
    OPTIONS (define before including)
       FORGE_STATIC        every function gets static linkage (vendoring into one translation unit)
@@ -34,7 +37,9 @@
       >>types       tensor type table and dequantization
       >>gguf        GGUF reader
       >>config      architectures and configuration derivation
+      >>sampler     token sampling
       >>model       model object: file + index + configuration
+      >>plan        memory arithmetic: KV cache bytes, host memory
       >>impl        implementation
 
    ERRORS
@@ -369,6 +374,61 @@ FORGE_API const char *forge_vocab_type_name(forge_vocab_type type); /* "SPM", "B
 /* llama.cpp's names for general.file_type values ("Q4_K - Medium"); NULL for unknown ids. */
 FORGE_API const char *forge_file_type_name(uint32_t file_type);
 
+/* >>sampler ------------------------------------------------------------------------------------ */
+
+/* Turns one row of logits into one token id. The sampler owns its scratch (one block allocated at
+   create: a candidate array of n_vocab entries and the repetition history), so sampling never
+   allocates; it keeps the history of accepted tokens and its random state, nothing else.
+
+   Order of application, each step only when it is on:
+      1. repetition penalty  every distinct token among the last repeat_last_n accepted tokens has
+                             its logit divided by repeat_penalty when positive, multiplied when
+                             negative (llama.cpp's rule; applied once however often the token occurs)
+      2. greedy              temperature == 0: the largest logit wins, the lowest index on ties;
+                             steps 3-7 are skipped
+      3. top-k               keep the k largest logits (ties: the lower index is larger)
+      4. temperature         logits divided by temperature
+      5. softmax             probabilities, computed in double with the largest logit subtracted
+      6. top-p               keep the smallest prefix of the tokens sorted by probability whose mass
+                             reaches top_p; renormalize
+      7. min-p               keep tokens whose probability is at least min_p times the largest;
+                             renormalize
+      8. draw                one uniform double in [0, 1) from the sampler's own xoshiro256**
+                             generator (seeded through splitmix64) picks from what is left
+   Logits of -inf mean "never this token" (e.g. masked by a grammar); NaN and +inf are refused.
+   Cost: O(n_vocab) per token, plus O(n_vocab log k) for top-k. Top-p without top-k sorts only
+   the most likely candidates, as many as its mass needs (256, 1024, ...); a flat distribution
+   sorts them all, O(n_vocab log n_vocab), some 25 ms for a 150k vocabulary.
+
+   Zero-initialized, the desc means greedy decoding with nothing else on. */
+typedef struct forge_sampler_desc {
+    float temperature;     /* 0 = greedy (argmax); > 0 scales logits by 1/temperature; finite */
+    int32_t top_k;         /* 0 = off; keep the top_k most likely tokens (above n_vocab: off) */
+    float top_p;           /* 0 or 1 = off; nucleus mass in (0, 1) */
+    float min_p;           /* 0 = off; in (0, 1]: drop tokens below min_p * the largest probability */
+    float repeat_penalty;  /* 0 or 1 = off; > 1 discourages repetition, in (0, 1) encourages it */
+    int32_t repeat_last_n; /* how many recent accepted tokens the penalty looks at; 0 = 64 */
+    uint64_t seed;         /* same seed, same logits, same accepted tokens: same tokens */
+    forge_allocator allocator;
+} forge_sampler_desc;
+
+typedef struct forge_sampler forge_sampler;
+
+/* desc may be NULL (greedy). FORGE_ERR_ARGUMENT names the field and its value when a field is NaN,
+   infinite or out of range, or when n_vocab is 0 or above INT32_MAX. */
+FORGE_API forge_result forge_sampler_create(const forge_sampler_desc *desc, uint32_t n_vocab, forge_sampler **out,
+                                            forge_error *error);
+/* logits: n_vocab floats, not modified. FORGE_ERR_ARGUMENT names the first NaN or +inf logit, or
+   says that every logit is -inf; *out_token is then -1. */
+FORGE_API forge_result forge_sampler_sample(forge_sampler *s, const float *logits, int32_t *out_token,
+                                            forge_error *error);
+/* Records a token for the repetition penalty: call it for each prompt token and for each token
+   sampled (sample does not record its own choice). Ids outside [0, n_vocab) are ignored. */
+FORGE_API void forge_sampler_accept(forge_sampler *s, int32_t token);
+/* Forgets the history and restarts the generator from the seed: the sampler behaves as new. */
+FORGE_API void forge_sampler_reset(forge_sampler *s);
+FORGE_API void forge_sampler_destroy(forge_sampler *s);
+
 /* >>model -------------------------------------------------------------------------------------- */
 
 typedef struct forge_model forge_model; /* file (mapped) + GGUF index + configuration; no device memory */
@@ -387,6 +447,41 @@ FORGE_API forge_result forge_model_from_memory(const void *bytes, size_t size, c
 FORGE_API void forge_model_close(forge_model *model);
 FORGE_API const forge_config *forge_model_config(const forge_model *model);
 FORGE_API const forge_gguf *forge_model_gguf(const forge_model *model);
+
+/* >>plan --------------------------------------------------------------------------------------- */
+
+/* Element type of the KV cache. Zero means the default, f16. The quantized types store keys and
+   values in 32-element blocks, so they need head sizes that are multiples of 32. */
+typedef enum forge_kv_type {
+    FORGE_KV_DEFAULT = 0,
+    FORGE_KV_F32,
+    FORGE_KV_F16,
+    FORGE_KV_Q8_0,
+    FORGE_KV_Q4_0,
+    FORGE_KV_TYPE_COUNT
+} forge_kv_type;
+
+FORGE_API const char *forge_kv_type_name(forge_kv_type type); /* "f16", "q8_0", ... */
+/* Parses "f32", "f16", "q8_0" or "q4_0" (any case). */
+FORGE_API forge_result forge_kv_type_parse(const char *text, forge_kv_type *out, forge_error *error);
+/* Exact bytes of the KV cache for n_ctx positions: over every layer,
+   n_ctx x n_head_kv x (head_dim + head_dim_v) elements of the type, in whole blocks.
+   Llama-3-8B at 8192 positions of f16 is exactly 1 GiB; Qwen2.5-0.5B at 2048 is 24 MiB. */
+FORGE_API forge_result forge_kv_cache_bytes(const forge_config *config, uint32_t n_ctx, forge_kv_type type,
+                                            uint64_t *out_bytes, forge_error *error);
+
+/* Host memory as a process can use it: physical memory and what is available without swapping,
+   both lowered to a container's cgroup limit (v1 or v2) when one applies. */
+typedef struct forge_host_memory {
+    uint64_t total_bytes;
+    uint64_t available_bytes;
+    int cgroup_limited; /* 1 when a cgroup limit lowered either figure */
+    int adjusted;       /* 1 when a reading made no sense (available above total, total 0) and was clamped */
+} forge_host_memory;
+
+#ifndef FORGE_NO_STDIO
+FORGE_API forge_result forge_host_memory_query(forge_host_memory *out, forge_error *error);
+#endif
 
 #ifdef __cplusplus
 }
@@ -2100,6 +2195,317 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
     return FORGE_OK;
 }
 
+/* >>impl-sampler */
+
+#include <float.h>
+
+#define FORGE__SAMPLER_DEFAULT_LAST_N 64
+
+typedef struct forge__candidate {
+    float logit;
+    int32_t id;
+    double weight; /* exp((logit - max) / temperature); unnormalized probability */
+} forge__candidate;
+
+struct forge_sampler {
+    forge_sampler_desc desc; /* defaults filled in, "off" values normalized to 0 */
+    uint32_t n_vocab;
+    forge__candidate *candidates; /* n_vocab entries, in the same allocation as the sampler */
+    int32_t *history;             /* ring of the last history_capacity accepted tokens */
+    uint32_t history_capacity, history_count, history_next;
+    uint64_t rng[4];
+};
+
+/* splitmix64 (Steele, Lea, Flood 2014): expands the 64-bit seed into xoshiro's 256-bit state */
+static uint64_t forge__splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t forge__rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+/* xoshiro256** (Blackman, Vigna 2018) */
+static uint64_t forge__xoshiro_next(uint64_t s[4]) {
+    uint64_t result = forge__rotl64(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = forge__rotl64(s[3], 45);
+    return result;
+}
+
+/* uniform in [0, 1): the top 53 bits as a double's mantissa */
+static double forge__uniform01(uint64_t s[4]) { return (double)(forge__xoshiro_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+static void forge__sampler_seed(forge_sampler *s) {
+    uint64_t state = s->desc.seed;
+    int i;
+    for (i = 0; i < 4; i++) s->rng[i] = forge__splitmix64(&state); /* never all zero: splitmix64 is a bijection */
+}
+
+/* The order used everywhere: larger logit first, lower id first among equal logits. */
+static int forge__candidate_worse(const forge__candidate *a, const forge__candidate *b) {
+    return a->logit < b->logit || (a->logit == b->logit && a->id > b->id);
+}
+
+/* min-heap on that order: c[0] is the worst */
+static void forge__candidate_sift_down(forge__candidate *c, size_t n, size_t i) {
+    for (;;) {
+        size_t child = 2 * i + 1;
+        forge__candidate tmp;
+        if (child >= n) return;
+        if (child + 1 < n && forge__candidate_worse(&c[child + 1], &c[child])) child++;
+        if (!forge__candidate_worse(&c[child], &c[i])) return;
+        tmp = c[i];
+        c[i] = c[child];
+        c[child] = tmp;
+        i = child;
+    }
+}
+
+/* Moves the k best of c[0..n) to c[0..k), sorted best first, and the others to c[k..n), in
+   O(n log k) with no memory outside the array; with k == n it is a heapsort of the whole array. */
+static void forge__candidates_top_k(forge__candidate *c, size_t n, size_t k) {
+    size_t i;
+    if (k == 0) return;
+    for (i = k / 2; i-- > 0;) forge__candidate_sift_down(c, k, i);
+    for (i = k; i < n; i++) {
+        if (forge__candidate_worse(&c[0], &c[i])) { /* swap, so the array stays a permutation */
+            forge__candidate tmp = c[0];
+            c[0] = c[i];
+            c[i] = tmp;
+            forge__candidate_sift_down(c, k, 0);
+        }
+    }
+    for (i = k - 1; i > 0; i--) { /* pop the worst to the back */
+        forge__candidate tmp = c[0];
+        c[0] = c[i];
+        c[i] = tmp;
+        forge__candidate_sift_down(c, i, 0);
+    }
+}
+
+/* Rounds up to 16 bytes so each piece of the one allocation is aligned for double. */
+static size_t forge__round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+FORGE_API forge_result forge_sampler_create(const forge_sampler_desc *desc, uint32_t n_vocab, forge_sampler **out,
+                                            forge_error *error) {
+    forge_sampler_desc d;
+    forge_sampler *s;
+    size_t head_bytes, candidate_bytes, history_bytes;
+    uint32_t history_capacity = 0;
+    uint64_t total_bytes;
+    if (out) *out = NULL;
+    if (!out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_sampler_create: null out");
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    /* NaN fails every comparison, so each check is written to pass only for good values */
+    if (!(d.temperature >= 0.0f && d.temperature <= FLT_MAX))
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "sampler temperature %g: must be finite and >= 0",
+                           (double)d.temperature);
+    if (d.top_k < 0) return forge__fail(error, FORGE_ERR_ARGUMENT, "sampler top_k %ld: must be >= 0 (0 = off)", (long)d.top_k);
+    if (!(d.top_p >= 0.0f && d.top_p <= 1.0f))
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "sampler top_p %g: must be in [0, 1] (0 or 1 = off)", (double)d.top_p);
+    if (!(d.min_p >= 0.0f && d.min_p <= 1.0f))
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "sampler min_p %g: must be in [0, 1] (0 = off)", (double)d.min_p);
+    if (!(d.repeat_penalty >= 0.0f && d.repeat_penalty <= FLT_MAX))
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "sampler repeat_penalty %g: must be finite and >= 0 (0 or 1 = off)",
+                           (double)d.repeat_penalty);
+    if (d.repeat_last_n < 0)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "sampler repeat_last_n %ld: must be >= 0 (0 = %d)",
+                           (long)d.repeat_last_n, FORGE__SAMPLER_DEFAULT_LAST_N);
+    if (n_vocab == 0 || n_vocab > (uint32_t)INT32_MAX)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "sampler n_vocab %lu: must be in [1, %ld]", (unsigned long)n_vocab,
+                           (long)INT32_MAX);
+    if (d.top_p == 1.0f) d.top_p = 0.0f;
+    if (d.repeat_penalty == 1.0f) d.repeat_penalty = 0.0f;
+    if (d.repeat_last_n == 0) d.repeat_last_n = FORGE__SAMPLER_DEFAULT_LAST_N;
+    if ((uint32_t)d.top_k >= n_vocab) d.top_k = 0;
+    if (d.repeat_penalty > 0.0f) history_capacity = (uint32_t)d.repeat_last_n;
+
+    /* both counts are below 2^31, so the sum fits in 64 bits; it may not fit in a 32-bit size_t */
+    total_bytes = 64 + (uint64_t)n_vocab * sizeof(forge__candidate) + (uint64_t)history_capacity * sizeof(int32_t);
+    if (!(total_bytes <= (uint64_t)SIZE_MAX))
+        return forge__fail(error, FORGE_ERR_OVERFLOW, "sampler of %lu tokens and %lu history entries does not fit in memory",
+                           (unsigned long)n_vocab, (unsigned long)history_capacity);
+    head_bytes = forge__round16(sizeof(forge_sampler));
+    candidate_bytes = forge__round16((size_t)n_vocab * sizeof(forge__candidate));
+    history_bytes = (size_t)history_capacity * sizeof(int32_t);
+    s = (forge_sampler *)forge__alloc(&d.allocator, head_bytes + candidate_bytes + history_bytes);
+    if (!s)
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate a sampler for %lu tokens (%llu bytes)",
+                           (unsigned long)n_vocab, (forge__ull)(head_bytes + candidate_bytes + history_bytes));
+    memset(s, 0, sizeof *s);
+    s->desc = d;
+    s->n_vocab = n_vocab;
+    s->candidates = (forge__candidate *)(void *)((char *)s + head_bytes);
+    s->history = history_capacity ? (int32_t *)(void *)((char *)s + head_bytes + candidate_bytes) : NULL;
+    s->history_capacity = history_capacity;
+    forge__sampler_seed(s);
+    *out = s;
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+FORGE_API void forge_sampler_accept(forge_sampler *s, int32_t token) {
+    if (!s || !s->history_capacity || token < 0 || (uint32_t)token >= s->n_vocab) return;
+    s->history[s->history_next] = token;
+    s->history_next = (s->history_next + 1) % s->history_capacity;
+    if (s->history_count < s->history_capacity) s->history_count++;
+}
+
+FORGE_API void forge_sampler_reset(forge_sampler *s) {
+    if (!s) return;
+    s->history_count = 0;
+    s->history_next = 0;
+    forge__sampler_seed(s);
+}
+
+FORGE_API void forge_sampler_destroy(forge_sampler *s) {
+    forge_allocator a;
+    if (!s) return;
+    a = s->desc.allocator;
+    forge__free(&a, s);
+}
+
+/* llama.cpp's rule; -inf stays masked, a finite result stays finite (a penalty below 1 could
+   otherwise turn a huge logit into +inf, a penalty above 1 a huge negative one into -inf) */
+static float forge__repeat_penalize(float logit, float penalty) {
+    double v = logit > 0.0f ? (double)logit / penalty : (double)logit * penalty;
+    if (logit < -FLT_MAX) return logit;
+    if (v > FLT_MAX) return FLT_MAX;
+    if (v < -FLT_MAX) return -FLT_MAX;
+    return (float)v;
+}
+
+FORGE_API forge_result forge_sampler_sample(forge_sampler *s, const float *logits, int32_t *out_token,
+                                            forge_error *error) {
+    forge__candidate *c;
+    const forge_sampler_desc *d;
+    size_t n = 0, i, k;
+    uint32_t v, h;
+    int sorted = 0;
+    double max_logit, total, u, cumulative;
+    if (out_token) *out_token = -1;
+    if (!s || !logits || !out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_sampler_sample: null argument");
+    c = s->candidates;
+    d = &s->desc;
+
+    for (v = 0; v < s->n_vocab; v++) {
+        float x = logits[v];
+        if (!(x <= FLT_MAX)) /* NaN or +inf */
+            return forge__fail(error, FORGE_ERR_ARGUMENT, "logit %lu of %lu is %s", (unsigned long)v,
+                               (unsigned long)s->n_vocab, x != x ? "NaN" : "+inf");
+        c[v].logit = x;
+        c[v].id = (int32_t)v;
+    }
+
+    /* 1. repetition penalty. c[] is still indexed by token id. A token that occurs several times
+       is penalized once: only while its logit still equals the caller's (a penalty that leaves the
+       value unchanged, as for 0 or -inf, leaves it unchanged when repeated too). */
+    if (d->repeat_penalty > 0.0f) {
+        for (h = 0; h < s->history_count; h++) {
+            int32_t t = s->history[h];
+            if (c[t].logit == logits[t]) c[t].logit = forge__repeat_penalize(logits[t], d->repeat_penalty);
+        }
+    }
+
+    /* 2. greedy: the first maximum in ascending id order is the lowest index; -inf never wins */
+    if (d->temperature == 0.0f) {
+        uint32_t best = 0;
+        for (v = 1; v < s->n_vocab; v++)
+            if (c[v].logit > c[best].logit) best = v;
+        if (!(c[best].logit >= -FLT_MAX))
+            return forge__fail(error, FORGE_ERR_ARGUMENT, "all %lu logits are -inf: no token can be sampled",
+                               (unsigned long)s->n_vocab);
+        *out_token = (int32_t)best;
+        forge__ok(error);
+        return FORGE_OK;
+    }
+
+    /* masked tokens (-inf) are never candidates; order is kept, so ids stay ascending */
+    for (v = 0; v < s->n_vocab; v++)
+        if (c[v].logit >= -FLT_MAX) c[n++] = c[v];
+    if (n == 0)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "all %lu logits are -inf: no token can be sampled",
+                           (unsigned long)s->n_vocab);
+
+    /* 3. top-k */
+    if (d->top_k > 0 && (size_t)d->top_k < n) {
+        k = (size_t)d->top_k;
+        forge__candidates_top_k(c, n, k);
+        n = k;
+        sorted = 1;
+    }
+
+    /* 4, 5. temperature and softmax; the max is subtracted before dividing, so a tiny temperature
+       sends the others to 0 instead of overflowing */
+    max_logit = c[0].logit;
+    if (!sorted)
+        for (i = 1; i < n; i++) max_logit = FORGE__MAX(max_logit, (double)c[i].logit);
+    total = 0.0;
+    for (i = 0; i < n; i++) {
+        c[i].weight = exp(((double)c[i].logit - max_logit) / d->temperature);
+        total += c[i].weight;
+    }
+
+    /* 6. top-p: the smallest prefix, most likely first, whose mass reaches top_p. Without top-k,
+       only as much is sorted as the mass needs: the best 256, then 4 times more, until their mass
+       reaches the target (the best k are the first k of a full sort, so the answer is the same).
+       A flat distribution ends up sorting every candidate. */
+    if (d->top_p > 0.0f) {
+        double target = (double)d->top_p * total;
+        size_t ordered = sorted ? n : 0; /* c[0..ordered) is sorted, most likely first */
+        k = 256;
+        while (ordered == 0) {
+            if (k >= n / 2) k = n;
+            forge__candidates_top_k(c, n, k);
+            cumulative = 0.0;
+            for (i = 0; i < k; i++) cumulative += c[i].weight;
+            if (cumulative >= target || k == n) ordered = k;
+            else k *= 4;
+        }
+        cumulative = 0.0; /* summed in the same order as above, so a partial sort always ends inside */
+        for (i = 0; i < ordered; i++) {
+            cumulative += c[i].weight;
+            if (cumulative >= target) break;
+        }
+        if (i < ordered) { /* rounding can leave the full sum a hair short of target: then all stay */
+            n = i + 1;
+            total = cumulative;
+        }
+    }
+
+    /* 7. min-p: the most likely token has weight exp(0) == 1, so the threshold is min_p itself */
+    if (d->min_p > 0.0f) {
+        size_t kept = 0;
+        total = 0.0;
+        for (i = 0; i < n; i++) {
+            if (c[i].weight >= (double)d->min_p) {
+                c[kept++] = c[i];
+                total += c[i].weight;
+            }
+        }
+        n = kept; /* never 0: the maximum has weight 1 >= min_p */
+    }
+
+    /* 8. draw */
+    u = forge__uniform01(s->rng) * total;
+    cumulative = 0.0;
+    for (i = 0; i + 1 < n; i++) {
+        cumulative += c[i].weight;
+        if (u < cumulative) break;
+    }
+    *out_token = c[i].id;
+    forge__ok(error);
+    return FORGE_OK;
+}
+
 /* >>impl-model */
 
 struct forge_model {
@@ -2168,6 +2574,261 @@ FORGE_API void forge_model_close(forge_model *m) {
 
 FORGE_API const forge_config *forge_model_config(const forge_model *m) { return m ? &m->config : NULL; }
 FORGE_API const forge_gguf *forge_model_gguf(const forge_model *m) { return m ? m->gguf : NULL; }
+
+/* >>impl-plan */
+
+FORGE_API const char *forge_kv_type_name(forge_kv_type type) {
+    switch (type) {
+    case FORGE_KV_DEFAULT:
+    case FORGE_KV_F16: return "f16";
+    case FORGE_KV_F32: return "f32";
+    case FORGE_KV_Q8_0: return "q8_0";
+    case FORGE_KV_Q4_0: return "q4_0";
+    default: return "unknown";
+    }
+}
+
+static int forge__ieq(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        char x = *a >= 'A' && *a <= 'Z' ? (char)(*a - 'A' + 'a') : *a;
+        char y = *b >= 'A' && *b <= 'Z' ? (char)(*b - 'A' + 'a') : *b;
+        if (x != y) return 0;
+    }
+    return *a == *b;
+}
+
+FORGE_API forge_result forge_kv_type_parse(const char *text, forge_kv_type *out, forge_error *error) {
+    int t;
+    if (!text || !out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_kv_type_parse: null argument");
+    for (t = FORGE_KV_F32; t < FORGE_KV_TYPE_COUNT; t++) {
+        if (forge__ieq(text, forge_kv_type_name((forge_kv_type)t))) {
+            *out = (forge_kv_type)t;
+            return FORGE_OK;
+        }
+    }
+    return forge__fail(error, FORGE_ERR_ARGUMENT, "KV cache type '%.40s' is not one of f32, f16, q8_0, q4_0", text);
+}
+
+static uint32_t forge__kv_storage_type(forge_kv_type type) {
+    switch (type) {
+    case FORGE_KV_F32: return FORGE_TYPE_F32;
+    case FORGE_KV_Q8_0: return FORGE_TYPE_Q8_0;
+    case FORGE_KV_Q4_0: return FORGE_TYPE_Q4_0;
+    default: return FORGE_TYPE_F16;
+    }
+}
+
+FORGE_API forge_result forge_kv_cache_bytes(const forge_config *c, uint32_t n_ctx, forge_kv_type type,
+                                            uint64_t *out_bytes, forge_error *error) {
+    uint32_t storage, il;
+    uint64_t total = 0, row_k, row_v;
+    const forge_type_traits *traits;
+    if (!c || !out_bytes) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_kv_cache_bytes: null argument");
+    if ((unsigned)type >= FORGE_KV_TYPE_COUNT)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "KV cache type %d is not a forge_kv_type", (int)type);
+    if (n_ctx == 0) return forge__fail(error, FORGE_ERR_ARGUMENT, "a context of 0 positions");
+    storage = forge__kv_storage_type(type);
+    traits = forge_type_info(storage);
+    /* each head's key and value row is quantized on its own, so it must hold whole blocks */
+    if (c->head_dim % traits->block_elems != 0 || c->head_dim_v % traits->block_elems != 0)
+        return forge__fail(error, FORGE_ERR_UNSUPPORTED,
+                           "a %s KV cache needs head sizes that are multiples of %u; this model's are %u and %u",
+                           forge_kv_type_name(type), traits->block_elems, c->head_dim, c->head_dim_v);
+    row_k = (uint64_t)c->head_dim / traits->block_elems * traits->block_bytes;
+    row_v = (uint64_t)c->head_dim_v / traits->block_elems * traits->block_bytes;
+    for (il = 0; il < c->n_layer; il++) {
+        /* heads <= 2^24, rows <= 2^26 bytes, n_ctx < 2^32, layers <= 512: no step can overflow */
+        total += (uint64_t)n_ctx * c->layer_n_head_kv[il] * (row_k + row_v);
+    }
+    *out_bytes = total;
+    return FORGE_OK;
+}
+
+#ifndef FORGE_NO_STDIO
+/* The host memory query reads the kernel's text files; the parsers below are separate from the
+   reading so that the tests can feed them any text. */
+
+/* Value of "Field:   123 kB" in /proc/meminfo text, in bytes. */
+static int forge__meminfo_bytes(const char *text, const char *field, uint64_t *out) {
+    size_t n = strlen(field);
+    const char *p = text;
+    while (p && *p) {
+        if (strncmp(p, field, n) == 0 && p[n] == ':') {
+            uint64_t v = 0;
+            int digits = 0;
+            p += n + 1;
+            while (*p == ' ' || *p == '\t') p++;
+            while (*p >= '0' && *p <= '9' && digits < 19) v = v * 10 + (uint64_t)(*p++ - '0'), digits++;
+            if (!digits) return 0;
+            while (*p == ' ') p++;
+            *out = strncmp(p, "kB", 2) == 0 ? v * 1024 : v;
+            return 1;
+        }
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    return 0;
+}
+
+/* A cgroup number file: digits, or "max" (v2) for no limit. Returns 0 when unreadable. */
+static int forge__cgroup_number(const char *text, uint64_t *out) {
+    uint64_t v = 0;
+    int digits = 0;
+    if (strncmp(text, "max", 3) == 0) {
+        *out = UINT64_MAX;
+        return 1;
+    }
+    while (*text >= '0' && *text <= '9' && digits < 20) {
+        uint64_t d = (uint64_t)(*text++ - '0');
+        if (v > (UINT64_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+        digits++;
+    }
+    if (!digits) return 0;
+    *out = v;
+    return 1;
+}
+
+/* "key value" line of a cgroup memory.stat file. */
+static int forge__stat_value(const char *text, const char *key, uint64_t *out) {
+    size_t n = strlen(key);
+    const char *p = text;
+    while (p && *p) {
+        if (strncmp(p, key, n) == 0 && p[n] == ' ') return forge__cgroup_number(p + n + 1, out);
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    return 0;
+}
+
+/* The memory cgroup of this process from /proc/self/cgroup: "0::/path" (v2) or "N:...memory...:/path" (v1). */
+static int forge__cgroup_path(const char *text, int want_v2, char *path, size_t path_size) {
+    const char *line = text;
+    while (line && *line) {
+        const char *end = strchr(line, '\n'), *c1 = strchr(line, ':'), *c2;
+        size_t len;
+        if (!end) end = line + strlen(line);
+        if (c1 && c1 < end && (c2 = strchr(c1 + 1, ':')) != NULL && c2 < end) {
+            int match;
+            if (want_v2) match = c1 - line == 1 && line[0] == '0' && c2 == c1 + 1;
+            else {
+                const char *s = c1 + 1;
+                match = 0;
+                while (s < c2) { /* comma-separated controller list */
+                    const char *comma = s;
+                    while (comma < c2 && *comma != ',') comma++;
+                    if (comma - s == 6 && strncmp(s, "memory", 6) == 0) match = 1;
+                    s = comma + 1;
+                }
+            }
+            len = (size_t)(end - (c2 + 1));
+            if (match && len < path_size) {
+                memcpy(path, c2 + 1, len);
+                path[len] = 0;
+                return 1;
+            }
+        }
+        line = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* Combines the readings: total and available lowered to the cgroup's limit and what is left of it. */
+static void forge__host_memory_combine(uint64_t total, uint64_t available, uint64_t cg_limit, uint64_t cg_usage,
+                                       uint64_t cg_reclaimable, forge_host_memory *out) {
+    memset(out, 0, sizeof *out);
+    if (total == 0) {
+        out->adjusted = 1; /* nothing trustworthy: report nothing available */
+        available = 0;
+    }
+    if (available > total) {
+        out->adjusted = 1;
+        available = total;
+    }
+    if (cg_limit != UINT64_MAX && cg_limit < total) {
+        uint64_t used = cg_usage > cg_reclaimable ? cg_usage - cg_reclaimable : 0;
+        uint64_t left = cg_limit > used ? cg_limit - used : 0;
+        out->cgroup_limited = 1;
+        total = cg_limit;
+        if (left < available) available = left;
+    }
+    out->total_bytes = total;
+    out->available_bytes = available;
+}
+
+/* Reads a small text file into buf (NUL-terminated); 0 when it cannot be read. */
+static int forge__read_text(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "rb");
+    size_t n;
+    if (!f) return 0;
+    n = fread(buf, 1, size - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return n > 0;
+}
+
+FORGE_API forge_result forge_host_memory_query(forge_host_memory *out, forge_error *error) {
+    char text[8192], path[512], file[640];
+    uint64_t total = 0, available = 0, limit = UINT64_MAX, usage = 0, reclaimable = 0;
+    if (!out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_host_memory_query: null argument");
+    memset(out, 0, sizeof *out);
+    if (forge__read_text("/proc/meminfo", text, sizeof text)) {
+        if (!forge__meminfo_bytes(text, "MemTotal", &total))
+            return forge__fail(error, FORGE_ERR_IO, "/proc/meminfo has no MemTotal line");
+        if (!forge__meminfo_bytes(text, "MemAvailable", &available)) { /* kernels before 3.14 */
+            uint64_t free_bytes = 0, cached = 0;
+            forge__meminfo_bytes(text, "MemFree", &free_bytes);
+            forge__meminfo_bytes(text, "Cached", &cached);
+            available = free_bytes + cached;
+        }
+        /* cgroup v2 first, then v1; the process's own group, then the root of the mount */
+        if (forge__read_text("/proc/self/cgroup", text, sizeof text)) {
+            const char *v2_files[2] = {"memory.max", "memory.current"};
+            const char *v1_files[2] = {"memory.limit_in_bytes", "memory.usage_in_bytes"};
+            int version;
+            for (version = 2; version >= 1 && limit == UINT64_MAX; version--) {
+                const char *base = version == 2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
+                const char **names = version == 2 ? v2_files : v1_files;
+                char cgroup_text[8192];
+                int attempt;
+                if (!forge__cgroup_path(text, version == 2, path, sizeof path)) continue;
+                for (attempt = 0; attempt < 2 && limit == UINT64_MAX; attempt++) {
+                    const char *dir = attempt == 0 ? path : "";
+                    uint64_t v;
+                    snprintf(file, sizeof file, "%s%s/%s", base, dir, names[0]);
+                    if (!forge__read_text(file, cgroup_text, sizeof cgroup_text) || !forge__cgroup_number(cgroup_text, &v))
+                        continue;
+                    limit = v;
+                    snprintf(file, sizeof file, "%s%s/%s", base, dir, names[1]);
+                    if (forge__read_text(file, cgroup_text, sizeof cgroup_text)) forge__cgroup_number(cgroup_text, &usage);
+                    snprintf(file, sizeof file, "%s%s/memory.stat", base, dir);
+                    if (forge__read_text(file, cgroup_text, sizeof cgroup_text))
+                        forge__stat_value(cgroup_text, version == 2 ? "inactive_file" : "total_inactive_file",
+                                          &reclaimable);
+                }
+            }
+        }
+    } else {
+#if defined(FORGE__MAP_POSIX) && defined(_SC_PHYS_PAGES) && defined(_SC_AVPHYS_PAGES)
+        long pages = sysconf(_SC_PHYS_PAGES), free_pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages <= 0 || page <= 0) return forge__fail(error, FORGE_ERR_IO, "cannot read the size of host memory");
+        total = (uint64_t)pages * (uint64_t)page;
+        available = free_pages > 0 ? (uint64_t)free_pages * (uint64_t)page : 0;
+#elif defined(FORGE__MAP_WIN32)
+        MEMORYSTATUSEX status;
+        status.dwLength = sizeof status;
+        if (!GlobalMemoryStatusEx(&status)) return forge__fail(error, FORGE_ERR_IO, "GlobalMemoryStatusEx failed");
+        total = status.ullTotalPhys;
+        available = status.ullAvailPhys;
+#else
+        return forge__fail(error, FORGE_ERR_UNSUPPORTED, "no way to read host memory on this platform");
+#endif
+    }
+    forge__host_memory_combine(total, available, limit, usage, reclaimable, out);
+    forge__ok(error);
+    return FORGE_OK;
+}
+#endif /* FORGE_NO_STDIO */
 
 #endif /* FORGE__IMPLEMENTED */
 #endif /* FORGE_IMPLEMENTATION */
