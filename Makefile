@@ -4,7 +4,7 @@
 CC       ?= cc
 CFLAGS   ?= -O2
 WARN      = -std=c99 -Wall -Wextra -Werror -pedantic
-LDLIBS    = -lm
+LDLIBS    = -lm -pthread
 BUILD     = build
 FIXTURES ?= ../shared/fixtures
 PYTHON   ?= python3
@@ -15,7 +15,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 MODEL_CACHE ?= $(HOME)/.cache/forge
 
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
-TESTBINS = $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/dump_tensors
+TESTBINS = $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/dump_tensors
 
 .PHONY: all test fuzz demo clean check-builds python-deps
 

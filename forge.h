@@ -40,6 +40,8 @@
       >>sampler     token sampling
       >>model       model object: file + index + configuration
       >>plan        memory arithmetic: KV cache bytes, host memory
+      >>context     the memory plan, the budget, and a context that evaluates tokens (CPU backend)
+      >>generate    chat formats and the step-by-step generator
       >>impl        implementation
 
    ERRORS
@@ -127,7 +129,8 @@ extern "C" {
     X(ERR_ARCH, "unsupported architecture")                                                       \
     X(ERR_MISSING_TENSOR, "required tensor missing")                                              \
     X(ERR_TENSOR_SHAPE, "tensor has the wrong shape")                                             \
-    X(ERR_UNSUPPORTED, "feature not supported")
+    X(ERR_UNSUPPORTED, "feature not supported")                                                   \
+    X(ERR_BUDGET, "the plan does not fit the memory budget")
 
 typedef enum forge_result {
 #define FORGE__RESULT_ENUM(name, text) FORGE_##name,
@@ -374,6 +377,141 @@ FORGE_API const char *forge_vocab_type_name(forge_vocab_type type); /* "SPM", "B
 /* llama.cpp's names for general.file_type values ("Q4_K - Medium"); NULL for unknown ids. */
 FORGE_API const char *forge_file_type_name(uint32_t file_type);
 
+/* >>cpu ---------------------------------------------------------------------------------------- */
+
+/* CPU backend. Its kernels and thread pool are internal; the forward pass runs on them. Define
+   FORGE_NO_THREADS to run everything on the calling thread (no pthreads, no Win32 threads). */
+#ifndef FORGE_MAX_THREADS
+#define FORGE_MAX_THREADS 256 /* a CPU thread pool never starts more threads than this */
+#endif
+
+/* Logical processors this process may use (at least 1): the CPU backend's default thread count.
+   On Linux it honours the affinity mask (taskset, containers) when the includer defines _GNU_SOURCE. */
+FORGE_API uint32_t forge_cpu_count(void);
+
+/* end of >>cpu */
+
+/* >>tokenizer ---------------------------------------------------------------------------------- */
+
+/* Text <-> token ids, built from a file's tokenizer.ggml.* metadata. Two models are supported:
+      SPM  (tokenizer.ggml.model "llama")  SentencePiece-style: spaces become U+2581, a space is put
+           in front of the text (tokenizer.ggml.add_space_prefix, default true), pieces merge by score
+           (highest first), characters without a token fall back to <0xXX> byte tokens, then to the
+           unknown token
+      BPE  ("gpt2")  byte-level BPE: the text is split by the pre-tokenizer that tokenizer.ggml.pre
+           names, each piece's bytes are mapped to GPT-2's printable characters, and pieces merge by
+           the rank of tokenizer.ggml.merges (lowest first)
+   Pre-tokenizers (tokenizer.ggml.pre): default (also when the key is absent), gpt-2 phi-2 mpt olmo jais
+   exaone4, llama3 llama-v3 llama-bpe falcon3 pixtral dbrx smaug-bpe, qwen2 deepseek-r1-qwen stablelm2,
+   starcoder refact command-r smollm codeshell exaone minerva-7b, deepseek-llm, deepseek-coder, falcon.
+   Any other name, and any other tokenizer.ggml.model, is FORGE_ERR_UNSUPPORTED with the name in the
+   message. They follow llama.cpp's splitting rules (its test vectors are the tests).
+
+   Special tokens: the text of control (3) and unknown (2) tokens is recognized only with
+   parse_special; user-defined (4) tokens are always recognized (they are part of the vocabulary
+   the way Hugging Face's "added tokens" are). Longer ones win, then the leftmost.
+   Duplicate token texts: the highest id wins (as in llama.cpp); duplicate merges: the first wins.
+   Invalid UTF-8 in the text is kept byte for byte (each bad byte is a character of its own, neither
+   letter nor space). A byte the vocabulary cannot spell becomes the unknown token; without one, BPE
+   drops it (as llama.cpp does) and SPM fails with FORGE_ERR_UNSUPPORTED naming the byte. So
+   detokenize(tokenize(text)) == text whenever every byte of the text has a token.
+
+   The tokenizer copies what it needs from the file at create (the file may be closed afterwards) and
+   never changes after: one tokenizer can serve several threads. Each forge_tokenize call makes one
+   allocation of about 80 bytes per byte of text through the tokenizer's allocator, freed before it
+   returns. */
+
+typedef enum forge_token_type {
+    FORGE_TOKEN_UNDEFINED = 0,
+    FORGE_TOKEN_NORMAL = 1,
+    FORGE_TOKEN_UNKNOWN = 2,
+    FORGE_TOKEN_CONTROL = 3,
+    FORGE_TOKEN_USER_DEFINED = 4,
+    FORGE_TOKEN_UNUSED = 5,
+    FORGE_TOKEN_BYTE = 6
+} forge_token_type;
+
+/* longest text forge_tokenize accepts */
+#ifndef FORGE_TOKENIZE_MAX_TEXT_BYTES
+#define FORGE_TOKENIZE_MAX_TEXT_BYTES (1u << 30)
+#endif
+#ifndef FORGE_TOKENIZER_MAX_VOCAB
+#define FORGE_TOKENIZER_MAX_VOCAB (1u << 24)
+#endif
+
+typedef struct forge_tokenizer forge_tokenizer;
+
+/* allocator may be NULL (FORGE_MALLOC). FORGE_ERR_MISSING_KEY without tokenizer.ggml.tokens or .model,
+   FORGE_ERR_KEY_TYPE / FORGE_ERR_CONFIG for malformed arrays or ids outside the vocabulary,
+   FORGE_ERR_UNSUPPORTED for another tokenizer model or an unknown pre-tokenizer name. */
+FORGE_API forge_result forge_tokenizer_create(const forge_gguf *gguf, const forge_allocator *allocator,
+                                              forge_tokenizer **out, forge_error *error);
+FORGE_API void forge_tokenizer_destroy(forge_tokenizer *tok);
+
+FORGE_API uint32_t forge_tokenizer_n_vocab(const forge_tokenizer *tok);
+FORGE_API forge_vocab_type forge_tokenizer_type(const forge_tokenizer *tok); /* SPM or BPE */
+FORGE_API const char *forge_tokenizer_pre_name(const forge_tokenizer *tok);  /* "smollm", "default", "spm" */
+FORGE_API int32_t forge_tokenizer_bos(const forge_tokenizer *tok); /* -1 when the file names none */
+FORGE_API int32_t forge_tokenizer_eos(const forge_tokenizer *tok);
+/* tokenizer.ggml.eot_token_id, else a control token spelled <|eot_id|>, <|im_end|>, <|end|>,
+   <end_of_turn> or <|endoftext|> (the first found in that order), else -1 */
+FORGE_API int32_t forge_tokenizer_eot(const forge_tokenizer *tok);
+FORGE_API int32_t forge_tokenizer_unk(const forge_tokenizer *tok);
+/* tokenizer.ggml.add_bos_token, or 1 for SPM and 0 for BPE when absent (and 0 without a BOS id) */
+FORGE_API int forge_tokenizer_add_bos(const forge_tokenizer *tok);
+/* 1 for end-of-generation tokens: the EOS and EOT ids */
+FORGE_API int forge_tokenizer_is_eog(const forge_tokenizer *tok, int32_t id);
+/* FORGE_TOKEN_UNDEFINED for ids outside the vocabulary */
+FORGE_API forge_token_type forge_tokenizer_token_type(const forge_tokenizer *tok, int32_t id);
+/* the token's text as stored in the file (not NUL-terminated; "" with *len 0 for bad ids) */
+FORGE_API const char *forge_tokenizer_token_text(const forge_tokenizer *tok, int32_t id, size_t *len);
+/* bytes of the longest piece forge_token_to_piece can return */
+FORGE_API size_t forge_tokenizer_max_piece_bytes(const forge_tokenizer *tok);
+
+/* Tokenizes text[0 .. text_len) (any bytes; NUL is a character like any other). add_bos puts the BOS id
+   first (FORGE_ERR_ARGUMENT when the file has none). Writes at most capacity ids; *n_ids always
+   receives the number the whole text needs (ids may be NULL with capacity 0 to ask). When capacity
+   is too small the first capacity ids are written and the result is FORGE_ERR_LIMIT with both
+   numbers in the message. FORGE_ERR_HOST_MEMORY when the work area cannot be allocated. */
+FORGE_API forge_result forge_tokenize(const forge_tokenizer *tok, const char *text, size_t text_len, int add_bos,
+                                      int parse_special, int32_t *ids, size_t capacity, size_t *n_ids,
+                                      forge_error *error);
+
+/* The bytes a token stands for, as a view into the tokenizer (valid until destroy; not
+   NUL-terminated; may end inside a UTF-8 character). SPM: U+2581 -> space, <0xXX> -> that byte.
+   BPE: GPT-2 characters mapped back to bytes. Control and unknown tokens give their text when special
+   is 1 and nothing otherwise; unused tokens give nothing. FORGE_ERR_ARGUMENT for ids outside the
+   vocabulary. */
+FORGE_API forge_result forge_token_to_piece(const forge_tokenizer *tok, int32_t id, int special, const char **piece,
+                                            size_t *piece_len, forge_error *error);
+
+/* Concatenated pieces of ids. When the tokenizer adds a space prefix (SPM), the one space it added in
+   front of the first piece that has any bytes is removed, so that detokenize(tokenize(text)) == text.
+   Same capacity rule as forge_tokenize (bytes instead of ids; no NUL is written). */
+FORGE_API forge_result forge_detokenize(const forge_tokenizer *tok, const int32_t *ids, size_t n_ids, int special,
+                                        char *out, size_t capacity, size_t *n_bytes, forge_error *error);
+
+/* Streaming detokenizer: push one token at a time, get bytes that never end inside a UTF-8 character.
+   An incomplete sequence at the end of what has arrived is held back (at most 3 bytes) until the next
+   push completes it; a sequence that can no longer become valid is passed through as it is. Lives on
+   the caller's stack: no allocation. Removes the SPM space prefix like forge_detokenize. */
+typedef struct forge_detokenizer {
+    const forge_tokenizer *tok;
+    int special;              /* control/unknown tokens as text */
+    int strip_space;          /* 1 until the first piece with bytes has passed */
+    uint32_t n_held;          /* bytes held back */
+    unsigned char held[4];
+} forge_detokenizer;
+
+FORGE_API void forge_detokenizer_init(forge_detokenizer *d, const forge_tokenizer *tok, int special);
+/* Writes the bytes that are ready into out. out must hold forge_tokenizer_max_piece_bytes(tok) + 3 bytes
+   to never fail; with less, FORGE_ERR_LIMIT when this push needs more, and nothing changes. */
+FORGE_API forge_result forge_detokenizer_push(forge_detokenizer *d, int32_t id, char *out, size_t capacity,
+                                              size_t *n_out, forge_error *error);
+/* End of stream: writes the held bytes (an incomplete character, as it is) and resets; out needs 3 bytes. */
+FORGE_API forge_result forge_detokenizer_flush(forge_detokenizer *d, char *out, size_t capacity, size_t *n_out,
+                                               forge_error *error);
+
 /* >>sampler ------------------------------------------------------------------------------------ */
 
 /* Turns one row of logits into one token id. The sampler owns its scratch (one block allocated at
@@ -482,6 +620,160 @@ typedef struct forge_host_memory {
 #ifndef FORGE_NO_STDIO
 FORGE_API forge_result forge_host_memory_query(forge_host_memory *out, forge_error *error);
 #endif
+
+/* >>context ------------------------------------------------------------------------------------ */
+
+/* What happens when a plan does not fit the budget. */
+typedef enum forge_budget_policy {
+    FORGE_BUDGET_REFUSE = 0, /* default: allocate nothing, return FORGE_ERR_BUDGET */
+    FORGE_BUDGET_WARN        /* allocate anyway and log a warning */
+} forge_budget_policy;
+
+typedef enum forge_log_level { FORGE_LOG_INFO = 0, FORGE_LOG_WARN = 1 } forge_log_level;
+
+/* Memory as the budget sees it. Filled by forge_memory_query for the backend in use; a caller
+   (or a test) may supply its own reading through forge_context_desc.memory. */
+typedef struct forge_memory_reading {
+    char device[64];          /* "CPU (host memory)", a GPU name, ... */
+    uint64_t total_bytes;
+    uint64_t free_bytes;
+    int adjusted;             /* 1 when a reading made no sense and was clamped */
+} forge_memory_reading;
+
+/* Zero means default everywhere. */
+typedef struct forge_context_desc {
+    uint32_t n_ctx;               /* positions in the KV cache; 0 = min(trained context, 4096) */
+    uint32_t n_batch;             /* most tokens evaluated in one step; 0 = min(512, n_ctx) */
+    forge_kv_type kv_type;        /* 0 = f16 */
+    int all_logits;               /* 1: keep the logits of every token of a step, not only the last */
+    uint32_t n_threads;           /* CPU threads; 0 = all cores */
+    double mem_fraction;          /* share of free memory the plan may take; 0 = $FORGE_MEM_FRACTION or 0.70 */
+    uint64_t mem_headroom_bytes;  /* kept free on top of the fraction */
+    forge_budget_policy policy;
+    const forge_memory_reading *memory; /* NULL = query the backend */
+    forge_allocator allocator;    /* host allocations of the context */
+    void (*log)(void *user_data, forge_log_level level, const char *message);
+    void *log_user_data;
+} forge_context_desc;
+
+/* The whole bill, in bytes. What the plan says is what the context allocates. */
+typedef struct forge_plan {
+    uint32_t n_ctx, n_batch, n_logits; /* n_logits: rows of logits kept per step */
+    forge_kv_type kv_type;
+    uint64_t weights_bytes;  /* tensors as stored (quantized stays quantized) */
+    uint64_t kv_bytes;       /* forge_kv_cache_bytes */
+    uint64_t scratch_bytes;  /* activations of the op schedule, lifetimes packed, for n_batch tokens */
+    uint64_t logits_bytes;   /* n_logits x n_vocab floats */
+    uint64_t capture_bytes;  /* hidden-state capture staging (0 until captures are requested) */
+    uint64_t reserve_bytes;  /* the backend's own working memory (CPU: per-thread matmul rows) */
+    uint64_t total_bytes;    /* the sum */
+} forge_plan;
+
+/* The plan checked against a memory reading. */
+typedef struct forge_verdict {
+    int fits;
+    forge_plan plan;
+    forge_memory_reading memory;
+    double mem_fraction;
+    uint64_t mem_headroom_bytes;
+    uint64_t budget_bytes;       /* free x fraction - headroom */
+    uint32_t max_ctx_that_fits;  /* largest multiple of 256 at the requested KV type; 0 if none */
+    forge_kv_type kv_type_that_fits; /* the most precise KV type below the requested one that fits the
+                                        requested context; FORGE_KV_DEFAULT when none does */
+    char message[FORGE_ERROR_MESSAGE_BYTES]; /* the breakdown and, when it does not fit, what would */
+} forge_verdict;
+
+/* Plans without allocating device or context memory (the schedule is built in a temporary host
+   allocation). Fails for impossible descriptors (n_ctx above 2^30, unknown KV type, ...). */
+FORGE_API forge_result forge_plan_compute(const forge_model *model, const forge_context_desc *desc, forge_plan *out,
+                                          forge_error *error);
+/* Reads memory (desc->memory or the CPU backend's query), plans, and decides; fills what would fit. */
+FORGE_API forge_result forge_plan_check(const forge_model *model, const forge_context_desc *desc, forge_verdict *out,
+                                        forge_error *error);
+/* Host memory as a forge_memory_reading (the CPU backend's device). */
+FORGE_API forge_result forge_memory_query_cpu(forge_memory_reading *out, forge_error *error);
+
+/* Memory monitor: poll it (once a frame, once a step) and it calls warn when the share of memory
+   in use crosses the threshold upwards; it fires again only after usage has dropped below it. */
+typedef struct forge_monitor {
+    double threshold; /* share of total memory in use that warns; 0 = 0.85 */
+    void (*warn)(void *user_data, const forge_memory_reading *reading, double used_fraction);
+    void *user_data;
+    int above;        /* state: 1 while usage is above the threshold */
+} forge_monitor;
+
+/* reading NULL = query the CPU backend's memory. *used_fraction (optional) receives the share in use. */
+FORGE_API forge_result forge_monitor_poll(forge_monitor *monitor, const forge_memory_reading *reading,
+                                          double *used_fraction, forge_error *error);
+
+typedef struct forge_context forge_context;
+
+/* Plans, checks the budget and only then allocates: one host arena for KV cache, scratch and
+   logits, plus the thread pool. Any failure returns everything taken. The model must outlive it. */
+FORGE_API forge_result forge_context_create(const forge_model *model, const forge_context_desc *desc,
+                                            forge_context **out, forge_error *error);
+FORGE_API void forge_context_destroy(forge_context *ctx);
+FORGE_API const forge_plan *forge_context_plan(const forge_context *ctx);
+/* Bytes the context really allocated for its arena: equal to the plan's total. */
+FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
+/* Appends tokens to the sequence (at positions pos .. pos+n-1), n_batch at a time. */
+FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error);
+/* Logits of the last forge_eval: n_rows rows of n_vocab floats (the last token's, or every token's
+   of the final step when all_logits is set). Valid until the next eval. */
+FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows);
+FORGE_API uint32_t forge_context_pos(const forge_context *ctx);
+FORGE_API void forge_context_reset(forge_context *ctx); /* forget the sequence */
+
+/* >>generate ----------------------------------------------------------------------------------- */
+
+/* Chat formats built into forge. The format is recognized from tokenizer.chat_template by the
+   markers it uses; the template text itself is never executed. */
+typedef enum forge_chat_format {
+    FORGE_CHAT_NONE = 0, /* no recognized template: prompts are used as they are */
+    FORGE_CHAT_CHATML,   /* <|im_start|>role\n...<|im_end|>\n  (Qwen, SmolLM, many others) */
+    FORGE_CHAT_LLAMA3,   /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    FORGE_CHAT_GEMMA     /* <start_of_turn>user\n...<end_of_turn>\n, the system text joined to the first user turn */
+} forge_chat_format;
+
+typedef struct forge_chat_message {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content; /* NUL-terminated */
+} forge_chat_message;
+
+FORGE_API forge_chat_format forge_chat_detect(const forge_gguf *gguf);
+FORGE_API const char *forge_chat_format_name(forge_chat_format format); /* "chatml", "llama3", "gemma", "none" */
+/* Renders messages, then the assistant's opening when add_assistant is 1. The BOS token is not
+   written: the tokenizer adds it. Capacity rule of forge_tokenize: *len always receives the bytes
+   needed, FORGE_ERR_LIMIT when out is too small. */
+FORGE_API forge_result forge_chat_render(forge_chat_format format, const forge_chat_message *messages, size_t n_messages,
+                                         int add_assistant, char *out, size_t capacity, size_t *len, forge_error *error);
+
+/* The incremental step API: a generator owns the sampling and streaming state on top of a context
+   and a tokenizer (both the caller's). Queue text with forge_generator_prompt, then call
+   forge_generator_step once per frame: each call does a bounded amount of work (at most one batch of
+   the queued prompt, or one new token), so an application stays responsive while the model talks. */
+typedef struct forge_generator forge_generator;
+
+typedef struct forge_step {
+    int32_t token;        /* the token generated by this step, -1 when the step read prompt tokens */
+    const char *text;     /* bytes ready to show (complete UTF-8 characters), valid until the next call */
+    size_t text_len;
+    uint32_t prompt_left; /* queued prompt tokens not yet read */
+    int done;             /* 1 when an end-of-generation token came or the context is full */
+} forge_step;
+
+FORGE_API forge_result forge_generator_create(forge_context *ctx, const forge_tokenizer *tok,
+                                              const forge_sampler_desc *sampler, forge_generator **out,
+                                              forge_error *error);
+FORGE_API void forge_generator_destroy(forge_generator *gen);
+/* Tokenizes text (special tokens recognized when parse_special; BOS added when the context is empty
+   and the tokenizer wants one) and queues it. Allocates the queue here, never in a step. */
+FORGE_API forge_result forge_generator_prompt(forge_generator *gen, const char *text, size_t len, int parse_special,
+                                              forge_error *error);
+FORGE_API forge_result forge_generator_step(forge_generator *gen, forge_step *step, forge_error *error);
+/* Evaluates a token that ended a turn (EOS/EOT) so the cache holds it before the next prompt. */
+FORGE_API forge_result forge_generator_commit(forge_generator *gen, int32_t token, forge_error *error);
+FORGE_API void forge_generator_reset(forge_generator *gen); /* empties the context, the queue and the sampler's history */
 
 #ifdef __cplusplus
 }
@@ -2094,6 +2386,13 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
             return forge__fail(error, FORGE_ERR_CONFIG, "head size is 0 (key_length %u, value_length %u)", key_length,
                                value_length);
     }
+    /* every activation row must stay below FORGE__MAX_DIM elements, so sizes derived from it fit easily */
+    for (il = 0; il < c->n_layer; il++) {
+        uint64_t q = (uint64_t)c->layer_n_head[il] * FORGE__MAX(c->head_dim, c->head_dim_v);
+        if (q > FORGE__MAX_DIM)
+            return forge__fail(error, FORGE_ERR_CONFIG, "layer %u: %u heads of %u dimensions make rows of %llu, above %u", il,
+                               c->layer_n_head[il], FORGE__MAX(c->head_dim, c->head_dim_v), (forge__ull)q, FORGE__MAX_DIM);
+    }
     if ((r = forge__arch_u32(&k, "rope.dimension_count", 0, c->head_dim, FORGE__MAX_DIM, &c->n_rot))) return r;
     if (c->n_rot == 0 || c->n_rot % 2 != 0 || c->n_rot > c->head_dim)
         return forge__fail(error, FORGE_ERR_CONFIG, "%s.rope.dimension_count is %u; it must be even, nonzero and at most the head size %u",
@@ -2191,6 +2490,2412 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
 
     if ((r = forge__derive_vocab(&k, c))) return r;
     if ((r = forge__derive_tensors(&k, rules, c))) return r;
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+/* >>impl-cpu */
+
+/* CPU backend: matrix products straight from quantized blocks, and a fixed pool of worker threads.
+   Activations stay f32. Every output is summed in one fixed order whatever the thread count and
+   whichever task computes it, so results are bitwise identical for 1 or N threads. */
+
+#if defined(__cplusplus) || defined(_MSC_VER)
+#define FORGE__RESTRICT __restrict
+#else
+#define FORGE__RESTRICT restrict
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FORGE__MAYBE_UNUSED __attribute__((unused)) /* backend entry points, called by the forward pass */
+#else
+#define FORGE__MAYBE_UNUSED
+#endif
+
+#if defined(_WIN32)
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#elif defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#if defined(__linux__) && defined(_GNU_SOURCE)
+#include <sched.h> /* sched_getaffinity is only declared when the includer asked for _GNU_SOURCE */
+#endif
+#endif
+
+/* Threads need a platform thread API and atomics (GNU builtins or MSVC interlocked functions). */
+#if !defined(FORGE_NO_THREADS) && (defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER))
+#if defined(_WIN32)
+#define FORGE__THREADS_WIN32 1
+#elif defined(__unix__) || defined(__APPLE__)
+#define FORGE__THREADS_POSIX 1
+#include <pthread.h>
+#endif
+#endif
+
+FORGE_API uint32_t forge_cpu_count(void) {
+#if defined(_WIN32)
+    SYSTEM_INFO info;
+    GetSystemInfo(&info);
+    return info.dwNumberOfProcessors > 0 ? (uint32_t)info.dwNumberOfProcessors : 1u;
+#elif defined(__unix__) || defined(__APPLE__)
+    long online;
+#if defined(__linux__) && defined(_GNU_SOURCE) && defined(CPU_COUNT)
+    cpu_set_t allowed; /* a container or taskset may allow fewer cores than are online */
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0)
+        return (uint32_t)CPU_COUNT(&allowed);
+#endif
+    online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (uint32_t)FORGE__MIN(online, 1L << 20) : 1u;
+#else
+    return 1u;
+#endif
+}
+
+/* ---- thread pool ---- */
+
+#if defined(FORGE__THREADS_WIN32) || defined(FORGE__THREADS_POSIX)
+#define FORGE__THREADS 1
+
+#if defined(__GNUC__) || defined(__clang__)
+typedef uint32_t forge__atomic;
+static uint32_t forge__atomic_load(forge__atomic *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static void forge__atomic_store(forge__atomic *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static uint32_t forge__atomic_add(forge__atomic *p, uint32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+#if defined(__x86_64__) || defined(__i386__)
+#define FORGE__CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__) || defined(__arm__)
+#define FORGE__CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define FORGE__CPU_RELAX() ((void)0)
+#endif
+#else /* MSVC */
+typedef volatile LONG forge__atomic;
+static uint32_t forge__atomic_load(forge__atomic *p) { return (uint32_t)InterlockedCompareExchange(p, 0, 0); }
+static void forge__atomic_store(forge__atomic *p, uint32_t v) { InterlockedExchange(p, (LONG)v); }
+static uint32_t forge__atomic_add(forge__atomic *p, uint32_t v) { return (uint32_t)InterlockedExchangeAdd(p, (LONG)v); }
+#define FORGE__CPU_RELAX() YieldProcessor()
+#endif
+
+#ifdef FORGE__THREADS_WIN32
+typedef CRITICAL_SECTION forge__mutex;
+typedef CONDITION_VARIABLE forge__cond;
+typedef HANDLE forge__thread;
+static int forge__mutex_init(forge__mutex *m) { InitializeCriticalSection(m); return 1; }
+static void forge__mutex_destroy(forge__mutex *m) { DeleteCriticalSection(m); }
+static void forge__mutex_lock(forge__mutex *m) { EnterCriticalSection(m); }
+static void forge__mutex_unlock(forge__mutex *m) { LeaveCriticalSection(m); }
+static int forge__cond_init(forge__cond *c) { InitializeConditionVariable(c); return 1; }
+static void forge__cond_destroy(forge__cond *c) { (void)c; }
+static void forge__cond_wait(forge__cond *c, forge__mutex *m) { SleepConditionVariableCS(c, m, INFINITE); }
+static void forge__cond_signal(forge__cond *c) { WakeConditionVariable(c); }
+static void forge__cond_broadcast(forge__cond *c) { WakeAllConditionVariable(c); }
+#else
+typedef pthread_mutex_t forge__mutex;
+typedef pthread_cond_t forge__cond;
+typedef pthread_t forge__thread;
+static int forge__mutex_init(forge__mutex *m) { return pthread_mutex_init(m, NULL) == 0; }
+static void forge__mutex_destroy(forge__mutex *m) { pthread_mutex_destroy(m); }
+static void forge__mutex_lock(forge__mutex *m) { pthread_mutex_lock(m); }
+static void forge__mutex_unlock(forge__mutex *m) { pthread_mutex_unlock(m); }
+static int forge__cond_init(forge__cond *c) { return pthread_cond_init(c, NULL) == 0; }
+static void forge__cond_destroy(forge__cond *c) { pthread_cond_destroy(c); }
+static void forge__cond_wait(forge__cond *c, forge__mutex *m) { pthread_cond_wait(c, m); }
+static void forge__cond_signal(forge__cond *c) { pthread_cond_signal(c); }
+static void forge__cond_broadcast(forge__cond *c) { pthread_cond_broadcast(c); }
+#endif
+
+/* How many times an idle participant polls (with a pause) before it sleeps on a condition variable:
+   enough to bridge the gap between two matrix products of one forward pass (tens of microseconds),
+   too few to burn a core while the program waits for input. A pool with more threads than cores
+   never polls: a spinning thread there only takes time from one with work. */
+#ifndef FORGE_POOL_SPINS
+#define FORGE_POOL_SPINS 4000
+#endif
+#endif /* FORGE__THREADS_WIN32 || FORGE__THREADS_POSIX */
+
+typedef struct forge__pool forge__pool;
+typedef void (*forge__pool_fn)(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread);
+
+#ifdef FORGE__THREADS
+typedef struct forge__pool_worker {
+    forge__pool *pool;
+    uint32_t index; /* 1 .. n_threads-1; the caller of forge__pool_run is 0 */
+    forge__thread thread;
+} forge__pool_worker;
+#endif
+
+struct forge__pool {
+    forge_allocator allocator;
+    uint32_t n_threads; /* participants, the calling thread included */
+#ifdef FORGE__THREADS
+    uint32_t spins; /* FORGE_POOL_SPINS, or 0 when there are more threads than cores */
+    forge__pool_worker *workers; /* n_threads - 1 */
+    forge__mutex mutex;
+    forge__cond wake; /* a new generation (a job or the stop order) is out */
+    forge__cond done; /* the last worker finished its share */
+    uint32_t sleepers; /* workers waiting on wake; under mutex */
+    forge__atomic generation, next_task, pending, stop;
+    forge__pool_fn fn; /* the job; written before generation is bumped, read after it is seen */
+    void *ctx;
+    uint32_t n_tasks;
+#endif
+};
+
+#ifdef FORGE__THREADS
+static void forge__pool_share(forge__pool *p, uint32_t thread) {
+    uint32_t task, n_tasks = p->n_tasks;
+    while ((task = forge__atomic_add(&p->next_task, 1)) < n_tasks) p->fn(p->ctx, task, n_tasks, thread);
+}
+
+static void forge__pool_worker_loop(forge__pool_worker *self) {
+    forge__pool *p = self->pool;
+    uint32_t seen = 0, generation = 0;
+    for (;;) {
+        uint32_t spins;
+        for (spins = 0; spins < p->spins; spins++) {
+            if ((generation = forge__atomic_load(&p->generation)) != seen) break;
+            FORGE__CPU_RELAX();
+        }
+        if (generation == seen) {
+            forge__mutex_lock(&p->mutex);
+            p->sleepers++;
+            while ((generation = forge__atomic_load(&p->generation)) == seen) forge__cond_wait(&p->wake, &p->mutex);
+            p->sleepers--;
+            forge__mutex_unlock(&p->mutex);
+        }
+        seen = generation;
+        if (forge__atomic_load(&p->stop)) return;
+        forge__pool_share(p, self->index);
+        if (forge__atomic_add(&p->pending, (uint32_t)-1) == 1) { /* the last one tells the caller */
+            forge__mutex_lock(&p->mutex);
+            forge__cond_signal(&p->done);
+            forge__mutex_unlock(&p->mutex);
+        }
+    }
+}
+
+#ifdef FORGE__THREADS_WIN32
+static DWORD WINAPI forge__pool_thread_main(LPVOID arg) {
+    forge__pool_worker_loop((forge__pool_worker *)arg);
+    return 0;
+}
+#else
+static void *forge__pool_thread_main(void *arg) {
+    forge__pool_worker_loop((forge__pool_worker *)arg);
+    return NULL;
+}
+#endif
+
+/* Stops and joins the first n_started workers. */
+static void forge__pool_stop(forge__pool *p, uint32_t n_started) {
+    uint32_t i;
+    forge__mutex_lock(&p->mutex);
+    forge__atomic_store(&p->stop, 1);
+    forge__atomic_store(&p->generation, forge__atomic_load(&p->generation) + 1);
+    forge__cond_broadcast(&p->wake);
+    forge__mutex_unlock(&p->mutex);
+    for (i = 0; i < n_started; i++) {
+#ifdef FORGE__THREADS_WIN32
+        WaitForSingleObject(p->workers[i].thread, INFINITE);
+        CloseHandle(p->workers[i].thread);
+#else
+        pthread_join(p->workers[i].thread, NULL);
+#endif
+    }
+}
+#endif /* FORGE__THREADS */
+
+/* n_threads 0 = all cores (forge_cpu_count()); 1 = run on the caller, no threads created.
+   With FORGE_NO_THREADS, or without a thread API, every pool has one participant. */
+static FORGE__MAYBE_UNUSED forge_result forge__pool_create(uint32_t n_threads, const forge_allocator *a,
+                                                           forge__pool **out, forge_error *e) {
+    forge__pool *p;
+    size_t bytes = sizeof *p;
+    if (!out) return forge__fail(e, FORGE_ERR_ARGUMENT, "forge__pool_create: out is NULL");
+    *out = NULL;
+    if (n_threads == 0) n_threads = forge_cpu_count();
+    if (n_threads > FORGE_MAX_THREADS) n_threads = FORGE_MAX_THREADS;
+#ifdef FORGE__THREADS
+    bytes += (size_t)(n_threads - 1) * sizeof(forge__pool_worker);
+#else
+    n_threads = 1;
+#endif
+    p = (forge__pool *)forge__alloc(a, bytes);
+    if (!p) return forge__fail(e, FORGE_ERR_HOST_MEMORY, "cannot allocate a thread pool of %u threads (%llu bytes)",
+                               n_threads, (forge__ull)bytes);
+    memset(p, 0, bytes);
+    if (a) p->allocator = *a;
+    p->n_threads = n_threads;
+#ifdef FORGE__THREADS
+    if (n_threads > 1) {
+        uint32_t i;
+        p->workers = (forge__pool_worker *)(p + 1);
+        p->spins = n_threads <= forge_cpu_count() ? FORGE_POOL_SPINS : 0;
+        if (!forge__mutex_init(&p->mutex)) {
+            forge__free(a, p);
+            return forge__fail(e, FORGE_ERR_HOST_MEMORY, "cannot create the thread pool's mutex");
+        }
+        if (!forge__cond_init(&p->wake)) {
+            forge__mutex_destroy(&p->mutex);
+            forge__free(a, p);
+            return forge__fail(e, FORGE_ERR_HOST_MEMORY, "cannot create the thread pool's condition variable");
+        }
+        if (!forge__cond_init(&p->done)) {
+            forge__cond_destroy(&p->wake);
+            forge__mutex_destroy(&p->mutex);
+            forge__free(a, p);
+            return forge__fail(e, FORGE_ERR_HOST_MEMORY, "cannot create the thread pool's condition variable");
+        }
+        for (i = 0; i + 1 < n_threads; i++) {
+            forge__pool_worker *w = &p->workers[i];
+            int code;
+            w->pool = p;
+            w->index = i + 1;
+#ifdef FORGE__THREADS_WIN32
+            w->thread = CreateThread(NULL, 0, forge__pool_thread_main, w, 0, NULL);
+            code = w->thread ? 0 : (int)GetLastError();
+#else
+            code = pthread_create(&w->thread, NULL, forge__pool_thread_main, w);
+#endif
+            if (code != 0) { /* roll back: the ones started are joined, nothing is left behind */
+                forge__pool_stop(p, i);
+                forge__cond_destroy(&p->done);
+                forge__cond_destroy(&p->wake);
+                forge__mutex_destroy(&p->mutex);
+                forge__free(a, p);
+                return forge__fail(e, FORGE_ERR_HOST_MEMORY, "cannot start worker thread %u of %u (error %d)", i + 1,
+                                   n_threads - 1, code);
+            }
+        }
+    }
+#endif
+    *out = p;
+    forge__ok(e);
+    return FORGE_OK;
+}
+
+static FORGE__MAYBE_UNUSED void forge__pool_destroy(forge__pool *p) {
+    forge_allocator a;
+    if (!p) return;
+#ifdef FORGE__THREADS
+    if (p->n_threads > 1) {
+        forge__pool_stop(p, p->n_threads - 1);
+        forge__cond_destroy(&p->done);
+        forge__cond_destroy(&p->wake);
+        forge__mutex_destroy(&p->mutex);
+    }
+#endif
+    a = p->allocator;
+    forge__free(&a, p);
+}
+
+static FORGE__MAYBE_UNUSED uint32_t forge__pool_size(const forge__pool *p) { return p ? p->n_threads : 1u; }
+
+/* Runs fn(ctx, task, n_tasks, thread) for every task in [0, n_tasks) on the pool's workers and the
+   caller (thread 0); tasks are handed out in order, one at a time, to whoever is free. Returns when
+   all are done. A NULL pool runs everything on the caller. Not reentrant: one run at a time. */
+static FORGE__MAYBE_UNUSED void forge__pool_run(forge__pool *p, forge__pool_fn fn, void *ctx, uint32_t n_tasks) {
+    uint32_t task;
+    if (n_tasks == 0 || !fn) return;
+#ifdef FORGE__THREADS
+    if (p && p->n_threads > 1 && n_tasks > 1) {
+        uint32_t spins;
+        forge__mutex_lock(&p->mutex);
+        p->fn = fn;
+        p->ctx = ctx;
+        p->n_tasks = n_tasks;
+        forge__atomic_store(&p->next_task, 0);
+        forge__atomic_store(&p->pending, p->n_threads - 1);
+        forge__atomic_store(&p->generation, forge__atomic_load(&p->generation) + 1);
+        if (p->sleepers) forge__cond_broadcast(&p->wake);
+        forge__mutex_unlock(&p->mutex);
+        forge__pool_share(p, 0);
+        /* every worker acknowledges the generation, so none can still be reading this job when the next starts */
+        for (spins = 0; spins < p->spins && forge__atomic_load(&p->pending) != 0; spins++) FORGE__CPU_RELAX();
+        if (forge__atomic_load(&p->pending) != 0) {
+            forge__mutex_lock(&p->mutex);
+            while (forge__atomic_load(&p->pending) != 0) forge__cond_wait(&p->done, &p->mutex);
+            forge__mutex_unlock(&p->mutex);
+        }
+        return;
+    }
+#endif
+    (void)p;
+    for (task = 0; task < n_tasks; task++) fn(ctx, task, n_tasks, 0);
+}
+
+/* ---- kernels ---- */
+
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FORGE__HOST_LE 1
+#endif
+#elif defined(_WIN32) || defined(__x86_64__) || defined(__i386__) || defined(_M_X64) || defined(_M_IX86) || \
+    defined(_M_ARM64)
+#define FORGE__HOST_LE 1
+#endif
+
+/* Loads that the vectorizer sees as plain loads on little-endian hosts. */
+#ifdef FORGE__HOST_LE
+static uint16_t forge__ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static float forge__ldf32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+#else
+#define forge__ld16 forge__le16
+#define forge__ldf32 forge__lef32
+#endif
+
+/* forge_f16_to_f32 without branches or loops, so loops over halves vectorize; equal for every input
+   (subnormals are scaled exactly: mantissa * 2^-24). */
+static float forge__half_bits(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    float subnormal = (float)(int32_t)mantissa * 5.9604644775390625e-08f, f; /* signed: SSE2 has no unsigned convert */
+    uint32_t sub_bits, bits;
+    memcpy(&sub_bits, &subnormal, sizeof sub_bits);
+    bits = exponent == 31 ? 0x7f800000u | (mantissa << 13) : ((exponent + 112u) << 23) | (mantissa << 13);
+    bits = sign | (exponent == 0 ? sub_bits : bits);
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+static float forge__half_at(const uint8_t *p) { return forge__half_bits(forge__ld16(p)); }
+
+static float forge__bf16_bits(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Where it was measured to pay, a fixed-count lane loop is unrolled completely so that its
+   accumulators live in vector registers instead of being stored and reloaded on every step. */
+#if !defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8 /* clang keeps them in registers unasked */
+#define FORGE__UNROLL _Pragma("GCC unroll 32")
+#else
+#define FORGE__UNROLL
+#endif
+
+/* Lane accumulators: each kernel keeps FORGE__LANES (or 2x) independent partial sums and adds them
+   up in one fixed order at the end; that is what lets the compiler vectorize without reassociating. */
+#define FORGE__LANES 16
+
+static float forge__sum_lanes(const float *acc, uint32_t n) { /* n a power of two; pairwise, fixed order */
+    float tmp[2 * FORGE__LANES];
+    uint32_t i, half;
+    for (i = 0; i < n; i++) tmp[i] = acc[i];
+    for (half = n / 2; half > 0; half /= 2)
+        for (i = 0; i < half; i++) tmp[i] += tmp[i + half];
+    return tmp[0];
+}
+
+/* Dot products of one row of n_cols elements (a whole number of blocks) with x. */
+typedef float (*forge__vdot_fn)(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols);
+
+static float forge__vdot_f32(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[FORGE__LANES] = {0}, tail = 0;
+    uint32_t c = 0, j;
+    for (; c + FORGE__LANES <= n_cols; c += FORGE__LANES)
+        for (j = 0; j < FORGE__LANES; j++) acc[j] += forge__ldf32(w + 4 * (c + j)) * x[c + j];
+    for (; c < n_cols; c++) tail += forge__ldf32(w + 4 * c) * x[c];
+    return forge__sum_lanes(acc, FORGE__LANES) + tail;
+}
+
+static float forge__vdot_f16(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[FORGE__LANES] = {0}, tail = 0;
+    uint32_t c = 0, j;
+    for (; c + FORGE__LANES <= n_cols; c += FORGE__LANES) {
+        uint16_t h[FORGE__LANES]; /* a block copy, then plain loads the vectorizer understands */
+#ifdef FORGE__HOST_LE
+        memcpy(h, w + 2 * c, sizeof h);
+#else
+        for (j = 0; j < FORGE__LANES; j++) h[j] = forge__le16(w + 2 * (c + j));
+#endif
+        for (j = 0; j < FORGE__LANES; j++) acc[j] += forge__half_bits(h[j]) * x[c + j];
+    }
+    for (; c < n_cols; c++) tail += forge__half_at(w + 2 * c) * x[c];
+    return forge__sum_lanes(acc, FORGE__LANES) + tail;
+}
+
+static float forge__vdot_bf16(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[FORGE__LANES] = {0}, tail = 0;
+    uint32_t c = 0, j;
+    for (; c + FORGE__LANES <= n_cols; c += FORGE__LANES)
+        for (j = 0; j < FORGE__LANES; j++) acc[j] += forge__bf16_bits(forge__ld16(w + 2 * (c + j))) * x[c + j];
+    for (; c < n_cols; c++) tail += forge__bf16_bits(forge__ld16(w + 2 * c)) * x[c];
+    return forge__sum_lanes(acc, FORGE__LANES) + tail;
+}
+
+/* The 32-element block types: each weight is dequantized in registers exactly as forge__dq_* does
+   (same operations, same rounding), multiplied by x and added to lane j (low nibbles) or 16 + j. */
+static float forge__vdot_q4_0(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[32] = {0};
+    uint32_t b, j;
+    for (b = 0; b < n_cols / 32; b++, w += 18, x += 32) {
+        const float d = forge__half_at(w);
+        const uint8_t *q = w + 2;
+        for (j = 0; j < 16; j++) {
+            acc[j] += (float)((q[j] & 0xf) - 8) * d * x[j];
+            acc[j + 16] += (float)((q[j] >> 4) - 8) * d * x[j + 16];
+        }
+    }
+    return forge__sum_lanes(acc, 32);
+}
+
+static float forge__vdot_q4_1(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[32] = {0};
+    uint32_t b, j;
+    for (b = 0; b < n_cols / 32; b++, w += 20, x += 32) {
+        const float d = forge__half_at(w), m = forge__half_at(w + 2);
+        const uint8_t *q = w + 4;
+        for (j = 0; j < 16; j++) {
+            acc[j] += ((float)(q[j] & 0xf) * d + m) * x[j];
+            acc[j + 16] += ((float)(q[j] >> 4) * d + m) * x[j + 16];
+        }
+    }
+    return forge__sum_lanes(acc, 32);
+}
+
+static float forge__vdot_q5_0(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[32] = {0};
+    uint32_t b, j;
+    for (b = 0; b < n_cols / 32; b++, w += 22, x += 32) {
+        const float d = forge__half_at(w);
+        const uint32_t high = forge__le32(w + 2);
+        const uint8_t *q = w + 6;
+        for (j = 0; j < 16; j++) {
+            int lo = (q[j] & 0xf) | (int)(((high >> j) & 1u) << 4);
+            int hi = (q[j] >> 4) | (int)(((high >> (j + 16)) & 1u) << 4);
+            acc[j] += (float)(lo - 16) * d * x[j];
+            acc[j + 16] += (float)(hi - 16) * d * x[j + 16];
+        }
+    }
+    return forge__sum_lanes(acc, 32);
+}
+
+static float forge__vdot_q5_1(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[32] = {0};
+    uint32_t b, j;
+    for (b = 0; b < n_cols / 32; b++, w += 24, x += 32) {
+        const float d = forge__half_at(w), m = forge__half_at(w + 2);
+        const uint32_t high = forge__le32(w + 4);
+        const uint8_t *q = w + 8;
+        for (j = 0; j < 16; j++) {
+            int lo = (q[j] & 0xf) | (int)(((high >> j) & 1u) << 4);
+            int hi = (q[j] >> 4) | (int)(((high >> (j + 16)) & 1u) << 4);
+            acc[j] += ((float)lo * d + m) * x[j];
+            acc[j + 16] += ((float)hi * d + m) * x[j + 16];
+        }
+    }
+    return forge__sum_lanes(acc, 32);
+}
+
+static float forge__vdot_q8_0(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[32] = {0};
+    uint32_t b, j;
+    for (b = 0; b < n_cols / 32; b++, w += 34, x += 32) {
+        const float d = forge__half_at(w);
+        const int8_t *q = (const int8_t *)(w + 2);
+        FORGE__UNROLL
+        for (j = 0; j < 32; j++) acc[j] += (float)q[j] * d * x[j];
+    }
+    return forge__sum_lanes(acc, 32);
+}
+
+/* K-quants: 256-element super-blocks; lanes follow the 32 bytes of qs that each step reads. */
+static float forge__vdot_q4_k(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[32] = {0};
+    uint32_t b, l;
+    for (b = 0; b < n_cols / 256; b++, w += 144) {
+        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+        const uint8_t *packed = w + 4, *qs = w + 16;
+        int chunk;
+        for (chunk = 0; chunk < 4; chunk++, qs += 32, x += 64) {
+            int sc, mn;
+            float d1, m1, d2, m2;
+            forge__k4_scale_min(2 * chunk, packed, &sc, &mn);
+            d1 = d * (float)sc;
+            m1 = dmin * (float)mn;
+            forge__k4_scale_min(2 * chunk + 1, packed, &sc, &mn);
+            d2 = d * (float)sc;
+            m2 = dmin * (float)mn;
+            for (l = 0; l < 32; l++) acc[l] += (d1 * (float)(qs[l] & 0xf) - m1) * x[l];
+            for (l = 0; l < 32; l++) acc[l] += (d2 * (float)(qs[l] >> 4) - m2) * x[32 + l];
+        }
+    }
+    return forge__sum_lanes(acc, 32);
+}
+
+static float forge__vdot_q5_k(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[32] = {0};
+    uint32_t b, l;
+    for (b = 0; b < n_cols / 256; b++, w += 176) {
+        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+        const uint8_t *packed = w + 4, *qh = w + 16, *qs = w + 48;
+        int chunk;
+        for (chunk = 0; chunk < 4; chunk++, qs += 32, x += 64) {
+            int sc, mn;
+            const uint32_t shift_lo = 2u * (uint32_t)chunk, shift_hi = shift_lo + 1;
+            float d1, m1, d2, m2;
+            forge__k4_scale_min(2 * chunk, packed, &sc, &mn);
+            d1 = d * (float)sc;
+            m1 = dmin * (float)mn;
+            forge__k4_scale_min(2 * chunk + 1, packed, &sc, &mn);
+            d2 = d * (float)sc;
+            m2 = dmin * (float)mn;
+            for (l = 0; l < 32; l++)
+                acc[l] += (d1 * (float)((qs[l] & 0xf) + (((uint32_t)qh[l] >> shift_lo & 1u) << 4)) - m1) * x[l];
+            for (l = 0; l < 32; l++)
+                acc[l] += (d2 * (float)((qs[l] >> 4) + (((uint32_t)qh[l] >> shift_hi & 1u) << 4)) - m2) * x[32 + l];
+        }
+    }
+    return forge__sum_lanes(acc, 32);
+}
+
+static float forge__vdot_q6_k(const uint8_t *FORGE__RESTRICT w, const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[32] = {0};
+    uint32_t b, l;
+    for (b = 0; b < n_cols / 256; b++, w += 210) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *scales = (const int8_t *)(w + 192);
+        const float d = forge__half_at(w + 208);
+        int half;
+        for (half = 0; half < 2; half++, ql += 64, qh += 32, scales += 8, x += 128) {
+            uint32_t s;
+            for (s = 0; s < 2; s++) { /* scale s covers l in [16s, 16s + 16) */
+                const float s1 = d * (float)scales[s], s2 = d * (float)scales[s + 2];
+                const float s3 = d * (float)scales[s + 4], s4 = d * (float)scales[s + 6];
+                for (l = 16 * s; l < 16 * s + 16; l++) {
+                    int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    acc[l] += s1 * (float)q1 * x[l];
+                    acc[l] += s2 * (float)q2 * x[l + 32];
+                    acc[l] += s3 * (float)q3 * x[l + 64];
+                    acc[l] += s4 * (float)q4 * x[l + 96];
+                }
+            }
+        }
+    }
+    return forge__sum_lanes(acc, 32);
+}
+
+/* Any other supported type: dequantize one block at a time onto the stack, then dot. */
+static float forge__vdot_blockwise(const forge_type_traits *t, const uint8_t *FORGE__RESTRICT w,
+                                   const float *FORGE__RESTRICT x, uint32_t n_cols) {
+    float acc[FORGE__LANES] = {0}, block[256];
+    uint32_t b, c, j, per = t->block_elems; /* at most 256 and a multiple of FORGE__LANES for every block type */
+    for (b = 0; b < n_cols / per; b++, w += t->block_bytes, x += per) {
+        t->dequantize(w, block, 1);
+        for (c = 0; c < per; c += FORGE__LANES)
+            for (j = 0; j < FORGE__LANES; j++) acc[j] += block[c + j] * x[c + j];
+    }
+    return forge__sum_lanes(acc, FORGE__LANES);
+}
+
+static forge__vdot_fn forge__vdot_for(uint32_t type) {
+    switch (type) {
+    case FORGE_TYPE_F32: return forge__vdot_f32;
+    case FORGE_TYPE_F16: return forge__vdot_f16;
+    case FORGE_TYPE_BF16: return forge__vdot_bf16;
+    case FORGE_TYPE_Q4_0: return forge__vdot_q4_0;
+    case FORGE_TYPE_Q4_1: return forge__vdot_q4_1;
+    case FORGE_TYPE_Q5_0: return forge__vdot_q5_0;
+    case FORGE_TYPE_Q5_1: return forge__vdot_q5_1;
+    case FORGE_TYPE_Q8_0: return forge__vdot_q8_0;
+    case FORGE_TYPE_Q4_K: return forge__vdot_q4_k;
+    case FORGE_TYPE_Q5_K: return forge__vdot_q5_k;
+    case FORGE_TYPE_Q6_K: return forge__vdot_q6_k;
+    default: return NULL; /* forge__vdot_blockwise */
+    }
+}
+
+/* Prefill: FORGE__ROW_GROUP dequantized rows against one token at a time, so each token's
+   activations are read once per group. Rows of a partial group repeat the last row; every output
+   goes through the same arithmetic whichever slot of a group it sits in. */
+#define FORGE__ROW_GROUP 4
+#define FORGE__DOT_LANES 8
+
+static void forge__dot_rows4(const float *FORGE__RESTRICT r0, const float *FORGE__RESTRICT r1,
+                             const float *FORGE__RESTRICT r2, const float *FORGE__RESTRICT r3,
+                             const float *FORGE__RESTRICT x, uint32_t n, float out[FORGE__ROW_GROUP]) {
+    float a0[FORGE__DOT_LANES] = {0}, a1[FORGE__DOT_LANES] = {0}, a2[FORGE__DOT_LANES] = {0},
+          a3[FORGE__DOT_LANES] = {0};
+    float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+    uint32_t c = 0, j;
+    for (; c + FORGE__DOT_LANES <= n; c += FORGE__DOT_LANES) {
+        FORGE__UNROLL
+        for (j = 0; j < FORGE__DOT_LANES; j++) {
+            const float xv = x[c + j];
+            a0[j] += r0[c + j] * xv;
+            a1[j] += r1[c + j] * xv;
+            a2[j] += r2[c + j] * xv;
+            a3[j] += r3[c + j] * xv;
+        }
+    }
+    for (; c < n; c++) {
+        t0 += r0[c] * x[c];
+        t1 += r1[c] * x[c];
+        t2 += r2[c] * x[c];
+        t3 += r3[c] * x[c];
+    }
+    out[0] = forge__sum_lanes(a0, FORGE__DOT_LANES) + t0;
+    out[1] = forge__sum_lanes(a1, FORGE__DOT_LANES) + t1;
+    out[2] = forge__sum_lanes(a2, FORGE__DOT_LANES) + t2;
+    out[3] = forge__sum_lanes(a3, FORGE__DOT_LANES) + t3;
+}
+
+typedef struct forge__matmul_job {
+    const forge_type_traits *traits;
+    forge__vdot_fn vdot;
+    const uint8_t *w;
+    uint64_t row_bytes;
+    uint32_t n_rows, n_cols, n_tokens, rows_per_task;
+    const float *x;
+    float *y;
+    uint8_t *work; /* aligned; slot_bytes per thread */
+    size_t slot_bytes;
+} forge__matmul_job;
+
+static void forge__matmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
+    const forge__matmul_job *job = (const forge__matmul_job *)ctx;
+    const uint32_t first = task * job->rows_per_task, n_cols = job->n_cols, n_rows = job->n_rows;
+    const uint32_t end = (uint32_t)FORGE__MIN((uint64_t)first + job->rows_per_task, (uint64_t)n_rows);
+    uint32_t r;
+    (void)n_tasks;
+    if (job->n_tokens == 1) {
+        for (r = first; r < end; r++) {
+            const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
+            job->y[r] = job->vdot ? job->vdot(row, job->x, n_cols) : forge__vdot_blockwise(job->traits, row, job->x, n_cols);
+        }
+    } else {
+        float *rows = (float *)(void *)(job->work + (size_t)thread * job->slot_bytes);
+        const uint64_t n_blocks = n_cols / job->traits->block_elems;
+        for (r = first; r < end; r += FORGE__ROW_GROUP) {
+            const uint32_t in_group = FORGE__MIN((uint32_t)FORGE__ROW_GROUP, end - r);
+            const float *slot[FORGE__ROW_GROUP];
+            uint32_t i, t;
+            for (i = 0; i < FORGE__ROW_GROUP; i++) {
+                slot[i] = rows + (size_t)FORGE__MIN(i, in_group - 1) * n_cols;
+                if (i < in_group)
+                    job->traits->dequantize(job->w + (size_t)(r + i) * (size_t)job->row_bytes, rows + (size_t)i * n_cols,
+                                            n_blocks);
+            }
+            for (t = 0; t < job->n_tokens; t++) {
+                float out[FORGE__ROW_GROUP];
+                forge__dot_rows4(slot[0], slot[1], slot[2], slot[3], job->x + (size_t)t * n_cols, n_cols, out);
+                for (i = 0; i < in_group; i++) job->y[(size_t)t * n_rows + r + i] = out[i];
+            }
+        }
+    }
+}
+
+#define FORGE__WORK_ALIGN 64
+
+/* Bytes of one thread's slot of the prefill work area. */
+static size_t forge__matmul_slot_bytes(uint32_t n_cols) {
+    size_t bytes = (size_t)FORGE__ROW_GROUP * n_cols * sizeof(float);
+    return (bytes + FORGE__WORK_ALIGN - 1) / FORGE__WORK_ALIGN * FORGE__WORK_ALIGN;
+}
+
+/* Scratch that forge__matmul needs for rows of n_cols elements on this pool (prefill only; any
+   pointer will do, it is aligned inside). */
+static FORGE__MAYBE_UNUSED size_t forge__matmul_work_bytes(const forge__pool *p, uint32_t n_cols) {
+    return (size_t)forge__pool_size(p) * forge__matmul_slot_bytes(n_cols) + FORGE__WORK_ALIGN;
+}
+
+/* Whether forge__matmul handles rows of n_cols elements of this type (checked once at load time). */
+static FORGE__MAYBE_UNUSED int forge__matmul_supported(uint32_t type, uint32_t n_cols) {
+    const forge_type_traits *t = forge_type_info(type);
+    return t != NULL && n_cols % t->block_elems == 0;
+}
+
+/* y[t*n_rows + r] = sum_c W[r][c] * x[t*n_cols + c]; W is n_rows rows of n_cols elements of `type`,
+   row r at w + r*row_bytes; x f32 [n_tokens][n_cols]; y f32 [n_tokens][n_rows]. One token
+   (decode) dequantizes inside the dot product, block by block; more tokens (prefill) dequantize each
+   row once into `work` (forge__matmul_work_bytes) and reuse it for every token. Rows are split into
+   tasks of a multiple of 16 rows. An unsupported type (see forge__matmul_supported) yields zeros. */
+static FORGE__MAYBE_UNUSED void forge__matmul(forge__pool *p, uint32_t type, const uint8_t *w, uint64_t row_bytes,
+                                              uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                                              uint32_t n_tokens, void *work) {
+    forge__matmul_job job;
+    const uint32_t n_threads = forge__pool_size(p);
+    uint32_t n_tasks, target_tasks;
+    uint64_t macs = (uint64_t)n_rows * n_cols * n_tokens;
+    if (n_rows == 0 || n_tokens == 0) return;
+    if (!forge__matmul_supported(type, n_cols) || (n_tokens > 1 && !work)) {
+        memset(y, 0, (size_t)n_rows * n_tokens * sizeof(float));
+        return;
+    }
+    job.traits = forge_type_info(type);
+    job.vdot = forge__vdot_for(type);
+    job.w = w;
+    job.row_bytes = row_bytes;
+    job.n_rows = n_rows;
+    job.n_cols = n_cols;
+    job.n_tokens = n_tokens;
+    job.x = x;
+    job.y = y;
+    job.slot_bytes = forge__matmul_slot_bytes(n_cols);
+    job.work = work ? (uint8_t *)work + ((FORGE__WORK_ALIGN - (size_t)((uintptr_t)work % FORGE__WORK_ALIGN)) %
+                                         FORGE__WORK_ALIGN)
+                    : NULL;
+    /* a few tasks per thread balance uneven cores; tiny products are not worth waking anyone */
+    target_tasks = macs < 65536 ? 1u : n_threads * 4u;
+    {
+        uint64_t per_task = ((uint64_t)n_rows + target_tasks - 1) / target_tasks;
+        per_task = (per_task + 15u) / 16u * 16u;
+        job.rows_per_task = (uint32_t)FORGE__MIN(per_task, (uint64_t)UINT32_MAX - 15u);
+        n_tasks = (uint32_t)(((uint64_t)n_rows + job.rows_per_task - 1) / job.rows_per_task);
+    }
+    forge__pool_run(p, forge__matmul_task, &job, n_tasks);
+}
+
+/* end of >>impl-cpu */
+
+/* >>impl-tokenizer */
+
+/* ---- Unicode: category flags by code point (tables generated by tools/gen_unicode.py) */
+#define FORGE__CP_LETTER 1u
+#define FORGE__CP_NUMBER 2u
+#define FORGE__CP_PUNCT 4u
+#define FORGE__CP_SYMBOL 8u
+#define FORGE__CP_MARK 16u
+#define FORGE__CP_SPACE 32u
+#define FORGE__CP_INVALID 0xFFFFFFFFu /* a byte that does not start a valid UTF-8 sequence */
+
+/* generated by tools/gen_unicode.py from Python 3.11.7's unicodedata (Unicode 14.0.0); do not edit */
+#define FORGE__UCD_RUNS 2217
+static const uint32_t forge__ucd_starts[2217] = {
+    0x0, 0x9, 0xE, 0x20, 0x21, 0x24, 0x25, 0x2B, 0x2C, 0x30,
+    0x3A, 0x3C, 0x3F, 0x41, 0x5B, 0x5E, 0x5F, 0x60, 0x61, 0x7B,
+    0x7C, 0x7D, 0x7E, 0x7F, 0x85, 0x86, 0xA0, 0xA1, 0xA2, 0xA7,
+    0xA8, 0xAA, 0xAB, 0xAC, 0xAD, 0xAE, 0xB2, 0xB4, 0xB5, 0xB6,
+    0xB8, 0xB9, 0xBA, 0xBB, 0xBC, 0xBF, 0xC0, 0xD7, 0xD8, 0xF7,
+    0xF8, 0x2C2, 0x2C6, 0x2D2, 0x2E0, 0x2E5, 0x2EC, 0x2ED, 0x2EE, 0x2EF,
+    0x300, 0x370, 0x375, 0x376, 0x378, 0x37A, 0x37E, 0x37F, 0x380, 0x384,
+    0x386, 0x387, 0x388, 0x38B, 0x38C, 0x38D, 0x38E, 0x3A2, 0x3A3, 0x3F6,
+    0x3F7, 0x482, 0x483, 0x48A, 0x530, 0x531, 0x557, 0x559, 0x55A, 0x560,
+    0x589, 0x58B, 0x58D, 0x590, 0x591, 0x5BE, 0x5BF, 0x5C0, 0x5C1, 0x5C3,
+    0x5C4, 0x5C6, 0x5C7, 0x5C8, 0x5D0, 0x5EB, 0x5EF, 0x5F3, 0x5F5, 0x606,
+    0x609, 0x60B, 0x60C, 0x60E, 0x610, 0x61B, 0x61C, 0x61D, 0x620, 0x64B,
+    0x660, 0x66A, 0x66E, 0x670, 0x671, 0x6D4, 0x6D5, 0x6D6, 0x6DD, 0x6DE,
+    0x6DF, 0x6E5, 0x6E7, 0x6E9, 0x6EA, 0x6EE, 0x6F0, 0x6FA, 0x6FD, 0x6FF,
+    0x700, 0x70E, 0x710, 0x711, 0x712, 0x730, 0x74B, 0x74D, 0x7A6, 0x7B1,
+    0x7B2, 0x7C0, 0x7CA, 0x7EB, 0x7F4, 0x7F6, 0x7F7, 0x7FA, 0x7FB, 0x7FD,
+    0x7FE, 0x800, 0x816, 0x81A, 0x81B, 0x824, 0x825, 0x828, 0x829, 0x82E,
+    0x830, 0x83F, 0x840, 0x859, 0x85C, 0x85E, 0x85F, 0x860, 0x86B, 0x870,
+    0x888, 0x889, 0x88F, 0x898, 0x8A0, 0x8CA, 0x8E2, 0x8E3, 0x904, 0x93A,
+    0x93D, 0x93E, 0x950, 0x951, 0x958, 0x962, 0x964, 0x966, 0x970, 0x971,
+    0x981, 0x984, 0x985, 0x98D, 0x98F, 0x991, 0x993, 0x9A9, 0x9AA, 0x9B1,
+    0x9B2, 0x9B3, 0x9B6, 0x9BA, 0x9BC, 0x9BD, 0x9BE, 0x9C5, 0x9C7, 0x9C9,
+    0x9CB, 0x9CE, 0x9CF, 0x9D7, 0x9D8, 0x9DC, 0x9DE, 0x9DF, 0x9E2, 0x9E4,
+    0x9E6, 0x9F0, 0x9F2, 0x9F4, 0x9FA, 0x9FC, 0x9FD, 0x9FE, 0x9FF, 0xA01,
+    0xA04, 0xA05, 0xA0B, 0xA0F, 0xA11, 0xA13, 0xA29, 0xA2A, 0xA31, 0xA32,
+    0xA34, 0xA35, 0xA37, 0xA38, 0xA3A, 0xA3C, 0xA3D, 0xA3E, 0xA43, 0xA47,
+    0xA49, 0xA4B, 0xA4E, 0xA51, 0xA52, 0xA59, 0xA5D, 0xA5E, 0xA5F, 0xA66,
+    0xA70, 0xA72, 0xA75, 0xA76, 0xA77, 0xA81, 0xA84, 0xA85, 0xA8E, 0xA8F,
+    0xA92, 0xA93, 0xAA9, 0xAAA, 0xAB1, 0xAB2, 0xAB4, 0xAB5, 0xABA, 0xABC,
+    0xABD, 0xABE, 0xAC6, 0xAC7, 0xACA, 0xACB, 0xACE, 0xAD0, 0xAD1, 0xAE0,
+    0xAE2, 0xAE4, 0xAE6, 0xAF0, 0xAF1, 0xAF2, 0xAF9, 0xAFA, 0xB00, 0xB01,
+    0xB04, 0xB05, 0xB0D, 0xB0F, 0xB11, 0xB13, 0xB29, 0xB2A, 0xB31, 0xB32,
+    0xB34, 0xB35, 0xB3A, 0xB3C, 0xB3D, 0xB3E, 0xB45, 0xB47, 0xB49, 0xB4B,
+    0xB4E, 0xB55, 0xB58, 0xB5C, 0xB5E, 0xB5F, 0xB62, 0xB64, 0xB66, 0xB70,
+    0xB71, 0xB72, 0xB78, 0xB82, 0xB83, 0xB84, 0xB85, 0xB8B, 0xB8E, 0xB91,
+    0xB92, 0xB96, 0xB99, 0xB9B, 0xB9C, 0xB9D, 0xB9E, 0xBA0, 0xBA3, 0xBA5,
+    0xBA8, 0xBAB, 0xBAE, 0xBBA, 0xBBE, 0xBC3, 0xBC6, 0xBC9, 0xBCA, 0xBCE,
+    0xBD0, 0xBD1, 0xBD7, 0xBD8, 0xBE6, 0xBF3, 0xBFB, 0xC00, 0xC05, 0xC0D,
+    0xC0E, 0xC11, 0xC12, 0xC29, 0xC2A, 0xC3A, 0xC3C, 0xC3D, 0xC3E, 0xC45,
+    0xC46, 0xC49, 0xC4A, 0xC4E, 0xC55, 0xC57, 0xC58, 0xC5B, 0xC5D, 0xC5E,
+    0xC60, 0xC62, 0xC64, 0xC66, 0xC70, 0xC77, 0xC78, 0xC7F, 0xC80, 0xC81,
+    0xC84, 0xC85, 0xC8D, 0xC8E, 0xC91, 0xC92, 0xCA9, 0xCAA, 0xCB4, 0xCB5,
+    0xCBA, 0xCBC, 0xCBD, 0xCBE, 0xCC5, 0xCC6, 0xCC9, 0xCCA, 0xCCE, 0xCD5,
+    0xCD7, 0xCDD, 0xCDF, 0xCE0, 0xCE2, 0xCE4, 0xCE6, 0xCF0, 0xCF1, 0xCF3,
+    0xD00, 0xD04, 0xD0D, 0xD0E, 0xD11, 0xD12, 0xD3B, 0xD3D, 0xD3E, 0xD45,
+    0xD46, 0xD49, 0xD4A, 0xD4E, 0xD4F, 0xD50, 0xD54, 0xD57, 0xD58, 0xD5F,
+    0xD62, 0xD64, 0xD66, 0xD79, 0xD7A, 0xD80, 0xD81, 0xD84, 0xD85, 0xD97,
+    0xD9A, 0xDB2, 0xDB3, 0xDBC, 0xDBD, 0xDBE, 0xDC0, 0xDC7, 0xDCA, 0xDCB,
+    0xDCF, 0xDD5, 0xDD6, 0xDD7, 0xDD8, 0xDE0, 0xDE6, 0xDF0, 0xDF2, 0xDF4,
+    0xDF5, 0xE01, 0xE31, 0xE32, 0xE34, 0xE3B, 0xE3F, 0xE40, 0xE47, 0xE4F,
+    0xE50, 0xE5A, 0xE5C, 0xE81, 0xE83, 0xE84, 0xE85, 0xE86, 0xE8B, 0xE8C,
+    0xEA4, 0xEA5, 0xEA6, 0xEA7, 0xEB1, 0xEB2, 0xEB4, 0xEBD, 0xEBE, 0xEC0,
+    0xEC5, 0xEC6, 0xEC7, 0xEC8, 0xECE, 0xED0, 0xEDA, 0xEDC, 0xEE0, 0xF00,
+    0xF01, 0xF04, 0xF13, 0xF14, 0xF15, 0xF18, 0xF1A, 0xF20, 0xF34, 0xF35,
+    0xF36, 0xF37, 0xF38, 0xF39, 0xF3A, 0xF3E, 0xF40, 0xF48, 0xF49, 0xF6D,
+    0xF71, 0xF85, 0xF86, 0xF88, 0xF8D, 0xF98, 0xF99, 0xFBD, 0xFBE, 0xFC6,
+    0xFC7, 0xFCD, 0xFCE, 0xFD0, 0xFD5, 0xFD9, 0xFDB, 0x1000, 0x102B, 0x103F,
+    0x1040, 0x104A, 0x1050, 0x1056, 0x105A, 0x105E, 0x1061, 0x1062, 0x1065, 0x1067,
+    0x106E, 0x1071, 0x1075, 0x1082, 0x108E, 0x108F, 0x1090, 0x109A, 0x109E, 0x10A0,
+    0x10C6, 0x10C7, 0x10C8, 0x10CD, 0x10CE, 0x10D0, 0x10FB, 0x10FC, 0x1249, 0x124A,
+    0x124E, 0x1250, 0x1257, 0x1258, 0x1259, 0x125A, 0x125E, 0x1260, 0x1289, 0x128A,
+    0x128E, 0x1290, 0x12B1, 0x12B2, 0x12B6, 0x12B8, 0x12BF, 0x12C0, 0x12C1, 0x12C2,
+    0x12C6, 0x12C8, 0x12D7, 0x12D8, 0x1311, 0x1312, 0x1316, 0x1318, 0x135B, 0x135D,
+    0x1360, 0x1369, 0x137D, 0x1380, 0x1390, 0x139A, 0x13A0, 0x13F6, 0x13F8, 0x13FE,
+    0x1400, 0x1401, 0x166D, 0x166E, 0x166F, 0x1680, 0x1681, 0x169B, 0x169D, 0x16A0,
+    0x16EB, 0x16EE, 0x16F1, 0x16F9, 0x1700, 0x1712, 0x1716, 0x171F, 0x1732, 0x1735,
+    0x1737, 0x1740, 0x1752, 0x1754, 0x1760, 0x176D, 0x176E, 0x1771, 0x1772, 0x1774,
+    0x1780, 0x17B4, 0x17D4, 0x17D7, 0x17D8, 0x17DB, 0x17DC, 0x17DD, 0x17DE, 0x17E0,
+    0x17EA, 0x17F0, 0x17FA, 0x1800, 0x180B, 0x180E, 0x180F, 0x1810, 0x181A, 0x1820,
+    0x1879, 0x1880, 0x1885, 0x1887, 0x18A9, 0x18AA, 0x18AB, 0x18B0, 0x18F6, 0x1900,
+    0x191F, 0x1920, 0x192C, 0x1930, 0x193C, 0x1940, 0x1941, 0x1944, 0x1946, 0x1950,
+    0x196E, 0x1970, 0x1975, 0x1980, 0x19AC, 0x19B0, 0x19CA, 0x19D0, 0x19DB, 0x19DE,
+    0x1A00, 0x1A17, 0x1A1C, 0x1A1E, 0x1A20, 0x1A55, 0x1A5F, 0x1A60, 0x1A7D, 0x1A7F,
+    0x1A80, 0x1A8A, 0x1A90, 0x1A9A, 0x1AA0, 0x1AA7, 0x1AA8, 0x1AAE, 0x1AB0, 0x1ACF,
+    0x1B00, 0x1B05, 0x1B34, 0x1B45, 0x1B4D, 0x1B50, 0x1B5A, 0x1B61, 0x1B6B, 0x1B74,
+    0x1B7D, 0x1B7F, 0x1B80, 0x1B83, 0x1BA1, 0x1BAE, 0x1BB0, 0x1BBA, 0x1BE6, 0x1BF4,
+    0x1BFC, 0x1C00, 0x1C24, 0x1C38, 0x1C3B, 0x1C40, 0x1C4A, 0x1C4D, 0x1C50, 0x1C5A,
+    0x1C7E, 0x1C80, 0x1C89, 0x1C90, 0x1CBB, 0x1CBD, 0x1CC0, 0x1CC8, 0x1CD0, 0x1CD3,
+    0x1CD4, 0x1CE9, 0x1CED, 0x1CEE, 0x1CF4, 0x1CF5, 0x1CF7, 0x1CFA, 0x1CFB, 0x1D00,
+    0x1DC0, 0x1E00, 0x1F16, 0x1F18, 0x1F1E, 0x1F20, 0x1F46, 0x1F48, 0x1F4E, 0x1F50,
+    0x1F58, 0x1F59, 0x1F5A, 0x1F5B, 0x1F5C, 0x1F5D, 0x1F5E, 0x1F5F, 0x1F7E, 0x1F80,
+    0x1FB5, 0x1FB6, 0x1FBD, 0x1FBE, 0x1FBF, 0x1FC2, 0x1FC5, 0x1FC6, 0x1FCD, 0x1FD0,
+    0x1FD4, 0x1FD6, 0x1FDC, 0x1FDD, 0x1FE0, 0x1FED, 0x1FF0, 0x1FF2, 0x1FF5, 0x1FF6,
+    0x1FFD, 0x1FFF, 0x2000, 0x200B, 0x2010, 0x2028, 0x202A, 0x202F, 0x2030, 0x2044,
+    0x2045, 0x2052, 0x2053, 0x205F, 0x2060, 0x2070, 0x2071, 0x2072, 0x2074, 0x207A,
+    0x207D, 0x207F, 0x2080, 0x208A, 0x208D, 0x208F, 0x2090, 0x209D, 0x20A0, 0x20C1,
+    0x20D0, 0x20F1, 0x2100, 0x2102, 0x2103, 0x2107, 0x2108, 0x210A, 0x2114, 0x2115,
+    0x2116, 0x2119, 0x211E, 0x2124, 0x2125, 0x2126, 0x2127, 0x2128, 0x2129, 0x212A,
+    0x212E, 0x212F, 0x213A, 0x213C, 0x2140, 0x2145, 0x214A, 0x214E, 0x214F, 0x2150,
+    0x2183, 0x2185, 0x218A, 0x218C, 0x2190, 0x2308, 0x230C, 0x2329, 0x232B, 0x2427,
+    0x2440, 0x244B, 0x2460, 0x249C, 0x24EA, 0x2500, 0x2768, 0x2776, 0x2794, 0x27C5,
+    0x27C7, 0x27E6, 0x27F0, 0x2983, 0x2999, 0x29D8, 0x29DC, 0x29FC, 0x29FE, 0x2B74,
+    0x2B76, 0x2B96, 0x2B97, 0x2C00, 0x2CE5, 0x2CEB, 0x2CEF, 0x2CF2, 0x2CF4, 0x2CF9,
+    0x2CFD, 0x2CFE, 0x2D00, 0x2D26, 0x2D27, 0x2D28, 0x2D2D, 0x2D2E, 0x2D30, 0x2D68,
+    0x2D6F, 0x2D70, 0x2D71, 0x2D7F, 0x2D80, 0x2D97, 0x2DA0, 0x2DA7, 0x2DA8, 0x2DAF,
+    0x2DB0, 0x2DB7, 0x2DB8, 0x2DBF, 0x2DC0, 0x2DC7, 0x2DC8, 0x2DCF, 0x2DD0, 0x2DD7,
+    0x2DD8, 0x2DDF, 0x2DE0, 0x2E00, 0x2E2F, 0x2E30, 0x2E50, 0x2E52, 0x2E5E, 0x2E80,
+    0x2E9A, 0x2E9B, 0x2EF4, 0x2F00, 0x2FD6, 0x2FF0, 0x2FFC, 0x3000, 0x3001, 0x3004,
+    0x3005, 0x3007, 0x3008, 0x3012, 0x3014, 0x3020, 0x3021, 0x302A, 0x3030, 0x3031,
+    0x3036, 0x3038, 0x303B, 0x303D, 0x303E, 0x3040, 0x3041, 0x3097, 0x3099, 0x309B,
+    0x309D, 0x30A0, 0x30A1, 0x30FB, 0x30FC, 0x3100, 0x3105, 0x3130, 0x3131, 0x318F,
+    0x3190, 0x3192, 0x3196, 0x31A0, 0x31C0, 0x31E4, 0x31F0, 0x3200, 0x321F, 0x3220,
+    0x322A, 0x3248, 0x3250, 0x3251, 0x3260, 0x3280, 0x328A, 0x32B1, 0x32C0, 0x3400,
+    0x4DC0, 0x4E00, 0xA48D, 0xA490, 0xA4C7, 0xA4D0, 0xA4FE, 0xA500, 0xA60D, 0xA610,
+    0xA620, 0xA62A, 0xA62C, 0xA640, 0xA66F, 0xA673, 0xA674, 0xA67E, 0xA67F, 0xA69E,
+    0xA6A0, 0xA6E6, 0xA6F0, 0xA6F2, 0xA6F8, 0xA700, 0xA717, 0xA720, 0xA722, 0xA789,
+    0xA78B, 0xA7CB, 0xA7D0, 0xA7D2, 0xA7D3, 0xA7D4, 0xA7D5, 0xA7DA, 0xA7F2, 0xA802,
+    0xA803, 0xA806, 0xA807, 0xA80B, 0xA80C, 0xA823, 0xA828, 0xA82C, 0xA82D, 0xA830,
+    0xA836, 0xA83A, 0xA840, 0xA874, 0xA878, 0xA880, 0xA882, 0xA8B4, 0xA8C6, 0xA8CE,
+    0xA8D0, 0xA8DA, 0xA8E0, 0xA8F2, 0xA8F8, 0xA8FB, 0xA8FC, 0xA8FD, 0xA8FF, 0xA900,
+    0xA90A, 0xA926, 0xA92E, 0xA930, 0xA947, 0xA954, 0xA95F, 0xA960, 0xA97D, 0xA980,
+    0xA984, 0xA9B3, 0xA9C1, 0xA9CE, 0xA9CF, 0xA9D0, 0xA9DA, 0xA9DE, 0xA9E0, 0xA9E5,
+    0xA9E6, 0xA9F0, 0xA9FA, 0xA9FF, 0xAA00, 0xAA29, 0xAA37, 0xAA40, 0xAA43, 0xAA44,
+    0xAA4C, 0xAA4E, 0xAA50, 0xAA5A, 0xAA5C, 0xAA60, 0xAA77, 0xAA7A, 0xAA7B, 0xAA7E,
+    0xAAB0, 0xAAB1, 0xAAB2, 0xAAB5, 0xAAB7, 0xAAB9, 0xAABE, 0xAAC0, 0xAAC1, 0xAAC2,
+    0xAAC3, 0xAADB, 0xAADE, 0xAAE0, 0xAAEB, 0xAAF0, 0xAAF2, 0xAAF5, 0xAAF7, 0xAB01,
+    0xAB07, 0xAB09, 0xAB0F, 0xAB11, 0xAB17, 0xAB20, 0xAB27, 0xAB28, 0xAB2F, 0xAB30,
+    0xAB5B, 0xAB5C, 0xAB6A, 0xAB6C, 0xAB70, 0xABE3, 0xABEB, 0xABEC, 0xABEE, 0xABF0,
+    0xABFA, 0xAC00, 0xD7A4, 0xD7B0, 0xD7C7, 0xD7CB, 0xD7FC, 0xF900, 0xFA6E, 0xFA70,
+    0xFADA, 0xFB00, 0xFB07, 0xFB13, 0xFB18, 0xFB1D, 0xFB1E, 0xFB1F, 0xFB29, 0xFB2A,
+    0xFB37, 0xFB38, 0xFB3D, 0xFB3E, 0xFB3F, 0xFB40, 0xFB42, 0xFB43, 0xFB45, 0xFB46,
+    0xFBB2, 0xFBC3, 0xFBD3, 0xFD3E, 0xFD40, 0xFD50, 0xFD90, 0xFD92, 0xFDC8, 0xFDCF,
+    0xFDD0, 0xFDF0, 0xFDFC, 0xFE00, 0xFE10, 0xFE1A, 0xFE20, 0xFE30, 0xFE53, 0xFE54,
+    0xFE62, 0xFE63, 0xFE64, 0xFE67, 0xFE68, 0xFE69, 0xFE6A, 0xFE6C, 0xFE70, 0xFE75,
+    0xFE76, 0xFEFD, 0xFF01, 0xFF04, 0xFF05, 0xFF0B, 0xFF0C, 0xFF10, 0xFF1A, 0xFF1C,
+    0xFF1F, 0xFF21, 0xFF3B, 0xFF3E, 0xFF3F, 0xFF40, 0xFF41, 0xFF5B, 0xFF5C, 0xFF5D,
+    0xFF5E, 0xFF5F, 0xFF66, 0xFFBF, 0xFFC2, 0xFFC8, 0xFFCA, 0xFFD0, 0xFFD2, 0xFFD8,
+    0xFFDA, 0xFFDD, 0xFFE0, 0xFFE7, 0xFFE8, 0xFFEF, 0xFFFC, 0xFFFE, 0x10000, 0x1000C,
+    0x1000D, 0x10027, 0x10028, 0x1003B, 0x1003C, 0x1003E, 0x1003F, 0x1004E, 0x10050, 0x1005E,
+    0x10080, 0x100FB, 0x10100, 0x10103, 0x10107, 0x10134, 0x10137, 0x10140, 0x10179, 0x1018A,
+    0x1018C, 0x1018F, 0x10190, 0x1019D, 0x101A0, 0x101A1, 0x101D0, 0x101FD, 0x101FE, 0x10280,
+    0x1029D, 0x102A0, 0x102D1, 0x102E0, 0x102E1, 0x102FC, 0x10300, 0x10320, 0x10324, 0x1032D,
+    0x10341, 0x10342, 0x1034A, 0x1034B, 0x10350, 0x10376, 0x1037B, 0x10380, 0x1039E, 0x1039F,
+    0x103A0, 0x103C4, 0x103C8, 0x103D0, 0x103D1, 0x103D6, 0x10400, 0x1049E, 0x104A0, 0x104AA,
+    0x104B0, 0x104D4, 0x104D8, 0x104FC, 0x10500, 0x10528, 0x10530, 0x10564, 0x1056F, 0x10570,
+    0x1057B, 0x1057C, 0x1058B, 0x1058C, 0x10593, 0x10594, 0x10596, 0x10597, 0x105A2, 0x105A3,
+    0x105B2, 0x105B3, 0x105BA, 0x105BB, 0x105BD, 0x10600, 0x10737, 0x10740, 0x10756, 0x10760,
+    0x10768, 0x10780, 0x10786, 0x10787, 0x107B1, 0x107B2, 0x107BB, 0x10800, 0x10806, 0x10808,
+    0x10809, 0x1080A, 0x10836, 0x10837, 0x10839, 0x1083C, 0x1083D, 0x1083F, 0x10856, 0x10857,
+    0x10858, 0x10860, 0x10877, 0x10879, 0x10880, 0x1089F, 0x108A7, 0x108B0, 0x108E0, 0x108F3,
+    0x108F4, 0x108F6, 0x108FB, 0x10900, 0x10916, 0x1091C, 0x1091F, 0x10920, 0x1093A, 0x1093F,
+    0x10940, 0x10980, 0x109B8, 0x109BC, 0x109BE, 0x109C0, 0x109D0, 0x109D2, 0x10A00, 0x10A01,
+    0x10A04, 0x10A05, 0x10A07, 0x10A0C, 0x10A10, 0x10A14, 0x10A15, 0x10A18, 0x10A19, 0x10A36,
+    0x10A38, 0x10A3B, 0x10A3F, 0x10A40, 0x10A49, 0x10A50, 0x10A59, 0x10A60, 0x10A7D, 0x10A7F,
+    0x10A80, 0x10A9D, 0x10AA0, 0x10AC0, 0x10AC8, 0x10AC9, 0x10AE5, 0x10AE7, 0x10AEB, 0x10AF0,
+    0x10AF7, 0x10B00, 0x10B36, 0x10B39, 0x10B40, 0x10B56, 0x10B58, 0x10B60, 0x10B73, 0x10B78,
+    0x10B80, 0x10B92, 0x10B99, 0x10B9D, 0x10BA9, 0x10BB0, 0x10C00, 0x10C49, 0x10C80, 0x10CB3,
+    0x10CC0, 0x10CF3, 0x10CFA, 0x10D00, 0x10D24, 0x10D28, 0x10D30, 0x10D3A, 0x10E60, 0x10E7F,
+    0x10E80, 0x10EAA, 0x10EAB, 0x10EAD, 0x10EAE, 0x10EB0, 0x10EB2, 0x10F00, 0x10F1D, 0x10F27,
+    0x10F28, 0x10F30, 0x10F46, 0x10F51, 0x10F55, 0x10F5A, 0x10F70, 0x10F82, 0x10F86, 0x10F8A,
+    0x10FB0, 0x10FC5, 0x10FCC, 0x10FE0, 0x10FF7, 0x11000, 0x11003, 0x11038, 0x11047, 0x1104E,
+    0x11052, 0x11070, 0x11071, 0x11073, 0x11075, 0x11076, 0x1107F, 0x11083, 0x110B0, 0x110BB,
+    0x110BD, 0x110BE, 0x110C2, 0x110C3, 0x110D0, 0x110E9, 0x110F0, 0x110FA, 0x11100, 0x11103,
+    0x11127, 0x11135, 0x11136, 0x11140, 0x11144, 0x11145, 0x11147, 0x11148, 0x11150, 0x11173,
+    0x11174, 0x11176, 0x11177, 0x11180, 0x11183, 0x111B3, 0x111C1, 0x111C5, 0x111C9, 0x111CD,
+    0x111CE, 0x111D0, 0x111DA, 0x111DB, 0x111DC, 0x111DD, 0x111E0, 0x111E1, 0x111F5, 0x11200,
+    0x11212, 0x11213, 0x1122C, 0x11238, 0x1123E, 0x1123F, 0x11280, 0x11287, 0x11288, 0x11289,
+    0x1128A, 0x1128E, 0x1128F, 0x1129E, 0x1129F, 0x112A9, 0x112AA, 0x112B0, 0x112DF, 0x112EB,
+    0x112F0, 0x112FA, 0x11300, 0x11304, 0x11305, 0x1130D, 0x1130F, 0x11311, 0x11313, 0x11329,
+    0x1132A, 0x11331, 0x11332, 0x11334, 0x11335, 0x1133A, 0x1133B, 0x1133D, 0x1133E, 0x11345,
+    0x11347, 0x11349, 0x1134B, 0x1134E, 0x11350, 0x11351, 0x11357, 0x11358, 0x1135D, 0x11362,
+    0x11364, 0x11366, 0x1136D, 0x11370, 0x11375, 0x11400, 0x11435, 0x11447, 0x1144B, 0x11450,
+    0x1145A, 0x1145C, 0x1145D, 0x1145E, 0x1145F, 0x11462, 0x11480, 0x114B0, 0x114C4, 0x114C6,
+    0x114C7, 0x114C8, 0x114D0, 0x114DA, 0x11580, 0x115AF, 0x115B6, 0x115B8, 0x115C1, 0x115D8,
+    0x115DC, 0x115DE, 0x11600, 0x11630, 0x11641, 0x11644, 0x11645, 0x11650, 0x1165A, 0x11660,
+    0x1166D, 0x11680, 0x116AB, 0x116B8, 0x116B9, 0x116BA, 0x116C0, 0x116CA, 0x11700, 0x1171B,
+    0x1171D, 0x1172C, 0x11730, 0x1173C, 0x1173F, 0x11740, 0x11747, 0x11800, 0x1182C, 0x1183B,
+    0x1183C, 0x118A0, 0x118E0, 0x118F3, 0x118FF, 0x11907, 0x11909, 0x1190A, 0x1190C, 0x11914,
+    0x11915, 0x11917, 0x11918, 0x11930, 0x11936, 0x11937, 0x11939, 0x1193B, 0x1193F, 0x11940,
+    0x11941, 0x11942, 0x11944, 0x11947, 0x11950, 0x1195A, 0x119A0, 0x119A8, 0x119AA, 0x119D1,
+    0x119D8, 0x119DA, 0x119E1, 0x119E2, 0x119E3, 0x119E4, 0x119E5, 0x11A00, 0x11A01, 0x11A0B,
+    0x11A33, 0x11A3A, 0x11A3B, 0x11A3F, 0x11A47, 0x11A48, 0x11A50, 0x11A51, 0x11A5C, 0x11A8A,
+    0x11A9A, 0x11A9D, 0x11A9E, 0x11AA3, 0x11AB0, 0x11AF9, 0x11C00, 0x11C09, 0x11C0A, 0x11C2F,
+    0x11C37, 0x11C38, 0x11C40, 0x11C41, 0x11C46, 0x11C50, 0x11C6D, 0x11C70, 0x11C72, 0x11C90,
+    0x11C92, 0x11CA8, 0x11CA9, 0x11CB7, 0x11D00, 0x11D07, 0x11D08, 0x11D0A, 0x11D0B, 0x11D31,
+    0x11D37, 0x11D3A, 0x11D3B, 0x11D3C, 0x11D3E, 0x11D3F, 0x11D46, 0x11D47, 0x11D48, 0x11D50,
+    0x11D5A, 0x11D60, 0x11D66, 0x11D67, 0x11D69, 0x11D6A, 0x11D8A, 0x11D8F, 0x11D90, 0x11D92,
+    0x11D93, 0x11D98, 0x11D99, 0x11DA0, 0x11DAA, 0x11EE0, 0x11EF3, 0x11EF7, 0x11EF9, 0x11FB0,
+    0x11FB1, 0x11FC0, 0x11FD5, 0x11FF2, 0x11FFF, 0x12000, 0x1239A, 0x12400, 0x1246F, 0x12470,
+    0x12475, 0x12480, 0x12544, 0x12F90, 0x12FF1, 0x12FF3, 0x13000, 0x1342F, 0x14400, 0x14647,
+    0x16800, 0x16A39, 0x16A40, 0x16A5F, 0x16A60, 0x16A6A, 0x16A6E, 0x16A70, 0x16ABF, 0x16AC0,
+    0x16ACA, 0x16AD0, 0x16AEE, 0x16AF0, 0x16AF5, 0x16AF6, 0x16B00, 0x16B30, 0x16B37, 0x16B3C,
+    0x16B40, 0x16B44, 0x16B45, 0x16B46, 0x16B50, 0x16B5A, 0x16B5B, 0x16B62, 0x16B63, 0x16B78,
+    0x16B7D, 0x16B90, 0x16E40, 0x16E80, 0x16E97, 0x16E9B, 0x16F00, 0x16F4B, 0x16F4F, 0x16F50,
+    0x16F51, 0x16F88, 0x16F8F, 0x16F93, 0x16FA0, 0x16FE0, 0x16FE2, 0x16FE3, 0x16FE4, 0x16FE5,
+    0x16FF0, 0x16FF2, 0x17000, 0x187F8, 0x18800, 0x18CD6, 0x18D00, 0x18D09, 0x1AFF0, 0x1AFF4,
+    0x1AFF5, 0x1AFFC, 0x1AFFD, 0x1AFFF, 0x1B000, 0x1B123, 0x1B150, 0x1B153, 0x1B164, 0x1B168,
+    0x1B170, 0x1B2FC, 0x1BC00, 0x1BC6B, 0x1BC70, 0x1BC7D, 0x1BC80, 0x1BC89, 0x1BC90, 0x1BC9A,
+    0x1BC9C, 0x1BC9D, 0x1BC9F, 0x1BCA0, 0x1CF00, 0x1CF2E, 0x1CF30, 0x1CF47, 0x1CF50, 0x1CFC4,
+    0x1D000, 0x1D0F6, 0x1D100, 0x1D127, 0x1D129, 0x1D165, 0x1D16A, 0x1D16D, 0x1D173, 0x1D17B,
+    0x1D183, 0x1D185, 0x1D18C, 0x1D1AA, 0x1D1AE, 0x1D1EB, 0x1D200, 0x1D242, 0x1D245, 0x1D246,
+    0x1D2E0, 0x1D2F4, 0x1D300, 0x1D357, 0x1D360, 0x1D379, 0x1D400, 0x1D455, 0x1D456, 0x1D49D,
+    0x1D49E, 0x1D4A0, 0x1D4A2, 0x1D4A3, 0x1D4A5, 0x1D4A7, 0x1D4A9, 0x1D4AD, 0x1D4AE, 0x1D4BA,
+    0x1D4BB, 0x1D4BC, 0x1D4BD, 0x1D4C4, 0x1D4C5, 0x1D506, 0x1D507, 0x1D50B, 0x1D50D, 0x1D515,
+    0x1D516, 0x1D51D, 0x1D51E, 0x1D53A, 0x1D53B, 0x1D53F, 0x1D540, 0x1D545, 0x1D546, 0x1D547,
+    0x1D54A, 0x1D551, 0x1D552, 0x1D6A6, 0x1D6A8, 0x1D6C1, 0x1D6C2, 0x1D6DB, 0x1D6DC, 0x1D6FB,
+    0x1D6FC, 0x1D715, 0x1D716, 0x1D735, 0x1D736, 0x1D74F, 0x1D750, 0x1D76F, 0x1D770, 0x1D789,
+    0x1D78A, 0x1D7A9, 0x1D7AA, 0x1D7C3, 0x1D7C4, 0x1D7CC, 0x1D7CE, 0x1D800, 0x1DA00, 0x1DA37,
+    0x1DA3B, 0x1DA6D, 0x1DA75, 0x1DA76, 0x1DA84, 0x1DA85, 0x1DA87, 0x1DA8C, 0x1DA9B, 0x1DAA0,
+    0x1DAA1, 0x1DAB0, 0x1DF00, 0x1DF1F, 0x1E000, 0x1E007, 0x1E008, 0x1E019, 0x1E01B, 0x1E022,
+    0x1E023, 0x1E025, 0x1E026, 0x1E02B, 0x1E100, 0x1E12D, 0x1E130, 0x1E137, 0x1E13E, 0x1E140,
+    0x1E14A, 0x1E14E, 0x1E14F, 0x1E150, 0x1E290, 0x1E2AE, 0x1E2AF, 0x1E2C0, 0x1E2EC, 0x1E2F0,
+    0x1E2FA, 0x1E2FF, 0x1E300, 0x1E7E0, 0x1E7E7, 0x1E7E8, 0x1E7EC, 0x1E7ED, 0x1E7EF, 0x1E7F0,
+    0x1E7FF, 0x1E800, 0x1E8C5, 0x1E8C7, 0x1E8D0, 0x1E8D7, 0x1E900, 0x1E944, 0x1E94B, 0x1E94C,
+    0x1E950, 0x1E95A, 0x1E95E, 0x1E960, 0x1EC71, 0x1ECAC, 0x1ECAD, 0x1ECB0, 0x1ECB1, 0x1ECB5,
+    0x1ED01, 0x1ED2E, 0x1ED2F, 0x1ED3E, 0x1EE00, 0x1EE04, 0x1EE05, 0x1EE20, 0x1EE21, 0x1EE23,
+    0x1EE24, 0x1EE25, 0x1EE27, 0x1EE28, 0x1EE29, 0x1EE33, 0x1EE34, 0x1EE38, 0x1EE39, 0x1EE3A,
+    0x1EE3B, 0x1EE3C, 0x1EE42, 0x1EE43, 0x1EE47, 0x1EE48, 0x1EE49, 0x1EE4A, 0x1EE4B, 0x1EE4C,
+    0x1EE4D, 0x1EE50, 0x1EE51, 0x1EE53, 0x1EE54, 0x1EE55, 0x1EE57, 0x1EE58, 0x1EE59, 0x1EE5A,
+    0x1EE5B, 0x1EE5C, 0x1EE5D, 0x1EE5E, 0x1EE5F, 0x1EE60, 0x1EE61, 0x1EE63, 0x1EE64, 0x1EE65,
+    0x1EE67, 0x1EE6B, 0x1EE6C, 0x1EE73, 0x1EE74, 0x1EE78, 0x1EE79, 0x1EE7D, 0x1EE7E, 0x1EE7F,
+    0x1EE80, 0x1EE8A, 0x1EE8B, 0x1EE9C, 0x1EEA1, 0x1EEA4, 0x1EEA5, 0x1EEAA, 0x1EEAB, 0x1EEBC,
+    0x1EEF0, 0x1EEF2, 0x1F000, 0x1F02C, 0x1F030, 0x1F094, 0x1F0A0, 0x1F0AF, 0x1F0B1, 0x1F0C0,
+    0x1F0C1, 0x1F0D0, 0x1F0D1, 0x1F0F6, 0x1F100, 0x1F10D, 0x1F1AE, 0x1F1E6, 0x1F203, 0x1F210,
+    0x1F23C, 0x1F240, 0x1F249, 0x1F250, 0x1F252, 0x1F260, 0x1F266, 0x1F300, 0x1F6D8, 0x1F6DD,
+    0x1F6ED, 0x1F6F0, 0x1F6FD, 0x1F700, 0x1F774, 0x1F780, 0x1F7D9, 0x1F7E0, 0x1F7EC, 0x1F7F0,
+    0x1F7F1, 0x1F800, 0x1F80C, 0x1F810, 0x1F848, 0x1F850, 0x1F85A, 0x1F860, 0x1F888, 0x1F890,
+    0x1F8AE, 0x1F8B0, 0x1F8B2, 0x1F900, 0x1FA54, 0x1FA60, 0x1FA6E, 0x1FA70, 0x1FA75, 0x1FA78,
+    0x1FA7D, 0x1FA80, 0x1FA87, 0x1FA90, 0x1FAAD, 0x1FAB0, 0x1FABB, 0x1FAC0, 0x1FAC6, 0x1FAD0,
+    0x1FADA, 0x1FAE0, 0x1FAE8, 0x1FAF0, 0x1FAF7, 0x1FB00, 0x1FB93, 0x1FB94, 0x1FBCB, 0x1FBF0,
+    0x1FBFA, 0x20000, 0x2A6E0, 0x2A700, 0x2B739, 0x2B740, 0x2B81E, 0x2B820, 0x2CEA2, 0x2CEB0,
+    0x2EBE1, 0x2F800, 0x2FA1E, 0x30000, 0x3134B, 0xE0100, 0xE01F0,
+};
+static const uint8_t forge__ucd_flags[2217] = {
+    0, 32, 0, 32, 4, 8, 4, 8, 4, 2, 4, 8, 4, 1, 4, 8, 4, 8, 1, 4, 8, 4, 8, 0,
+    32, 0, 32, 4, 8, 4, 8, 1, 4, 8, 0, 8, 2, 8, 1, 4, 8, 2, 1, 4, 2, 4, 1, 8,
+    1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 16, 1, 8, 1, 0, 1, 4, 1, 0, 8, 1, 4,
+    1, 0, 1, 0, 1, 0, 1, 8, 1, 8, 16, 1, 0, 1, 0, 1, 4, 1, 4, 0, 8, 0, 16, 4,
+    16, 4, 16, 4, 16, 4, 16, 0, 1, 0, 1, 4, 0, 8, 4, 8, 4, 8, 16, 4, 0, 4, 1, 16,
+    2, 4, 1, 16, 1, 4, 1, 16, 0, 8, 16, 1, 16, 8, 16, 1, 2, 1, 8, 1, 4, 0, 1, 16,
+    1, 16, 0, 1, 16, 1, 0, 2, 1, 16, 1, 8, 4, 1, 0, 16, 8, 1, 16, 1, 16, 1, 16, 1,
+    16, 0, 4, 0, 1, 16, 0, 4, 0, 1, 0, 1, 8, 1, 0, 16, 1, 16, 0, 16, 1, 16, 1, 16,
+    1, 16, 1, 16, 4, 2, 4, 1, 16, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 16, 1,
+    16, 0, 16, 0, 16, 1, 0, 16, 0, 1, 0, 1, 16, 0, 2, 1, 8, 2, 8, 1, 4, 16, 0, 16,
+    0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16,
+    0, 1, 0, 1, 0, 2, 16, 1, 16, 4, 0, 16, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+    0, 16, 1, 16, 0, 16, 0, 16, 0, 1, 0, 1, 16, 0, 2, 4, 8, 0, 1, 16, 0, 16, 0, 1,
+    0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 16, 1, 16, 0, 16, 0, 16, 0, 16, 0, 1, 0, 1,
+    16, 0, 2, 8, 1, 2, 0, 16, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 16, 0, 16, 0, 16, 0, 1, 0, 16, 0, 2, 8, 0, 16, 1, 0, 1, 0, 1, 0,
+    1, 0, 16, 1, 16, 0, 16, 0, 16, 0, 16, 0, 1, 0, 1, 0, 1, 16, 0, 2, 0, 4, 2, 8,
+    1, 16, 4, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 16, 1, 16, 0, 16, 0, 16, 0, 16, 0, 1,
+    0, 1, 16, 0, 2, 0, 1, 0, 16, 1, 0, 1, 0, 1, 16, 1, 16, 0, 16, 0, 16, 1, 8, 0,
+    1, 16, 2, 1, 16, 0, 2, 8, 1, 0, 16, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 16, 0,
+    16, 0, 16, 0, 16, 0, 2, 0, 16, 4, 0, 1, 16, 1, 16, 0, 8, 1, 16, 4, 2, 4, 0, 1,
+    0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 16, 1, 16, 1, 0, 1, 0, 1, 0, 16, 0, 2, 0, 1,
+    0, 1, 8, 4, 8, 4, 8, 16, 8, 2, 8, 16, 8, 16, 8, 16, 4, 16, 1, 0, 1, 0, 16, 4,
+    16, 1, 16, 0, 16, 0, 8, 16, 8, 0, 8, 4, 8, 4, 0, 1, 16, 1, 2, 4, 1, 16, 1, 16,
+    1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 2, 16, 8, 1, 0, 1, 0, 1, 0, 1, 4, 1, 0, 1,
+    0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+    0, 1, 0, 1, 0, 16, 4, 2, 0, 1, 8, 0, 1, 0, 1, 0, 4, 1, 8, 4, 1, 32, 1, 4,
+    0, 1, 4, 2, 1, 0, 1, 16, 0, 1, 16, 4, 0, 1, 16, 0, 1, 0, 1, 0, 16, 0, 1, 16,
+    4, 1, 4, 8, 1, 16, 0, 2, 0, 2, 0, 4, 16, 0, 16, 2, 0, 1, 0, 1, 16, 1, 16, 1,
+    0, 1, 0, 1, 0, 16, 0, 16, 0, 8, 0, 4, 2, 1, 0, 1, 0, 1, 0, 1, 0, 2, 0, 8,
+    1, 16, 0, 4, 1, 16, 0, 16, 0, 16, 2, 0, 2, 0, 4, 1, 4, 0, 16, 0, 16, 1, 16, 1,
+    0, 2, 4, 8, 16, 8, 4, 0, 16, 1, 16, 1, 2, 1, 16, 0, 4, 1, 16, 0, 4, 2, 0, 1,
+    2, 1, 4, 1, 0, 1, 0, 1, 4, 0, 16, 4, 16, 1, 16, 1, 16, 1, 16, 1, 0, 1, 16, 1,
+    0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 8, 1, 8, 1,
+    0, 1, 8, 1, 0, 1, 0, 8, 1, 8, 0, 1, 0, 1, 8, 0, 32, 0, 4, 32, 0, 32, 4, 8,
+    4, 8, 4, 32, 0, 2, 1, 0, 2, 8, 4, 1, 2, 8, 4, 0, 1, 0, 8, 0, 16, 0, 8, 1,
+    8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1,
+    8, 2, 1, 2, 8, 0, 8, 4, 8, 4, 8, 0, 8, 0, 2, 8, 2, 8, 4, 2, 8, 4, 8, 4,
+    8, 4, 8, 4, 8, 4, 8, 0, 8, 0, 8, 1, 8, 1, 16, 1, 0, 4, 2, 4, 1, 0, 1, 0,
+    1, 0, 1, 0, 1, 4, 0, 16, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+    1, 0, 16, 4, 1, 4, 8, 4, 0, 8, 0, 8, 0, 8, 0, 8, 0, 32, 4, 8, 1, 2, 4, 8,
+    4, 8, 2, 16, 4, 1, 8, 2, 1, 4, 8, 0, 1, 0, 16, 8, 1, 4, 1, 4, 1, 0, 1, 0,
+    1, 0, 8, 2, 8, 1, 8, 0, 1, 8, 0, 2, 8, 2, 8, 2, 8, 2, 8, 2, 8, 1, 8, 1,
+    0, 8, 0, 1, 4, 1, 4, 1, 2, 1, 0, 1, 16, 4, 16, 4, 1, 16, 1, 2, 16, 4, 0, 8,
+    1, 8, 1, 8, 1, 0, 1, 0, 1, 0, 1, 0, 1, 16, 1, 16, 1, 16, 1, 16, 8, 16, 0, 2,
+    8, 0, 1, 4, 0, 16, 1, 16, 0, 4, 2, 0, 16, 1, 4, 1, 4, 1, 16, 2, 1, 16, 4, 1,
+    16, 0, 4, 1, 0, 16, 1, 16, 4, 0, 1, 2, 0, 4, 1, 16, 1, 2, 1, 0, 1, 16, 0, 1,
+    16, 1, 16, 0, 2, 0, 4, 1, 8, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 0, 1,
+    4, 1, 16, 4, 1, 16, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 8, 1, 8, 0, 1, 16,
+    4, 16, 0, 2, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 16, 1, 8, 1,
+    0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 8, 0, 1, 4, 8, 1, 0, 1, 0, 8, 0, 1, 8, 16,
+    4, 0, 16, 4, 0, 4, 8, 4, 8, 0, 4, 8, 4, 0, 1, 0, 1, 0, 4, 8, 4, 8, 4, 2,
+    4, 8, 4, 1, 4, 8, 4, 8, 1, 4, 8, 4, 8, 4, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+    8, 0, 8, 0, 8, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 4, 0, 2, 0,
+    8, 2, 8, 2, 8, 0, 8, 0, 8, 0, 8, 16, 0, 1, 0, 1, 0, 16, 2, 0, 1, 2, 0, 1,
+    2, 1, 2, 0, 1, 16, 0, 1, 0, 4, 1, 0, 1, 4, 2, 0, 1, 0, 2, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 4, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+    0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 4, 2, 1,
+    8, 2, 1, 0, 2, 0, 1, 0, 1, 0, 2, 1, 2, 0, 4, 1, 0, 4, 0, 1, 0, 2, 1, 2,
+    0, 2, 1, 16, 0, 16, 0, 16, 1, 0, 1, 0, 1, 0, 16, 0, 16, 2, 0, 4, 0, 1, 2, 4,
+    1, 2, 0, 1, 8, 1, 16, 0, 2, 4, 0, 1, 0, 4, 1, 0, 2, 1, 0, 2, 1, 0, 4, 0,
+    2, 0, 1, 0, 1, 0, 1, 0, 2, 1, 16, 0, 2, 0, 2, 0, 1, 0, 16, 4, 0, 1, 0, 1,
+    2, 1, 0, 1, 16, 2, 4, 0, 1, 16, 4, 0, 1, 2, 0, 1, 0, 16, 1, 16, 4, 0, 2, 16,
+    1, 16, 1, 0, 16, 1, 16, 4, 0, 4, 16, 0, 1, 0, 2, 0, 16, 1, 16, 0, 2, 4, 1, 16,
+    1, 0, 1, 16, 4, 1, 0, 16, 1, 16, 1, 4, 16, 4, 16, 2, 1, 4, 1, 4, 0, 2, 0, 1,
+    0, 1, 16, 4, 16, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 4, 0, 1, 16, 0, 2, 0, 16, 0,
+    1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 16, 1, 16, 0, 16, 0, 16, 0, 1, 0, 16, 0,
+    1, 16, 0, 16, 0, 16, 0, 1, 16, 1, 4, 2, 4, 0, 4, 16, 1, 0, 1, 16, 1, 4, 1, 0,
+    2, 0, 1, 16, 0, 16, 4, 1, 16, 0, 1, 16, 4, 1, 0, 2, 0, 4, 0, 1, 16, 1, 4, 0,
+    2, 0, 1, 0, 16, 0, 2, 4, 8, 1, 0, 1, 16, 4, 0, 1, 2, 0, 1, 0, 1, 0, 1, 0,
+    1, 0, 1, 16, 0, 16, 0, 16, 1, 16, 1, 16, 4, 0, 2, 0, 1, 0, 1, 16, 0, 16, 1, 4,
+    1, 16, 0, 1, 16, 1, 16, 1, 16, 4, 16, 0, 1, 16, 1, 16, 4, 1, 4, 0, 1, 0, 1, 0,
+    1, 16, 0, 16, 1, 4, 0, 2, 0, 4, 1, 0, 16, 0, 16, 0, 1, 0, 1, 0, 1, 16, 0, 16,
+    0, 16, 0, 16, 1, 16, 0, 2, 0, 1, 0, 1, 0, 1, 16, 0, 16, 0, 16, 1, 0, 2, 0, 1,
+    16, 4, 0, 1, 0, 2, 8, 0, 4, 1, 0, 2, 0, 4, 0, 1, 0, 1, 4, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 2, 0, 4, 1, 0, 2, 0, 1, 0, 16, 4, 0, 1, 16, 4, 8, 1, 4, 8, 0,
+    2, 0, 2, 0, 1, 0, 1, 0, 1, 2, 4, 0, 1, 0, 16, 1, 16, 0, 16, 1, 0, 1, 4, 1,
+    16, 0, 16, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 1, 0, 1, 0, 8, 16, 4, 0, 16, 0, 16, 0, 8, 0, 8, 0, 8, 0, 8, 16,
+    8, 16, 0, 16, 8, 16, 8, 16, 8, 0, 8, 16, 8, 0, 2, 0, 8, 0, 2, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8,
+    1, 8, 1, 8, 1, 8, 1, 0, 2, 8, 16, 8, 16, 8, 16, 8, 16, 8, 4, 0, 16, 0, 16, 0,
+    1, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 1, 0, 16, 1, 0, 2, 0, 1, 8, 0, 1, 16,
+    0, 1, 16, 2, 0, 8, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 2, 16, 0, 1, 16, 1, 0,
+    2, 0, 4, 0, 2, 8, 2, 8, 2, 0, 2, 8, 2, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+    1, 0, 1, 0, 1, 0, 1, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 2, 8,
+    0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8,
+    0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8,
+    0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 2, 0, 1, 0, 1, 0, 1, 0, 1,
+    0, 1, 0, 1, 0, 1, 0, 16, 0,
+};
+static const uint32_t forge__cls_deepseek_letters[174] = {
+    0x41, 0x5A, 0x61, 0x7A, 0xB5, 0xB5, 0xC0, 0xD6,
+    0xD8, 0xF6, 0xF8, 0x1BA, 0x1BC, 0x1BF, 0x1C4, 0x293,
+    0x295, 0x2AF, 0x370, 0x373, 0x376, 0x376, 0x377, 0x377,
+    0x37B, 0x37D, 0x37F, 0x37F, 0x386, 0x386, 0x388, 0x38A,
+    0x38C, 0x38C, 0x38E, 0x3A1, 0x3A3, 0x3F5, 0x3F7, 0x481,
+    0x48A, 0x52F, 0x531, 0x556, 0x10A0, 0x10C5, 0x13A0, 0x13F5,
+    0x13F8, 0x13FD, 0x1C90, 0x1CBA, 0x1CBD, 0x1CBF, 0x1D00, 0x1D2B,
+    0x1D6B, 0x1D77, 0x1D79, 0x1D9A, 0x1E00, 0x1F15, 0x1F18, 0x1F1D,
+    0x1F20, 0x1F45, 0x1F48, 0x1F4D, 0x1F50, 0x1F57, 0x1F59, 0x1F59,
+    0x1F5B, 0x1F5B, 0x1F5D, 0x1F5D, 0x1F5F, 0x3CE, 0x1F80, 0x1FB4,
+    0x1FB6, 0x1FBC, 0x3B9, 0x3B9, 0x1FC2, 0x1FC4, 0x1FC6, 0x1FCC,
+    0x1FD0, 0x390, 0x1FD6, 0x38A, 0x1FE0, 0x1FEC, 0x1FF2, 0x1FF4,
+    0x1FF6, 0x1FFC, 0x2102, 0x2102, 0x2107, 0x2107, 0x210A, 0x2113,
+    0x2115, 0x2115, 0x2119, 0x211D, 0x2124, 0x2124, 0x3A9, 0x3A9,
+    0x2128, 0x2128, 0x4B, 0x212D, 0x212F, 0x2134, 0x2139, 0x2139,
+    0x213C, 0x213F, 0x2145, 0x2149, 0x214E, 0x214E, 0x2183, 0x2183,
+    0x2184, 0x2184, 0x2C00, 0x2C7B, 0x2C7E, 0x2CE4, 0x2CEB, 0x2CEE,
+    0x2CF2, 0x2CF2, 0x2CF3, 0x2CF3, 0xA640, 0xA66D, 0xA680, 0xA69B,
+    0xA722, 0xA76F, 0xA771, 0xA787, 0xA78B, 0xA78E, 0xAB70, 0xABBF,
+    0xFB00, 0xFB06, 0xFB13, 0xFB17, 0xFF21, 0xFF3A, 0xFF41, 0xFF5A,
+    0x10400, 0x1044F, 0x104B0, 0x104D3, 0x104D8, 0x104FB, 0x10C80, 0x10CB2,
+    0x10CC0, 0x10CF2, 0x118A0, 0x118DF, 0x1E900, 0x1E943,
+};
+static const uint32_t forge__cls_deepseek_punct[12] = {
+    0x21, 0x2F, 0x3A, 0x7E, 0xFF01, 0xFF0F, 0xFF1A, 0xFF5E,
+    0x2018, 0x201F, 0x3000, 0x3002,
+};
+static const uint32_t forge__cls_deepseek_cjk[6] = {
+    0x4E00, 0x9FA5, 0x800, 0x4E00, 0xAC00, 0xD7FF,
+};
+
+static unsigned forge__cp_flags(uint32_t cp) {
+    size_t lo = 0, hi = FORGE__UCD_RUNS;
+    if (cp >= 0x110000u) return 0;
+    while (hi - lo > 1) { /* last run that starts at or before cp */
+        size_t mid = lo + (hi - lo) / 2;
+        if (forge__ucd_starts[mid] <= cp) lo = mid;
+        else hi = mid;
+    }
+    return forge__ucd_flags[lo];
+}
+
+static int forge__cp_in(const uint32_t *pairs, size_t n_values, uint32_t cp) {
+    size_t i;
+    for (i = 0; i + 1 < n_values; i += 2)
+        if (cp >= pairs[i] && cp <= pairs[i + 1]) return 1;
+    return 0;
+}
+
+/* Decodes one UTF-8 character at s[0 .. n) (n >= 1); *len gets its bytes. Overlong forms, surrogates and
+   truncated sequences give FORGE__CP_INVALID with *len 1. */
+static uint32_t forge__utf8_decode(const unsigned char *s, size_t n, size_t *len) {
+    uint32_t c = s[0], cp;
+    size_t need, i;
+    *len = 1;
+    if (c < 0x80) return c;
+    if (c >= 0xC2 && c <= 0xDF) need = 1, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF) need = 2, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4) need = 3, cp = c & 0x07;
+    else return FORGE__CP_INVALID;
+    if (need >= n) return FORGE__CP_INVALID;
+    for (i = 1; i <= need; i++) {
+        if ((s[i] & 0xC0) != 0x80) return FORGE__CP_INVALID;
+        cp = (cp << 6) | (s[i] & 0x3Fu);
+    }
+    if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+        return FORGE__CP_INVALID;
+    *len = need + 1;
+    return cp;
+}
+
+static size_t forge__utf8_encode(uint32_t cp, unsigned char *out) {
+    if (cp < 0x80) { out[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) {
+        out[0] = (unsigned char)(0xC0 | (cp >> 6));
+        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (unsigned char)(0xE0 | (cp >> 12));
+        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xF0 | (cp >> 18));
+    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* bytes of a UTF-8 character judged by its first byte alone */
+static size_t forge__utf8_lead_len(unsigned char c) {
+    static const unsigned char lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lens[c >> 4];
+}
+
+/* ---- the tokenizer object */
+
+typedef enum forge__pre {
+    FORGE__PRE_NONE = 0, /* SPM: no pre-tokenizer */
+    FORGE__PRE_DEFAULT,
+    FORGE__PRE_GPT2,
+    FORGE__PRE_LLAMA3,
+    FORGE__PRE_QWEN2,
+    FORGE__PRE_STARCODER,
+    FORGE__PRE_DEEPSEEK_LLM,
+    FORGE__PRE_DEEPSEEK_CODER,
+    FORGE__PRE_FALCON
+} forge__pre;
+
+static const struct forge__pre_name {
+    const char *name;
+    forge__pre pre;
+    int ignore_merges; /* a piece that is a token as a whole is taken without merging */
+} forge__pre_names[] = {
+    {"default", FORGE__PRE_DEFAULT, 0},      {"gpt-2", FORGE__PRE_GPT2, 0},
+    {"phi-2", FORGE__PRE_GPT2, 0},           {"mpt", FORGE__PRE_GPT2, 0},
+    {"olmo", FORGE__PRE_GPT2, 0},            {"jais", FORGE__PRE_GPT2, 0},
+    {"exaone4", FORGE__PRE_GPT2, 0},         {"llama3", FORGE__PRE_LLAMA3, 1},
+    {"llama-v3", FORGE__PRE_LLAMA3, 1},      {"llama-bpe", FORGE__PRE_LLAMA3, 1},
+    {"falcon3", FORGE__PRE_LLAMA3, 1},       {"pixtral", FORGE__PRE_LLAMA3, 1},
+    {"dbrx", FORGE__PRE_LLAMA3, 0},          {"smaug-bpe", FORGE__PRE_LLAMA3, 0},
+    {"qwen2", FORGE__PRE_QWEN2, 0},          {"deepseek-r1-qwen", FORGE__PRE_QWEN2, 0},
+    {"stablelm2", FORGE__PRE_QWEN2, 0},      {"starcoder", FORGE__PRE_STARCODER, 0},
+    {"refact", FORGE__PRE_STARCODER, 0},     {"command-r", FORGE__PRE_STARCODER, 0},
+    {"smollm", FORGE__PRE_STARCODER, 0},     {"codeshell", FORGE__PRE_STARCODER, 0},
+    {"exaone", FORGE__PRE_STARCODER, 0},     {"minerva-7b", FORGE__PRE_STARCODER, 0},
+    {"deepseek-llm", FORGE__PRE_DEEPSEEK_LLM, 0}, {"deepseek-coder", FORGE__PRE_DEEPSEEK_CODER, 0},
+    {"falcon", FORGE__PRE_FALCON, 0},
+};
+
+struct forge_tokenizer {
+    forge_allocator allocator;
+    forge_vocab_type type;
+    forge__pre pre;
+    const char *pre_name;
+    int ignore_merges, add_space_prefix, add_bos;
+    int32_t bos_id, eos_id, eot_id, unk_id;
+    uint32_t n_vocab;
+    char *text_pool;      /* every token's text, back to back */
+    size_t *text_off;     /* n_vocab + 1 offsets into text_pool */
+    char *piece_pool;     /* decoded pieces of normal, byte and user-defined tokens */
+    size_t *piece_off;    /* n_vocab + 1 */
+    size_t max_piece;
+    float *scores;        /* SPM merge priority, NULL for BPE */
+    uint8_t *types;
+    uint32_t *vocab_slots; /* open addressing: token text -> id + 1, 0 = empty */
+    uint64_t vocab_mask;
+    /* BPE merges: "left right" strings; rank = index */
+    char *merge_pool;
+    size_t *merge_off;    /* n_merges + 1 */
+    uint32_t *merge_split; /* byte index of the separating space */
+    uint32_t n_merges;
+    uint32_t *merge_slots; /* merge string -> rank + 1 */
+    uint64_t merge_mask;
+    /* special tokens (control, unknown, user-defined), found by a rolling hash per length */
+    uint32_t *special_slots; /* -> id + 1 */
+    uint64_t special_mask;
+    size_t *special_lens;    /* distinct lengths, longest first */
+    size_t n_special_lens;
+    int32_t byte_token[256]; /* SPM: <0xXX>; BPE: the one-byte token; -1 when none */
+    uint16_t byte_cp[256];   /* GPT-2's byte -> printable code point */
+    int16_t cp_byte[324];    /* and back; -1 for code points it does not use */
+};
+
+#define FORGE__ROLL_BASE 0x100000001B3ull
+
+static uint64_t forge__roll_hash(const char *p, size_t n) {
+    uint64_t h = 0;
+    size_t i;
+    for (i = 0; i < n; i++) h = h * FORGE__ROLL_BASE + (uint8_t)p[i];
+    return h;
+}
+
+static uint64_t forge__mix64(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+static const char *forge__tok_text(const forge_tokenizer *t, uint32_t id, size_t *len) {
+    *len = t->text_off[id + 1] - t->text_off[id];
+    return t->text_pool + t->text_off[id];
+}
+
+static int32_t forge__vocab_find(const forge_tokenizer *t, const char *s, size_t n) {
+    uint64_t i = forge__hash(s, n) & t->vocab_mask;
+    for (;; i = (i + 1) & t->vocab_mask) {
+        uint32_t v = t->vocab_slots[i];
+        size_t len;
+        const char *text;
+        if (!v) return -1;
+        text = forge__tok_text(t, v - 1, &len);
+        if (len == n && (n == 0 || memcmp(text, s, n) == 0)) return (int32_t)(v - 1);
+    }
+}
+
+/* rank of merging left and right, -1 when the pair is not a merge */
+static int32_t forge__merge_rank(const forge_tokenizer *t, const char *left, size_t nl, const char *right, size_t nr) {
+    uint64_t h = 1469598103934665603ull, i; /* FNV-1a of "left right", as forge__hash computes it */
+    size_t k;
+    if (!t->merge_slots) return -1;
+    for (k = 0; k < nl; k++) h = (h ^ (uint8_t)left[k]) * 1099511628211ull;
+    h = (h ^ (uint8_t)' ') * 1099511628211ull;
+    for (k = 0; k < nr; k++) h = (h ^ (uint8_t)right[k]) * 1099511628211ull;
+    for (i = h & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+        uint32_t v = t->merge_slots[i], r;
+        const char *m;
+        if (!v) return -1;
+        r = v - 1;
+        m = t->merge_pool + t->merge_off[r];
+        if (t->merge_off[r + 1] - t->merge_off[r] == nl + 1 + nr && t->merge_split[r] == nl &&
+            memcmp(m, left, nl) == 0 && memcmp(m + nl + 1, right, nr) == 0)
+            return (int32_t)r;
+    }
+}
+
+static int32_t forge__special_find(const forge_tokenizer *t, uint64_t roll, const char *s, size_t n) {
+    uint64_t i;
+    if (!t->special_slots) return -1;
+    for (i = forge__mix64(roll ^ n) & t->special_mask;; i = (i + 1) & t->special_mask) {
+        uint32_t v = t->special_slots[i];
+        size_t len;
+        const char *text;
+        if (!v) return -1;
+        text = forge__tok_text(t, v - 1, &len);
+        if (len == n && memcmp(text, s, n) == 0) return (int32_t)(v - 1);
+    }
+}
+
+static int forge__is_special_type(uint8_t type) {
+    return type == FORGE_TOKEN_CONTROL || type == FORGE_TOKEN_UNKNOWN || type == FORGE_TOKEN_USER_DEFINED;
+}
+
+FORGE_API void forge_tokenizer_destroy(forge_tokenizer *t) {
+    forge_allocator a;
+    if (!t) return;
+    a = t->allocator;
+    forge__free(&a, t->text_pool);
+    forge__free(&a, t->text_off);
+    forge__free(&a, t->piece_pool);
+    forge__free(&a, t->piece_off);
+    forge__free(&a, t->scores);
+    forge__free(&a, t->types);
+    forge__free(&a, t->vocab_slots);
+    forge__free(&a, t->merge_pool);
+    forge__free(&a, t->merge_off);
+    forge__free(&a, t->merge_split);
+    forge__free(&a, t->merge_slots);
+    forge__free(&a, t->special_slots);
+    forge__free(&a, t->special_lens);
+    forge__free(&a, t);
+}
+
+/* slots for n entries at most half full; 0 on overflow */
+static uint64_t forge__slot_count(uint64_t n) {
+    uint64_t s = 16;
+    while (s < 2 * n) {
+        if (s > (UINT64_MAX >> 2)) return 0;
+        s <<= 1;
+    }
+    return s;
+}
+
+static void *forge__tok_alloc_array(forge_tokenizer *t, uint64_t count, size_t elem, int zero) {
+    uint64_t bytes;
+    void *p;
+    if (!forge__mul_u64(count, elem, &bytes) || bytes > (uint64_t)SIZE_MAX) return NULL;
+    p = forge__alloc(&t->allocator, (size_t)bytes);
+    if (p && zero) memset(p, 0, (size_t)bytes);
+    return p;
+}
+
+static forge_result forge__tok_id_key(const forge_gguf *g, const char *key, uint32_t n_vocab, int32_t *out,
+                                      forge_error *e) {
+    const forge_gguf_kv *kv = forge_gguf_find_kv(g, key);
+    int64_t v = 0;
+    forge_result r;
+    *out = -1;
+    if (!kv) return FORGE_OK;
+    if ((r = forge_gguf_kv_int(kv, &v, e))) return r;
+    if (v < 0 || v >= (int64_t)n_vocab)
+        return forge__fail(e, FORGE_ERR_CONFIG, "%s is %lld, outside the vocabulary of %u tokens", key, (long long)v,
+                           n_vocab);
+    *out = (int32_t)v;
+    return FORGE_OK;
+}
+
+/* GPT-2's reversible byte -> printable character mapping: printable Latin-1 bytes stand for themselves,
+   the other 68 bytes take the code points 256, 257, ... in byte order */
+static void forge__tok_byte_map(forge_tokenizer *t) {
+    uint32_t b, next = 256;
+    for (b = 0; b < 324; b++) t->cp_byte[b] = -1;
+    for (b = 0; b < 256; b++) {
+        int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        uint32_t cp = printable ? b : next++;
+        t->byte_cp[b] = (uint16_t)cp;
+        t->cp_byte[cp] = (int16_t)b;
+    }
+}
+
+static int forge__hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* decoded piece of token id into out (room for the token's text); returns its length */
+static size_t forge__tok_decode(const forge_tokenizer *t, uint32_t id, char *out) {
+    size_t len, i = 0, n = 0;
+    const char *s = forge__tok_text(t, id, &len);
+    uint8_t type = t->types[id];
+    if (type == FORGE_TOKEN_CONTROL || type == FORGE_TOKEN_UNKNOWN || type == FORGE_TOKEN_UNUSED) return 0;
+    if (type == FORGE_TOKEN_USER_DEFINED) {
+        memcpy(out, s, len);
+        return len;
+    }
+    if (t->type == FORGE_VOCAB_SPM) {
+        if (type == FORGE_TOKEN_BYTE && len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>' &&
+            forge__hex_digit(s[3]) >= 0 && forge__hex_digit(s[4]) >= 0) {
+            out[0] = (char)(forge__hex_digit(s[3]) * 16 + forge__hex_digit(s[4]));
+            return 1;
+        }
+        while (i < len) {
+            if (i + 3 <= len && (unsigned char)s[i] == 0xE2 && (unsigned char)s[i + 1] == 0x96 &&
+                (unsigned char)s[i + 2] == 0x81) {
+                out[n++] = ' ';
+                i += 3;
+            } else out[n++] = s[i++];
+        }
+        return n;
+    }
+    while (i < len) { /* BPE: printable characters back to bytes; anything else passes through */
+        size_t cl;
+        uint32_t cp = forge__utf8_decode((const unsigned char *)s + i, len - i, &cl);
+        if (cp < 324 && t->cp_byte[cp] >= 0) out[n++] = (char)t->cp_byte[cp];
+        else {
+            memcpy(out + n, s + i, cl);
+            n += cl;
+        }
+        i += cl;
+    }
+    return n;
+}
+
+static int forge__special_len_desc(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? 1 : (x > y ? -1 : 0);
+}
+
+FORGE_API forge_result forge_tokenizer_create(const forge_gguf *g, const forge_allocator *allocator,
+                                              forge_tokenizer **out, forge_error *error) {
+    static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>"};
+    const forge_gguf_kv *model_kv, *tokens, *scores, *types, *merges, *kv;
+    forge_gguf_str model = {NULL, 0};
+    forge_tokenizer *t;
+    forge_result r = FORGE_OK;
+    uint64_t total = 0, i, slots, n_special = 0;
+    uint32_t n;
+
+    if (out) *out = NULL;
+    if (!g || !out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_tokenizer_create: null argument");
+    model_kv = forge_gguf_find_kv(g, "tokenizer.ggml.model");
+    tokens = forge_gguf_find_kv(g, "tokenizer.ggml.tokens");
+    if (!model_kv) return forge__fail(error, FORGE_ERR_MISSING_KEY, "required key 'tokenizer.ggml.model' is missing");
+    if ((r = forge_gguf_kv_str(model_kv, &model, error))) return r;
+    if (!forge_gguf_str_eq(model, "llama") && !forge_gguf_str_eq(model, "gpt2"))
+        return forge__fail(error, FORGE_ERR_UNSUPPORTED,
+                           "tokenizer.ggml.model '%.*s' is not supported (only 'llama' and 'gpt2' are)",
+                           FORGE__STR_ARGS(model));
+    if (!tokens) return forge__fail(error, FORGE_ERR_MISSING_KEY, "required key 'tokenizer.ggml.tokens' is missing");
+    if (tokens->type != FORGE_GGUF_ARRAY || tokens->elem_type != FORGE_GGUF_STRING)
+        return forge__fail(error, FORGE_ERR_KEY_TYPE, "tokenizer.ggml.tokens is a %s of %s, not an array of strings",
+                           forge_gguf_type_name(tokens->type), forge_gguf_type_name(tokens->elem_type));
+    if (tokens->count == 0 || tokens->count > FORGE_TOKENIZER_MAX_VOCAB)
+        return forge__fail(error, FORGE_ERR_CONFIG, "tokenizer.ggml.tokens has %llu entries; expected 1 to %u",
+                           (forge__ull)tokens->count, (unsigned)FORGE_TOKENIZER_MAX_VOCAB);
+    n = (uint32_t)tokens->count;
+    scores = forge_gguf_find_kv(g, "tokenizer.ggml.scores");
+    types = forge_gguf_find_kv(g, "tokenizer.ggml.token_type");
+    merges = forge_gguf_find_kv(g, "tokenizer.ggml.merges");
+    if (scores && (scores->type != FORGE_GGUF_ARRAY || scores->count != n))
+        return forge__fail(error, FORGE_ERR_CONFIG, "tokenizer.ggml.scores has %llu entries for %u tokens",
+                           (forge__ull)(scores->type == FORGE_GGUF_ARRAY ? scores->count : 1), n);
+    if (types && (types->type != FORGE_GGUF_ARRAY || types->count != n))
+        return forge__fail(error, FORGE_ERR_CONFIG, "tokenizer.ggml.token_type has %llu entries for %u tokens",
+                           (forge__ull)(types->type == FORGE_GGUF_ARRAY ? types->count : 1), n);
+    if (merges && (merges->type != FORGE_GGUF_ARRAY || merges->elem_type != FORGE_GGUF_STRING))
+        return forge__fail(error, FORGE_ERR_KEY_TYPE, "tokenizer.ggml.merges is a %s of %s, not an array of strings",
+                           forge_gguf_type_name(merges->type), forge_gguf_type_name(merges->elem_type));
+    if (merges && merges->count > FORGE_TOKENIZER_MAX_VOCAB)
+        return forge__fail(error, FORGE_ERR_CONFIG, "tokenizer.ggml.merges has %llu entries, above the limit of %u",
+                           (forge__ull)merges->count, (unsigned)FORGE_TOKENIZER_MAX_VOCAB);
+
+    t = (forge_tokenizer *)forge__alloc(allocator, sizeof *t);
+    if (!t) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "forge_tokenizer_create: %u bytes", (unsigned)sizeof *t);
+    memset(t, 0, sizeof *t);
+    if (allocator) t->allocator = *allocator;
+    t->n_vocab = n;
+    t->type = forge_gguf_str_eq(model, "llama") ? FORGE_VOCAB_SPM : FORGE_VOCAB_BPE;
+    t->pre = FORGE__PRE_NONE;
+    t->pre_name = "spm";
+    forge__tok_byte_map(t);
+
+    if (t->type == FORGE_VOCAB_BPE) {
+        forge_gguf_str pre = {NULL, 0};
+        size_t k;
+        kv = forge_gguf_find_kv(g, "tokenizer.ggml.pre");
+        if (kv && (r = forge_gguf_kv_str(kv, &pre, error))) goto fail;
+        if (pre.len == 0) pre.ptr = "default", pre.len = 7;
+        for (k = 0; k < sizeof forge__pre_names / sizeof forge__pre_names[0]; k++)
+            if (forge_gguf_str_eq(pre, forge__pre_names[k].name)) {
+                t->pre = forge__pre_names[k].pre;
+                t->pre_name = forge__pre_names[k].name;
+                t->ignore_merges = forge__pre_names[k].ignore_merges;
+            }
+        if (t->pre == FORGE__PRE_NONE) {
+            r = forge__fail(error, FORGE_ERR_UNSUPPORTED,
+                            "tokenizer.ggml.pre '%.*s' names a pre-tokenizer forge does not know (known: default, "
+                            "gpt-2, llama3, llama-bpe, qwen2, smollm, starcoder, deepseek-llm, deepseek-coder, falcon "
+                            "and their aliases)",
+                            FORGE__STR_ARGS(pre));
+            goto fail;
+        }
+    }
+
+    /* token texts, copied */
+    for (i = 0; i < n; i++)
+        if (!forge__add_u64(total, tokens->strs[i].len, &total)) {
+            r = forge__fail(error, FORGE_ERR_OVERFLOW, "tokenizer.ggml.tokens: total length overflows at token %llu",
+                            (forge__ull)i);
+            goto fail;
+        }
+    if (total > (uint64_t)SIZE_MAX / 4) {
+        r = forge__fail(error, FORGE_ERR_LIMIT, "tokenizer.ggml.tokens: %llu bytes of text", (forge__ull)total);
+        goto fail;
+    }
+    t->text_pool = (char *)forge__tok_alloc_array(t, total, 1, 0);
+    t->text_off = (size_t *)forge__tok_alloc_array(t, (uint64_t)n + 1, sizeof(size_t), 0);
+    t->types = (uint8_t *)forge__tok_alloc_array(t, n, 1, 0);
+    slots = forge__slot_count(n);
+    t->vocab_slots = (uint32_t *)forge__tok_alloc_array(t, slots, sizeof(uint32_t), 1);
+    if (!t->text_pool || !t->text_off || !t->types || !t->vocab_slots) goto nomem;
+    t->vocab_mask = slots - 1;
+    t->text_off[0] = 0;
+    for (i = 0; i < n; i++) {
+        size_t len = (size_t)tokens->strs[i].len;
+        if (len) memcpy(t->text_pool + t->text_off[i], tokens->strs[i].ptr, len);
+        t->text_off[i + 1] = t->text_off[i] + len;
+    }
+    for (i = 0; i < n; i++) { /* insert; a later duplicate replaces an earlier one */
+        size_t len;
+        const char *s = forge__tok_text(t, (uint32_t)i, &len);
+        uint64_t k = forge__hash(s, len) & t->vocab_mask;
+        for (;; k = (k + 1) & t->vocab_mask) {
+            uint32_t v = t->vocab_slots[k];
+            size_t vl;
+            const char *vs;
+            if (!v) break;
+            vs = forge__tok_text(t, v - 1, &vl);
+            if (vl == len && (len == 0 || memcmp(vs, s, len) == 0)) break;
+        }
+        t->vocab_slots[k] = (uint32_t)i + 1;
+    }
+    for (i = 0; i < n; i++) {
+        int64_t v = FORGE_TOKEN_NORMAL;
+        if (types && (r = forge_gguf_kv_int_at(types, i, &v, error))) goto fail;
+        t->types[i] = (uint8_t)((v >= 1 && v <= 6) ? v : (int64_t)FORGE_TOKEN_NORMAL);
+    }
+    if (t->type == FORGE_VOCAB_SPM) {
+        t->scores = (float *)forge__tok_alloc_array(t, n, sizeof(float), 0);
+        if (!t->scores) goto nomem;
+        for (i = 0; i < n; i++) {
+            double v = 0.0;
+            if (scores && (r = forge_gguf_kv_float_at(scores, i, &v, error))) goto fail;
+            if (!(v == v)) v = -3.0e38; /* NaN would break the ordering */
+            if (v > 3.0e38) v = 3.0e38;
+            if (v < -3.0e38) v = -3.0e38;
+            t->scores[i] = (float)v;
+        }
+    }
+
+    /* merges */
+    if (t->type == FORGE_VOCAB_BPE && merges && merges->count) {
+        uint64_t mtotal = 0;
+        uint32_t m = (uint32_t)merges->count;
+        for (i = 0; i < m; i++)
+            if (!forge__add_u64(mtotal, merges->strs[i].len, &mtotal) || mtotal > (uint64_t)SIZE_MAX / 4) {
+                r = forge__fail(error, FORGE_ERR_OVERFLOW, "tokenizer.ggml.merges: total length overflows at %llu",
+                                (forge__ull)i);
+                goto fail;
+            }
+        t->merge_pool = (char *)forge__tok_alloc_array(t, mtotal, 1, 0);
+        t->merge_off = (size_t *)forge__tok_alloc_array(t, (uint64_t)m + 1, sizeof(size_t), 0);
+        t->merge_split = (uint32_t *)forge__tok_alloc_array(t, m, sizeof(uint32_t), 0);
+        slots = forge__slot_count(m);
+        t->merge_slots = (uint32_t *)forge__tok_alloc_array(t, slots, sizeof(uint32_t), 1);
+        if (!t->merge_pool || !t->merge_off || !t->merge_split || !t->merge_slots) goto nomem;
+        t->merge_mask = slots - 1;
+        t->n_merges = m;
+        t->merge_off[0] = 0;
+        for (i = 0; i < m; i++) {
+            forge_gguf_str s = merges->strs[i];
+            size_t split = 0, k;
+            uint64_t h;
+            if (s.len) memcpy(t->merge_pool + t->merge_off[i], s.ptr, (size_t)s.len);
+            t->merge_off[i + 1] = t->merge_off[i] + (size_t)s.len;
+            for (k = 1; k < s.len; k++) /* the separator: the first space after the first byte */
+                if (s.ptr[k] == ' ') {
+                    split = k;
+                    break;
+                }
+            t->merge_split[i] = (uint32_t)FORGE__MIN(split, (size_t)UINT32_MAX);
+            if (!split || split > UINT32_MAX) continue; /* not a pair: never matches */
+            h = forge__hash(s.ptr, s.len);
+            for (k = (size_t)(h & t->merge_mask);; k = (size_t)((k + 1) & t->merge_mask)) {
+                uint32_t v = t->merge_slots[k];
+                if (!v) {
+                    t->merge_slots[k] = (uint32_t)i + 1;
+                    break;
+                }
+                if (t->merge_off[v] - t->merge_off[v - 1] == s.len &&
+                    memcmp(t->merge_pool + t->merge_off[v - 1], s.ptr, (size_t)s.len) == 0)
+                    break; /* the first of duplicates keeps its rank */
+            }
+        }
+    }
+
+    /* special tokens */
+    for (i = 0; i < n; i++)
+        if (forge__is_special_type(t->types[i]) && t->text_off[i + 1] > t->text_off[i]) n_special++;
+    if (n_special) {
+        size_t n_lens = 0, k;
+        slots = forge__slot_count(n_special);
+        t->special_slots = (uint32_t *)forge__tok_alloc_array(t, slots, sizeof(uint32_t), 1);
+        t->special_lens = (size_t *)forge__tok_alloc_array(t, n_special, sizeof(size_t), 0);
+        if (!t->special_slots || !t->special_lens) goto nomem;
+        t->special_mask = slots - 1;
+        for (i = 0; i < n; i++) {
+            size_t len;
+            const char *s = forge__tok_text(t, (uint32_t)i, &len);
+            if (!forge__is_special_type(t->types[i]) || len == 0) continue;
+            if (forge__special_find(t, forge__roll_hash(s, len), s, len) >= 0) continue; /* lowest id wins */
+            for (k = (size_t)(forge__mix64(forge__roll_hash(s, len) ^ len) & t->special_mask); t->special_slots[k];
+                 k = (size_t)((k + 1) & t->special_mask)) {
+            }
+            t->special_slots[k] = (uint32_t)i + 1;
+            for (k = 0; k < n_lens && t->special_lens[k] != len; k++) {
+            }
+            if (k == n_lens) t->special_lens[n_lens++] = len;
+        }
+        qsort(t->special_lens, n_lens, sizeof(size_t), forge__special_len_desc);
+        t->n_special_lens = n_lens;
+    }
+
+    /* decoded pieces: never longer than the text (BPE characters become bytes, U+2581 a space) */
+    {
+        size_t k, len;
+        t->piece_pool = (char *)forge__tok_alloc_array(t, total, 1, 0);
+        t->piece_off = (size_t *)forge__tok_alloc_array(t, (uint64_t)n + 1, sizeof(size_t), 0);
+        if (!t->piece_pool || !t->piece_off) goto nomem;
+        t->piece_off[0] = 0;
+        for (i = 0; i < n; i++) {
+            len = forge__tok_decode(t, (uint32_t)i, t->piece_pool + t->piece_off[i]);
+            t->piece_off[i + 1] = t->piece_off[i] + len;
+            if (len > t->max_piece) t->max_piece = len;
+            forge__tok_text(t, (uint32_t)i, &k);
+            if (forge__is_special_type(t->types[i]) && k > t->max_piece) t->max_piece = k;
+        }
+    }
+
+    /* byte fallback tokens */
+    for (i = 0; i < 256; i++) {
+        char one = (char)i;
+        int32_t id = -1;
+        if (t->type == FORGE_VOCAB_SPM) {
+            static const char hex[] = "0123456789ABCDEF";
+            char buf[6];
+            buf[0] = '<', buf[1] = '0', buf[2] = 'x', buf[3] = hex[i >> 4], buf[4] = hex[i & 15], buf[5] = '>';
+            id = forge__vocab_find(t, buf, 6);
+        }
+        if (id < 0) id = forge__vocab_find(t, &one, 1);
+        t->byte_token[i] = id;
+    }
+
+    /* special ids and flags */
+    if ((r = forge__tok_id_key(g, "tokenizer.ggml.bos_token_id", n, &t->bos_id, error)) ||
+        (r = forge__tok_id_key(g, "tokenizer.ggml.eos_token_id", n, &t->eos_id, error)) ||
+        (r = forge__tok_id_key(g, "tokenizer.ggml.eot_token_id", n, &t->eot_id, error)) ||
+        (r = forge__tok_id_key(g, "tokenizer.ggml.unknown_token_id", n, &t->unk_id, error)))
+        goto fail;
+    if (t->eot_id < 0) {
+        size_t k;
+        for (k = 0; k < sizeof eot_texts / sizeof eot_texts[0] && t->eot_id < 0; k++) {
+            int32_t id = forge__vocab_find(t, eot_texts[k], strlen(eot_texts[k]));
+            if (id >= 0 && t->types[id] == FORGE_TOKEN_CONTROL) t->eot_id = id;
+        }
+    }
+    t->add_bos = t->type == FORGE_VOCAB_SPM;
+    kv = forge_gguf_find_kv(g, "tokenizer.ggml.add_bos_token");
+    if (kv && (r = forge_gguf_kv_bool(kv, &t->add_bos, error))) goto fail;
+    if (t->bos_id < 0) t->add_bos = 0;
+    t->add_space_prefix = t->type == FORGE_VOCAB_SPM;
+    kv = forge_gguf_find_kv(g, "tokenizer.ggml.add_space_prefix");
+    if (kv && t->type == FORGE_VOCAB_SPM && (r = forge_gguf_kv_bool(kv, &t->add_space_prefix, error))) goto fail;
+
+    *out = t;
+    forge__ok(error);
+    return FORGE_OK;
+nomem:
+    r = forge__fail(error, FORGE_ERR_HOST_MEMORY, "forge_tokenizer_create: out of host memory for %u tokens (%llu bytes of text)",
+                    n, (forge__ull)total);
+fail:
+    forge_tokenizer_destroy(t);
+    return r;
+}
+
+FORGE_API uint32_t forge_tokenizer_n_vocab(const forge_tokenizer *t) { return t ? t->n_vocab : 0; }
+FORGE_API forge_vocab_type forge_tokenizer_type(const forge_tokenizer *t) { return t ? t->type : FORGE_VOCAB_NONE; }
+FORGE_API const char *forge_tokenizer_pre_name(const forge_tokenizer *t) { return t ? t->pre_name : ""; }
+FORGE_API int32_t forge_tokenizer_bos(const forge_tokenizer *t) { return t ? t->bos_id : -1; }
+FORGE_API int32_t forge_tokenizer_eos(const forge_tokenizer *t) { return t ? t->eos_id : -1; }
+FORGE_API int32_t forge_tokenizer_eot(const forge_tokenizer *t) { return t ? t->eot_id : -1; }
+FORGE_API int32_t forge_tokenizer_unk(const forge_tokenizer *t) { return t ? t->unk_id : -1; }
+FORGE_API int forge_tokenizer_add_bos(const forge_tokenizer *t) { return t ? t->add_bos : 0; }
+FORGE_API size_t forge_tokenizer_max_piece_bytes(const forge_tokenizer *t) { return t ? t->max_piece : 0; }
+FORGE_API int forge_tokenizer_is_eog(const forge_tokenizer *t, int32_t id) {
+    return t && id >= 0 && (id == t->eos_id || id == t->eot_id);
+}
+FORGE_API forge_token_type forge_tokenizer_token_type(const forge_tokenizer *t, int32_t id) {
+    if (!t || id < 0 || (uint32_t)id >= t->n_vocab) return FORGE_TOKEN_UNDEFINED;
+    return (forge_token_type)t->types[id];
+}
+FORGE_API const char *forge_tokenizer_token_text(const forge_tokenizer *t, int32_t id, size_t *len) {
+    size_t dummy;
+    if (!len) len = &dummy;
+    if (!t || id < 0 || (uint32_t)id >= t->n_vocab) {
+        *len = 0;
+        return "";
+    }
+    return forge__tok_text(t, (uint32_t)id, len);
+}
+
+/* ---- tokenizing */
+
+typedef struct forge__tok_sym {
+    int32_t prev, next;
+    uint32_t start, n; /* bytes of the symbol in the word buffer; n == 0 once merged away */
+} forge__tok_sym;
+
+typedef struct forge__tok_pair {
+    int32_t left, right;
+    uint32_t size;
+    float key; /* higher merges first: SPM score, or minus the BPE rank */
+} forge__tok_pair;
+
+typedef struct forge__tok_work {
+    const forge_tokenizer *t;
+    int32_t *ids;
+    size_t capacity, count;
+    int32_t *special_at; /* per text byte: id of a special token starting there, -1, or -2 inside one */
+    uint32_t *cps;       /* code points of the current fragment */
+    uint32_t *cp_off;    /* byte offset of each code point, plus one past the end */
+    uint8_t *cut;        /* 1 where a pre-tokenizer piece starts */
+    char *buf;           /* SPM's escaped text or BPE's mapped piece */
+    forge__tok_sym *syms;
+    forge__tok_pair *heap;
+    size_t n_heap;
+    forge_error *e;
+} forge__tok_work;
+
+static void forge__tok_emit(forge__tok_work *w, int32_t id) {
+    if (w->count < w->capacity) w->ids[w->count] = id;
+    w->count++;
+}
+
+static int forge__pair_before(const forge__tok_pair *a, const forge__tok_pair *b) {
+    return a->key > b->key || (a->key == b->key && a->left < b->left);
+}
+
+static void forge__heap_push(forge__tok_work *w, forge__tok_pair p) {
+    size_t i = w->n_heap++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!forge__pair_before(&p, &w->heap[parent])) break;
+        w->heap[i] = w->heap[parent];
+        i = parent;
+    }
+    w->heap[i] = p;
+}
+
+static forge__tok_pair forge__heap_pop(forge__tok_work *w) {
+    forge__tok_pair top = w->heap[0], last = w->heap[--w->n_heap];
+    size_t i = 0, n = w->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && forge__pair_before(&w->heap[c + 1], &w->heap[c])) c++;
+        if (!forge__pair_before(&w->heap[c], &last)) break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (n) w->heap[i] = last;
+    return top;
+}
+
+static void forge__tok_try_pair(forge__tok_work *w, int32_t left, int32_t right) {
+    const forge_tokenizer *t = w->t;
+    const forge__tok_sym *l, *r;
+    forge__tok_pair p;
+    if (left < 0 || right < 0) return;
+    l = &w->syms[left];
+    r = &w->syms[right];
+    if (t->type == FORGE_VOCAB_SPM) {
+        int32_t id = forge__vocab_find(t, w->buf + l->start, (size_t)l->n + r->n); /* symbols are adjacent */
+        if (id < 0) return;
+        p.key = t->scores[id];
+    } else {
+        int32_t rank = forge__merge_rank(t, w->buf + l->start, l->n, w->buf + r->start, r->n);
+        if (rank < 0) return;
+        p.key = -(float)rank;
+    }
+    p.left = left;
+    p.right = right;
+    p.size = l->n + r->n;
+    forge__heap_push(w, p);
+}
+
+/* Merges the symbols of buf[0 .. n) (one per character, as the lead byte says) pair by pair in the
+   heap's order; leaves the survivors chained from symbol 0. Ranks above 2^24 lose float precision:
+   real merge lists are far shorter. */
+static void forge__tok_merge(forge__tok_work *w, size_t n) {
+    size_t pos = 0, count = 0, i;
+    while (pos < n) { /* llama.cpp trusts the lead byte; a bad byte standing alone keeps the text intact */
+        size_t len;
+        forge__tok_sym *s = &w->syms[count];
+        forge__utf8_decode((const unsigned char *)w->buf + pos, n - pos, &len);
+        s->start = (uint32_t)pos;
+        s->n = (uint32_t)len;
+        s->prev = (int32_t)count - 1;
+        pos += len;
+        s->next = pos == n ? -1 : (int32_t)count + 1;
+        count++;
+    }
+    w->n_heap = 0;
+    for (i = 1; i < count; i++) forge__tok_try_pair(w, (int32_t)i - 1, (int32_t)i);
+    while (w->n_heap) {
+        forge__tok_pair p = forge__heap_pop(w);
+        forge__tok_sym *l = &w->syms[p.left], *r = &w->syms[p.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* outdated */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) w->syms[r->next].prev = p.left;
+        forge__tok_try_pair(w, l->prev, p.left);
+        forge__tok_try_pair(w, p.left, l->next);
+    }
+}
+
+static forge_result forge__tok_bytes(forge__tok_work *w, const char *s, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        int32_t id = w->t->byte_token[(uint8_t)s[i]];
+        if (id < 0) id = w->t->unk_id;
+        if (id < 0)
+            return forge__fail(w->e, FORGE_ERR_UNSUPPORTED,
+                               "byte 0x%02X has no token and the vocabulary has no unknown token", (unsigned)(uint8_t)s[i]);
+        forge__tok_emit(w, id);
+    }
+    return FORGE_OK;
+}
+
+static forge_result forge__tok_emit_syms(forge__tok_work *w) {
+    int32_t i;
+    forge_result r;
+    for (i = 0; i >= 0; i = w->syms[i].next) {
+        const forge__tok_sym *s = &w->syms[i];
+        int32_t id = forge__vocab_find(w->t, w->buf + s->start, s->n);
+        size_t k, cl;
+        if (id >= 0) forge__tok_emit(w, id);
+        else if (w->t->type == FORGE_VOCAB_SPM) {
+            if ((r = forge__tok_bytes(w, w->buf + s->start, s->n))) return r;
+        } else
+            for (k = 0; k < s->n; k += cl) { /* BPE: each byte's character alone, else unknown, else dropped */
+                forge__utf8_decode((const unsigned char *)w->buf + s->start + k, s->n - k, &cl);
+                id = forge__vocab_find(w->t, w->buf + s->start + k, cl);
+                if (id < 0) id = w->t->unk_id;
+                if (id >= 0) forge__tok_emit(w, id);
+            }
+    }
+    return FORGE_OK;
+}
+
+/* SPM: one fragment of plain text */
+static forge_result forge__tok_spm(forge__tok_work *w, const char *text, size_t len, int space_prefix) {
+    size_t n = 0, i;
+    if (space_prefix) {
+        memcpy(w->buf, "\xE2\x96\x81", 3);
+        n = 3;
+    }
+    for (i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(w->buf + n, "\xE2\x96\x81", 3);
+            n += 3;
+        } else w->buf[n++] = text[i];
+    }
+    if (n == 0) return FORGE_OK;
+    forge__tok_merge(w, n);
+    return forge__tok_emit_syms(w);
+}
+
+/* ---- BPE pre-tokenizers: each pass cuts every current piece further at the edges of its matches */
+
+static unsigned forge__wf(const forge__tok_work *w, size_t i) {
+    uint32_t cp = w->cps[i];
+    return cp == FORGE__CP_INVALID ? 0u : forge__cp_flags(cp);
+}
+#define FORGE__IS_L(w, i) ((forge__wf(w, i) & FORGE__CP_LETTER) != 0)
+#define FORGE__IS_N(w, i) ((forge__wf(w, i) & FORGE__CP_NUMBER) != 0)
+#define FORGE__IS_S(w, i) ((forge__wf(w, i) & FORGE__CP_SPACE) != 0)
+/* [^\s\p{L}\p{N}] */
+#define FORGE__IS_OTHER(w, i) ((forge__wf(w, i) & (FORGE__CP_SPACE | FORGE__CP_LETTER | FORGE__CP_NUMBER)) == 0)
+
+static uint32_t forge__ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+/* 's 't 're 've 'm 'll 'd at p: end of the match, or p */
+static size_t forge__pre_contraction(const forge__tok_work *w, size_t p, size_t end, int any_case) {
+    uint32_t a, b;
+    if (w->cps[p] != '\'' || p + 1 >= end) return p;
+    a = any_case ? forge__ascii_lower(w->cps[p + 1]) : w->cps[p + 1];
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return p + 2;
+    if (p + 2 >= end) return p;
+    b = any_case ? forge__ascii_lower(w->cps[p + 2]) : w->cps[p + 2];
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return p + 3;
+    return p;
+}
+
+static size_t forge__run(const forge__tok_work *w, size_t p, size_t end, unsigned flag) {
+    while (p < end && (forge__wf(w, p) & flag)) p++;
+    return p;
+}
+
+static size_t forge__run_other(const forge__tok_work *w, size_t p, size_t end) {
+    while (p < end && FORGE__IS_OTHER(w, p)) p++;
+    return p;
+}
+
+/* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S) at p; returns p for no match */
+static size_t forge__pre_gpt2_at(const forge__tok_work *w, size_t p, size_t end) {
+    size_t q = forge__pre_contraction(w, p, end, 0), body = p;
+    if (q > p) return q;
+    if (w->cps[p] == ' ' && p + 1 < end && !FORGE__IS_S(w, p + 1)) body = p + 1;
+    if (FORGE__IS_L(w, body)) return forge__run(w, body, end, FORGE__CP_LETTER);
+    if (FORGE__IS_N(w, body)) return forge__run(w, body, end, FORGE__CP_NUMBER);
+    if (FORGE__IS_OTHER(w, body)) return forge__run_other(w, body, end);
+    q = forge__run(w, p, end, FORGE__CP_SPACE);
+    if (q == end) return q;
+    if (q - p >= 2) return q - 1; /* leave the last space to the word that follows */
+    return p;
+}
+
+/* the llama3 / qwen2 split:
+   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+   \s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t forge__pre_llama3_at(const forge__tok_work *w, size_t p, size_t end, size_t max_digits) {
+    uint32_t c = w->cps[p];
+    size_t q = forge__pre_contraction(w, p, end, 1), k, last_nl;
+    if (q > p) return q;
+    if (FORGE__IS_L(w, p)) return forge__run(w, p, end, FORGE__CP_LETTER);
+    if (c != '\r' && c != '\n' && !FORGE__IS_N(w, p) && p + 1 < end && FORGE__IS_L(w, p + 1))
+        return forge__run(w, p + 1, end, FORGE__CP_LETTER);
+    if (FORGE__IS_N(w, p)) {
+        for (q = p; q < end && q - p < max_digits && FORGE__IS_N(w, q); q++) {
+        }
+        return q;
+    }
+    q = (c == ' ' && p + 1 < end && FORGE__IS_OTHER(w, p + 1)) ? p + 1 : p;
+    if (FORGE__IS_OTHER(w, q)) {
+        q = forge__run_other(w, q, end);
+        while (q < end && (w->cps[q] == '\r' || w->cps[q] == '\n')) q++;
+        return q;
+    }
+    /* whitespace from here on */
+    q = forge__run(w, p, end, FORGE__CP_SPACE);
+    last_nl = end;
+    for (k = p; k < q; k++)
+        if (w->cps[k] == '\r' || w->cps[k] == '\n') last_nl = k;
+    if (last_nl != end) return last_nl + 1;
+    if (q < end && q - p >= 2) return q - 1;
+    return q;
+}
+
+typedef enum forge__cls {
+    FORGE__CLS_NUMBER,        /* \p{N} */
+    FORGE__CLS_DIGIT,         /* [0-9] */
+    FORGE__CLS_NEWLINE,       /* [\r\n] */
+    FORGE__CLS_LETTER,        /* \p{L} */
+    FORGE__CLS_PUNCT,         /* \p{P} */
+    FORGE__CLS_PUNCT_ASCII,   /* [\p{P}\$\+<=>\^~\|] (default) */
+    FORGE__CLS_PUNCT_FALCON,  /* [\p{P}\$\+<=>\^~\|`] */
+    FORGE__CLS_DS_LETTER,     /* deepseek-llm's letter class */
+    FORGE__CLS_DS_PUNCT,      /* deepseek-llm's punctuation class */
+    FORGE__CLS_CJK            /* [一-龥ࠀ-一가-퟿] */
+} forge__cls;
+
+static int forge__in_cls(const forge__tok_work *w, size_t i, forge__cls cls) {
+    uint32_t c = w->cps[i];
+    switch (cls) {
+    case FORGE__CLS_NUMBER: return FORGE__IS_N(w, i);
+    case FORGE__CLS_DIGIT: return c >= '0' && c <= '9';
+    case FORGE__CLS_NEWLINE: return c == '\r' || c == '\n';
+    case FORGE__CLS_LETTER: return FORGE__IS_L(w, i);
+    case FORGE__CLS_PUNCT: return (forge__wf(w, i) & FORGE__CP_PUNCT) != 0;
+    case FORGE__CLS_PUNCT_ASCII:
+    case FORGE__CLS_PUNCT_FALCON:
+        if (c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' || c == '~' || c == '|') return 1;
+        if (c == '`') return cls == FORGE__CLS_PUNCT_FALCON;
+        return (forge__wf(w, i) & FORGE__CP_PUNCT) != 0;
+    case FORGE__CLS_DS_LETTER:
+        return forge__cp_in(forge__cls_deepseek_letters, sizeof forge__cls_deepseek_letters / sizeof(uint32_t), c);
+    case FORGE__CLS_DS_PUNCT:
+        return forge__cp_in(forge__cls_deepseek_punct, sizeof forge__cls_deepseek_punct / sizeof(uint32_t), c);
+    case FORGE__CLS_CJK: return forge__cp_in(forge__cls_deepseek_cjk, sizeof forge__cls_deepseek_cjk / sizeof(uint32_t), c);
+    }
+    return 0;
+}
+
+typedef enum forge__pass_kind {
+    FORGE__PASS_GPT2,
+    FORGE__PASS_LLAMA3,      /* arg: most digits in one piece */
+    FORGE__PASS_RUN,         /* cls{min,max}; arg packs min | max << 8, max 0 = unbounded */
+    FORGE__PASS_SPACE_RUN,   /* \s?cls+ */
+    FORGE__PASS_TRAILING_WS  /* \s+$ */
+} forge__pass_kind;
+
+typedef struct forge__pass {
+    forge__pass_kind kind;
+    forge__cls cls;
+    unsigned arg;
+} forge__pass;
+
+/* end of the match of one pass at p inside [p, end), or p when nothing matches there */
+static size_t forge__pass_at(const forge__tok_work *w, const forge__pass *pass, size_t p, size_t end) {
+    size_t q;
+    switch (pass->kind) {
+    case FORGE__PASS_GPT2: return forge__pre_gpt2_at(w, p, end);
+    case FORGE__PASS_LLAMA3: return forge__pre_llama3_at(w, p, end, pass->arg);
+    case FORGE__PASS_RUN: {
+        size_t min = pass->arg & 0xFF, max = pass->arg >> 8;
+        for (q = p; q < end && (max == 0 || q - p < max) && forge__in_cls(w, q, pass->cls); q++) {
+        }
+        return q - p >= min ? q : p;
+    }
+    case FORGE__PASS_SPACE_RUN:
+        q = p;
+        if (FORGE__IS_S(w, p) && p + 1 < end && forge__in_cls(w, p + 1, pass->cls)) q = p + 1;
+        if (!forge__in_cls(w, q, pass->cls)) return p;
+        while (q < end && forge__in_cls(w, q, pass->cls)) q++;
+        return q;
+    case FORGE__PASS_TRAILING_WS: return p; /* handled per piece */
+    }
+    return p;
+}
+
+static void forge__pre_pass(forge__tok_work *w, size_t n, const forge__pass *pass) {
+    size_t a = 0;
+    while (a < n) {
+        size_t b = a + 1, p;
+        while (b < n && !w->cut[b]) b++;
+        if (pass->kind == FORGE__PASS_TRAILING_WS) {
+            p = b;
+            while (p > a && FORGE__IS_S(w, p - 1)) p--;
+            if (p < b) w->cut[p] = 1;
+        } else {
+            for (p = a; p < b;) {
+                size_t q = forge__pass_at(w, pass, p, b);
+                if (q > p) {
+                    w->cut[p] = 1;
+                    w->cut[q] = 1;
+                    p = q;
+                } else p++;
+            }
+        }
+        a = b;
+    }
+}
+
+#define FORGE__RUN_ARG(min, max) ((unsigned)(min) | ((unsigned)(max) << 8))
+
+/* BPE: one fragment of plain text */
+static forge_result forge__tok_bpe(forge__tok_work *w, const char *text, size_t len) {
+    static const forge__pass p_gpt2[] = {{FORGE__PASS_GPT2, FORGE__CLS_NUMBER, 0}};
+    static const forge__pass p_default[] = {{FORGE__PASS_RUN, FORGE__CLS_PUNCT_ASCII, FORGE__RUN_ARG(1, 0)},
+                                            {FORGE__PASS_GPT2, FORGE__CLS_NUMBER, 0},
+                                            {FORGE__PASS_RUN, FORGE__CLS_NUMBER, FORGE__RUN_ARG(1, 0)},
+                                            {FORGE__PASS_RUN, FORGE__CLS_DIGIT, FORGE__RUN_ARG(3, 3)}};
+    static const forge__pass p_llama3[] = {{FORGE__PASS_LLAMA3, FORGE__CLS_NUMBER, 3}};
+    static const forge__pass p_qwen2[] = {{FORGE__PASS_LLAMA3, FORGE__CLS_NUMBER, 1}};
+    static const forge__pass p_starcoder[] = {{FORGE__PASS_RUN, FORGE__CLS_NUMBER, FORGE__RUN_ARG(1, 1)},
+                                              {FORGE__PASS_GPT2, FORGE__CLS_NUMBER, 0}};
+    static const forge__pass p_ds_llm[] = {{FORGE__PASS_RUN, FORGE__CLS_NEWLINE, FORGE__RUN_ARG(1, 1)},
+                                           {FORGE__PASS_SPACE_RUN, FORGE__CLS_DS_LETTER, 0},
+                                           {FORGE__PASS_SPACE_RUN, FORGE__CLS_DS_PUNCT, 0},
+                                           {FORGE__PASS_TRAILING_WS, FORGE__CLS_NUMBER, 0},
+                                           {FORGE__PASS_RUN, FORGE__CLS_CJK, FORGE__RUN_ARG(1, 0)},
+                                           {FORGE__PASS_RUN, FORGE__CLS_NUMBER, FORGE__RUN_ARG(1, 0)}};
+    static const forge__pass p_ds_coder[] = {{FORGE__PASS_RUN, FORGE__CLS_NEWLINE, FORGE__RUN_ARG(1, 1)},
+                                             {FORGE__PASS_SPACE_RUN, FORGE__CLS_LETTER, 0},
+                                             {FORGE__PASS_SPACE_RUN, FORGE__CLS_PUNCT, 0},
+                                             {FORGE__PASS_RUN, FORGE__CLS_CJK, FORGE__RUN_ARG(1, 0)},
+                                             {FORGE__PASS_RUN, FORGE__CLS_NUMBER, FORGE__RUN_ARG(1, 1)}};
+    static const forge__pass p_falcon[] = {{FORGE__PASS_RUN, FORGE__CLS_PUNCT_FALCON, FORGE__RUN_ARG(1, 0)},
+                                           {FORGE__PASS_GPT2, FORGE__CLS_NUMBER, 0},
+                                           {FORGE__PASS_RUN, FORGE__CLS_DIGIT, FORGE__RUN_ARG(3, 3)}};
+    const forge_tokenizer *t = w->t;
+    const forge__pass *passes;
+    size_t n_passes, n = 0, pos = 0, i, a;
+    forge_result r;
+
+    switch (t->pre) {
+    case FORGE__PRE_GPT2: passes = p_gpt2, n_passes = 1; break;
+    case FORGE__PRE_LLAMA3: passes = p_llama3, n_passes = 1; break;
+    case FORGE__PRE_QWEN2: passes = p_qwen2, n_passes = 1; break;
+    case FORGE__PRE_STARCODER: passes = p_starcoder, n_passes = 2; break;
+    case FORGE__PRE_DEEPSEEK_LLM: passes = p_ds_llm, n_passes = 6; break;
+    case FORGE__PRE_DEEPSEEK_CODER: passes = p_ds_coder, n_passes = 5; break;
+    case FORGE__PRE_FALCON: passes = p_falcon, n_passes = 3; break;
+    default: passes = p_default, n_passes = 4; break;
+    }
+    while (pos < len) {
+        size_t cl;
+        w->cps[n] = forge__utf8_decode((const unsigned char *)text + pos, len - pos, &cl);
+        w->cp_off[n] = (uint32_t)pos;
+        w->cut[n] = 0;
+        n++;
+        pos += cl;
+    }
+    w->cp_off[n] = (uint32_t)len;
+    w->cut[n] = 1;
+    if (n == 0) return FORGE_OK;
+    w->cut[0] = 1;
+    for (i = 0; i < n_passes; i++) forge__pre_pass(w, n, &passes[i]);
+
+    for (a = 0; a < n;) { /* each piece: bytes -> GPT-2 characters -> merges */
+        size_t b = a + 1, k, m = 0;
+        const char *piece;
+        size_t piece_len;
+        while (b < n && !w->cut[b]) b++;
+        piece = text + w->cp_off[a];
+        piece_len = w->cp_off[b] - w->cp_off[a];
+        for (k = 0; k < piece_len; k++)
+            m += forge__utf8_encode(t->byte_cp[(uint8_t)piece[k]], (unsigned char *)w->buf + m);
+        a = b;
+        if (t->ignore_merges) {
+            int32_t id = forge__vocab_find(t, w->buf, m);
+            if (id >= 0) {
+                forge__tok_emit(w, id);
+                continue;
+            }
+        }
+        forge__tok_merge(w, m);
+        if ((r = forge__tok_emit_syms(w))) return r;
+    }
+    return FORGE_OK;
+}
+
+/* marks where special tokens start (longest first, then leftmost) in special_at */
+static void forge__tok_find_specials(forge__tok_work *w, const char *text, size_t len, int parse_special) {
+    const forge_tokenizer *t = w->t;
+    size_t li, i;
+    for (i = 0; i < len; i++) w->special_at[i] = -1;
+    for (li = 0; li < t->n_special_lens; li++) {
+        size_t L = t->special_lens[li], p;
+        uint64_t h = 0, top = 1; /* top = BASE^(L-1) */
+        if (L > len) continue;
+        for (i = 1; i < L; i++) top *= FORGE__ROLL_BASE;
+        for (i = 0; i < L; i++) h = h * FORGE__ROLL_BASE + (uint8_t)text[i];
+        for (p = 0;;) {
+            int32_t id = forge__special_find(t, h, text + p, L);
+            size_t step = 1;
+            if (id >= 0 && (parse_special || t->types[id] == FORGE_TOKEN_USER_DEFINED)) {
+                size_t k;
+                for (k = p; k < p + L && w->special_at[k] == -1; k++) {
+                }
+                if (k == p + L) { /* nothing claimed yet: take it, then go on after it */
+                    w->special_at[p] = id;
+                    for (k = p + 1; k < p + L; k++) w->special_at[k] = -2;
+                    step = L;
+                }
+            }
+            while (step--) {
+                if (p + L >= len) goto next_len;
+                h = (h - (uint8_t)text[p] * top) * FORGE__ROLL_BASE + (uint8_t)text[p + L];
+                p++;
+            }
+        }
+    next_len:;
+    }
+}
+
+FORGE_API forge_result forge_tokenize(const forge_tokenizer *t, const char *text, size_t len, int add_bos,
+                                      int parse_special, int32_t *ids, size_t capacity, size_t *n_ids,
+                                      forge_error *error) {
+    forge__tok_work w;
+    uint64_t n = len, bytes = 0, part;
+    char *block;
+    size_t a, offs[8];
+    int k, prev_special = 1;
+    forge_result r = FORGE_OK;
+
+    if (n_ids) *n_ids = 0;
+    if (!t || (!text && len) || (!ids && capacity))
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_tokenize: null argument");
+    if (len > FORGE_TOKENIZE_MAX_TEXT_BYTES)
+        return forge__fail(error, FORGE_ERR_LIMIT, "forge_tokenize: %llu bytes of text, above the limit of %llu",
+                           (forge__ull)len, (forge__ull)FORGE_TOKENIZE_MAX_TEXT_BYTES);
+    if (add_bos && t->bos_id < 0)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_tokenize: add_bos asked but the vocabulary has no BOS token");
+    memset(&w, 0, sizeof w);
+    w.t = t;
+    w.ids = ids;
+    w.capacity = capacity;
+    w.e = error;
+    /* one block: special_at, cps, cp_off (4 bytes per byte each), syms, heap (3 pairs per symbol),
+       buf (3 bytes per byte + prefix), cut; every part rounded to 16 bytes */
+    {
+        const uint64_t sizes[6] = {4 * (n + 1), 4 * (n + 1), 4 * (n + 2), sizeof(forge__tok_sym) * (n + 2),
+                                   sizeof(forge__tok_pair) * 3 * (n + 2), 3 * n + 8 + (n + 2)};
+        for (k = 0; k < 6; k++) {
+            offs[k] = (size_t)bytes;
+            part = (sizes[k] + 15) & ~(uint64_t)15;
+            bytes += part;
+        }
+        if (bytes > (uint64_t)SIZE_MAX)
+            return forge__fail(error, FORGE_ERR_LIMIT, "forge_tokenize: work area of %llu bytes", (forge__ull)bytes);
+    }
+    block = (char *)forge__alloc(&t->allocator, (size_t)bytes);
+    if (!block)
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "forge_tokenize: work area of %llu bytes for %llu bytes of text",
+                           (forge__ull)bytes, (forge__ull)n);
+    w.special_at = (int32_t *)(void *)(block + offs[0]);
+    w.cps = (uint32_t *)(void *)(block + offs[1]);
+    w.cp_off = (uint32_t *)(void *)(block + offs[2]);
+    w.syms = (forge__tok_sym *)(void *)(block + offs[3]);
+    w.heap = (forge__tok_pair *)(void *)(block + offs[4]);
+    w.buf = block + offs[5];
+    w.cut = (uint8_t *)(block + offs[5] + 3 * n + 8);
+
+    if (add_bos) forge__tok_emit(&w, t->bos_id);
+    forge__tok_find_specials(&w, text, len, parse_special);
+    for (a = 0; a < len && !r;) {
+        size_t b = a;
+        if (w.special_at[a] >= 0) {
+            forge__tok_emit(&w, w.special_at[a]);
+            prev_special = 1;
+            for (a++; a < len && w.special_at[a] == -2; a++) {
+            }
+            continue;
+        }
+        while (b < len && w.special_at[b] == -1) b++;
+        if (t->type == FORGE_VOCAB_SPM) r = forge__tok_spm(&w, text + a, b - a, t->add_space_prefix && prev_special);
+        else r = forge__tok_bpe(&w, text + a, b - a);
+        prev_special = 0;
+        a = b;
+    }
+    forge__free(&t->allocator, block);
+    if (r) return r;
+    if (n_ids) *n_ids = w.count;
+    if (w.count > capacity)
+        return forge__fail(error, FORGE_ERR_LIMIT, "forge_tokenize: the text needs %llu ids; capacity is %llu",
+                           (forge__ull)w.count, (forge__ull)capacity);
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+/* ---- detokenizing */
+
+FORGE_API forge_result forge_token_to_piece(const forge_tokenizer *t, int32_t id, int special, const char **piece,
+                                            size_t *piece_len, forge_error *error) {
+    uint8_t type;
+    if (piece) *piece = "";
+    if (piece_len) *piece_len = 0;
+    if (!t || !piece || !piece_len) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_token_to_piece: null argument");
+    if (id < 0 || (uint32_t)id >= t->n_vocab)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_token_to_piece: token %ld is outside the vocabulary of %u",
+                           (long)id, t->n_vocab);
+    type = t->types[id];
+    if (type == FORGE_TOKEN_CONTROL || type == FORGE_TOKEN_UNKNOWN) {
+        if (special) *piece = forge__tok_text(t, (uint32_t)id, piece_len);
+    } else {
+        *piece = t->piece_pool + t->piece_off[id];
+        *piece_len = t->piece_off[id + 1] - t->piece_off[id];
+    }
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+FORGE_API forge_result forge_detokenize(const forge_tokenizer *t, const int32_t *ids, size_t n_ids, int special,
+                                        char *out, size_t capacity, size_t *n_bytes, forge_error *error) {
+    size_t i, total = 0;
+    int strip;
+    if (n_bytes) *n_bytes = 0;
+    if (!t || (!ids && n_ids) || (!out && capacity))
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_detokenize: null argument");
+    strip = t->add_space_prefix;
+    for (i = 0; i < n_ids; i++) {
+        const char *p;
+        size_t len;
+        forge_result r = forge_token_to_piece(t, ids[i], special, &p, &len, error);
+        if (r) return r;
+        if (len && strip) {
+            strip = 0;
+            if (p[0] == ' ') p++, len--;
+        }
+        if (total < capacity) memcpy(out + total, p, FORGE__MIN(len, capacity - total));
+        total += len;
+    }
+    if (n_bytes) *n_bytes = total;
+    if (total > capacity)
+        return forge__fail(error, FORGE_ERR_LIMIT, "forge_detokenize: the text needs %llu bytes; capacity is %llu",
+                           (forge__ull)total, (forge__ull)capacity);
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+FORGE_API void forge_detokenizer_init(forge_detokenizer *d, const forge_tokenizer *t, int special) {
+    if (!d) return;
+    memset(d, 0, sizeof *d);
+    d->tok = t;
+    d->special = special;
+    d->strip_space = t ? t->add_space_prefix : 0;
+}
+
+/* bytes at the end of s[0 .. n) that start a UTF-8 character still missing continuation bytes */
+static size_t forge__utf8_incomplete_tail(const unsigned char *s, size_t n) {
+    size_t k;
+    for (k = 1; k <= 3 && k <= n; k++) {
+        unsigned char c = s[n - k];
+        if ((c & 0xC0) == 0x80) continue; /* continuation: look further back */
+        if (c >= 0xC2 && c <= 0xF4) return forge__utf8_lead_len(c) > k ? k : 0;
+        return 0;
+    }
+    return 0;
+}
+
+FORGE_API forge_result forge_detokenizer_push(forge_detokenizer *d, int32_t id, char *out, size_t capacity,
+                                              size_t *n_out, forge_error *error) {
+    const char *p;
+    size_t len, total, hold;
+    int stripped = 0;
+    forge_result r;
+    if (n_out) *n_out = 0;
+    if (!d || !d->tok || !n_out || (!out && capacity))
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_detokenizer_push: null argument");
+    if ((r = forge_token_to_piece(d->tok, id, d->special, &p, &len, error))) return r;
+    if (len && d->strip_space && p[0] == ' ') p++, len--, stripped = 1;
+    total = d->n_held + len;
+    if (total > capacity + 3) /* up to 3 bytes may stay held */
+        return forge__fail(error, FORGE_ERR_LIMIT, "forge_detokenizer_push: token %ld needs up to %llu bytes; capacity is %llu",
+                           (long)id, (forge__ull)total, (forge__ull)capacity);
+    {
+        unsigned char tail[8];
+        size_t tn = 0, k;
+        /* the last few bytes of held + piece decide what to hold back */
+        for (k = total > 7 ? total - 7 : 0; k < total; k++)
+            tail[tn++] = (unsigned char)(k < d->n_held ? d->held[k] : (unsigned char)p[k - d->n_held]);
+        hold = forge__utf8_incomplete_tail(tail, tn);
+    }
+    if (total - hold > capacity)
+        return forge__fail(error, FORGE_ERR_LIMIT, "forge_detokenizer_push: token %ld needs %llu bytes; capacity is %llu",
+                           (long)id, (forge__ull)(total - hold), (forge__ull)capacity);
+    if (len || stripped) d->strip_space = 0;
+    {
+        unsigned char all_tail[4];
+        size_t k, emit = total - hold;
+        for (k = 0; k < hold; k++) {
+            size_t at = emit + k;
+            all_tail[k] = (unsigned char)(at < d->n_held ? d->held[at] : (unsigned char)p[at - d->n_held]);
+        }
+        for (k = 0; k < emit; k++) out[k] = (char)(k < d->n_held ? d->held[k] : (unsigned char)p[k - d->n_held]);
+        memcpy(d->held, all_tail, hold);
+        d->n_held = (uint32_t)hold;
+        *n_out = emit;
+    }
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+FORGE_API forge_result forge_detokenizer_flush(forge_detokenizer *d, char *out, size_t capacity, size_t *n_out,
+                                               forge_error *error) {
+    if (n_out) *n_out = 0;
+    if (!d || !n_out || (!out && capacity))
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_detokenizer_flush: null argument");
+    if (d->n_held > capacity)
+        return forge__fail(error, FORGE_ERR_LIMIT, "forge_detokenizer_flush: %u bytes held; capacity is %llu",
+                           (unsigned)d->n_held, (forge__ull)capacity);
+    if (d->n_held) memcpy(out, d->held, d->n_held);
+    *n_out = d->n_held;
+    d->n_held = 0;
     forge__ok(error);
     return FORGE_OK;
 }
@@ -2637,8 +5342,10 @@ FORGE_API forge_result forge_kv_cache_bytes(const forge_config *c, uint32_t n_ct
     row_k = (uint64_t)c->head_dim / traits->block_elems * traits->block_bytes;
     row_v = (uint64_t)c->head_dim_v / traits->block_elems * traits->block_bytes;
     for (il = 0; il < c->n_layer; il++) {
-        /* heads <= 2^24, rows <= 2^26 bytes, n_ctx < 2^32, layers <= 512: no step can overflow */
-        total += (uint64_t)n_ctx * c->layer_n_head_kv[il] * (row_k + row_v);
+        uint64_t layer_bytes;
+        if (!forge__mul_u64((uint64_t)n_ctx * c->layer_n_head_kv[il], row_k + row_v, &layer_bytes) ||
+            !forge__add_u64(total, layer_bytes, &total))
+            return forge__fail(error, FORGE_ERR_OVERFLOW, "a KV cache of %u positions overflows 64 bits", n_ctx);
     }
     *out_bytes = total;
     return FORGE_OK;
@@ -2829,6 +5536,1149 @@ FORGE_API forge_result forge_host_memory_query(forge_host_memory *out, forge_err
     return FORGE_OK;
 }
 #endif /* FORGE_NO_STDIO */
+
+/* >>impl-context */
+
+/* The op schedule: one flat list of ops over activation values, built once per architecture and
+   configuration. The planner sizes the values from it and packs their lifetimes; the CPU backend
+   executes it; both read the same list, so the scratch the plan counts is the scratch used. */
+
+typedef enum forge__op_kind {
+    FORGE__OP_EMBED,     /* dst[t] = token_embd[tokens[t]] * embd_scale */
+    FORGE__OP_RMSNORM,   /* dst = rmsnorm(src) * w, rows of width n */
+    FORGE__OP_MATMUL,    /* dst = w src (+ bias) */
+    FORGE__OP_HEADNORM,  /* dst (in place): rmsnorm of each head of head_dim, times w */
+    FORGE__OP_ROPE,      /* dst (in place): rotary embedding of n heads at the batch positions */
+    FORGE__OP_KV_STORE,  /* keys src, values src2 -> the layer's cache at the batch positions */
+    FORGE__OP_ATTENTION, /* dst = causal attention of queries src over the layer's cache */
+    FORGE__OP_ADD,       /* dst += src */
+    FORGE__OP_SWIGLU,    /* dst = silu(dst) * src */
+    FORGE__OP_LOGITS     /* logits = w src, on the last n_logits rows of src */
+} forge__op_kind;
+
+typedef struct forge__op {
+    forge__op_kind kind;
+    uint32_t layer;
+    int32_t dst, src, src2;           /* value ids, -1 when unused */
+    const forge_gguf_tensor *w, *bias;
+    uint32_t n;                       /* width or head count, per op */
+} forge__op;
+
+typedef struct forge__value {
+    uint32_t width;       /* floats per token */
+    uint32_t first, last; /* op indices of first and last use */
+    uint64_t offset;      /* in the scratch region, assigned by the packer */
+} forge__value;
+
+typedef struct forge__schedule {
+    forge__op *ops;
+    forge__value *values;
+    uint32_t n_ops, n_values, cap_ops, cap_values;
+    int32_t residual;     /* the residual stream value */
+    uint32_t max_cols;    /* widest matmul input (sizes the CPU matmul rows) */
+    uint32_t max_vec;     /* widest norm weight or bias (sizes the vector region) */
+    int failed;
+} forge__schedule;
+
+static int32_t forge__sched_value(forge__schedule *s, uint32_t width) {
+    if (s->n_values >= s->cap_values) {
+        s->failed = 1;
+        return -1;
+    }
+    s->values[s->n_values].width = width;
+    s->values[s->n_values].first = UINT32_MAX;
+    s->values[s->n_values].last = 0;
+    s->values[s->n_values].offset = 0;
+    return (int32_t)s->n_values++;
+}
+
+static void forge__sched_touch(forge__schedule *s, int32_t v, uint32_t op_index) {
+    if (v < 0) return;
+    if (s->values[v].first == UINT32_MAX) s->values[v].first = op_index;
+    s->values[v].last = op_index;
+}
+
+static void forge__sched_op(forge__schedule *s, forge__op_kind kind, uint32_t layer, int32_t dst, int32_t src,
+                            int32_t src2, const forge_gguf_tensor *w, const forge_gguf_tensor *bias, uint32_t n) {
+    forge__op *op;
+    if (s->n_ops >= s->cap_ops) {
+        s->failed = 1;
+        return;
+    }
+    op = &s->ops[s->n_ops];
+    op->kind = kind;
+    op->layer = layer;
+    op->dst = dst;
+    op->src = src;
+    op->src2 = src2;
+    op->w = w;
+    op->bias = bias;
+    op->n = n;
+    forge__sched_touch(s, dst, s->n_ops);
+    forge__sched_touch(s, src, s->n_ops);
+    forge__sched_touch(s, src2, s->n_ops);
+    if (kind == FORGE__OP_MATMUL || kind == FORGE__OP_LOGITS) s->max_cols = FORGE__MAX(s->max_cols, (uint32_t)w->ne[0]);
+    if (kind == FORGE__OP_RMSNORM) s->max_vec = FORGE__MAX(s->max_vec, n);
+    if (bias) s->max_vec = FORGE__MAX(s->max_vec, (uint32_t)bias->ne[0]);
+    s->n_ops++;
+}
+
+/* dst = w src (+ bias): a new value as wide as the weight's rows */
+static int32_t forge__sched_matmul(forge__schedule *s, uint32_t layer, int32_t src, const forge_gguf_tensor *w,
+                                   const forge_gguf_tensor *bias) {
+    int32_t dst = forge__sched_value(s, (uint32_t)w->ne[1]);
+    forge__sched_op(s, FORGE__OP_MATMUL, layer, dst, src, -1, w, bias, (uint32_t)w->ne[1]);
+    return dst;
+}
+
+static const forge_gguf_tensor *forge__layer_tensor(const forge_gguf *g, uint32_t layer, const char *name) {
+    char full[96];
+    snprintf(full, sizeof full, "blk.%u.%s", layer, name);
+    return forge_gguf_find_tensor(g, full);
+}
+
+/* The llama family (llama, qwen2, qwen3): pre-norm attention with grouped KV heads and a SwiGLU FFN. */
+static void forge__build_llama(forge__schedule *s, const forge_gguf *g, const forge_config *c) {
+    uint32_t il;
+    int32_t x = forge__sched_value(s, c->n_embd), xn;
+    const forge_gguf_tensor *out = forge_gguf_find_tensor(g, c->tied_output ? "token_embd.weight" : "output.weight");
+    s->residual = x;
+    forge__sched_op(s, FORGE__OP_EMBED, 0, x, -1, -1, forge_gguf_find_tensor(g, "token_embd.weight"), NULL, c->n_embd);
+    for (il = 0; il < c->n_layer; il++) {
+        int32_t q, k, v, att, o, gate, up, down;
+        xn = forge__sched_value(s, c->n_embd);
+        forge__sched_op(s, FORGE__OP_RMSNORM, il, xn, x, -1, forge__layer_tensor(g, il, "attn_norm.weight"), NULL, c->n_embd);
+        q = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_q.weight"), forge__layer_tensor(g, il, "attn_q.bias"));
+        k = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_k.weight"), forge__layer_tensor(g, il, "attn_k.bias"));
+        v = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_v.weight"), forge__layer_tensor(g, il, "attn_v.bias"));
+        if (c->has_qk_norm) {
+            forge__sched_op(s, FORGE__OP_HEADNORM, il, q, -1, -1, forge__layer_tensor(g, il, "attn_q_norm.weight"), NULL, c->layer_n_head[il]);
+            forge__sched_op(s, FORGE__OP_HEADNORM, il, k, -1, -1, forge__layer_tensor(g, il, "attn_k_norm.weight"), NULL, c->layer_n_head_kv[il]);
+        }
+        forge__sched_op(s, FORGE__OP_ROPE, il, q, -1, -1, NULL, NULL, c->layer_n_head[il]);
+        forge__sched_op(s, FORGE__OP_ROPE, il, k, -1, -1, NULL, NULL, c->layer_n_head_kv[il]);
+        forge__sched_op(s, FORGE__OP_KV_STORE, il, -1, k, v, NULL, NULL, c->layer_n_head_kv[il]);
+        att = forge__sched_value(s, c->layer_n_head[il] * c->head_dim_v);
+        forge__sched_op(s, FORGE__OP_ATTENTION, il, att, q, -1, NULL, NULL, c->layer_n_head[il]);
+        o = forge__sched_matmul(s, il, att, forge__layer_tensor(g, il, "attn_output.weight"), NULL);
+        forge__sched_op(s, FORGE__OP_ADD, il, x, o, -1, NULL, NULL, c->n_embd);
+        xn = forge__sched_value(s, c->n_embd);
+        forge__sched_op(s, FORGE__OP_RMSNORM, il, xn, x, -1, forge__layer_tensor(g, il, "ffn_norm.weight"), NULL, c->n_embd);
+        gate = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_gate.weight"), NULL);
+        up = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_up.weight"), NULL);
+        forge__sched_op(s, FORGE__OP_SWIGLU, il, gate, up, -1, NULL, NULL, c->layer_n_ff[il]);
+        down = forge__sched_matmul(s, il, gate, forge__layer_tensor(g, il, "ffn_down.weight"), NULL);
+        forge__sched_op(s, FORGE__OP_ADD, il, x, down, -1, NULL, NULL, c->n_embd);
+    }
+    xn = forge__sched_value(s, c->n_embd);
+    forge__sched_op(s, FORGE__OP_RMSNORM, c->n_layer, xn, x, -1, forge_gguf_find_tensor(g, "output_norm.weight"), NULL, c->n_embd);
+    forge__sched_op(s, FORGE__OP_LOGITS, c->n_layer, -1, xn, -1, out, NULL, c->n_vocab);
+    /* the residual stream is read until the final norm; nothing outlives the schedule */
+}
+
+static size_t forge__align64(uint64_t n) { return (size_t)((n + 63) & ~(uint64_t)63); }
+
+/* Builds the schedule for a configuration into memory from the allocator. */
+static forge_result forge__schedule_build(const forge_model *m, const forge_allocator *a, forge__schedule *s,
+                                          forge_error *e) {
+    const forge_config *c = &m->config;
+    size_t ops_bytes, values_bytes;
+    memset(s, 0, sizeof *s);
+    if (c->arch != FORGE_ARCH_LLAMA && c->arch != FORGE_ARCH_QWEN2 && c->arch != FORGE_ARCH_QWEN3)
+        return forge__fail(e, FORGE_ERR_UNSUPPORTED,
+                           "forge reads '%s' files but cannot run them yet; it runs llama, qwen2 and qwen3", c->arch_name);
+    if (c->n_expert > 0)
+        return forge__fail(e, FORGE_ERR_UNSUPPORTED, "mixture-of-experts models (%u experts) cannot run yet", c->n_expert);
+    if (c->fused_qkv || c->fused_gate_up)
+        return forge__fail(e, FORGE_ERR_UNSUPPORTED, "fused QKV or gate/up tensors cannot run yet");
+    s->cap_ops = 24 * c->n_layer + 8;
+    s->cap_values = 12 * c->n_layer + 8;
+    ops_bytes = forge__align64((uint64_t)s->cap_ops * sizeof(forge__op));
+    values_bytes = (size_t)s->cap_values * sizeof(forge__value);
+    s->ops = (forge__op *)forge__alloc(a, ops_bytes + values_bytes);
+    if (!s->ops)
+        return forge__fail(e, FORGE_ERR_HOST_MEMORY, "cannot allocate the op schedule (%llu bytes)",
+                           (forge__ull)(ops_bytes + values_bytes));
+    s->values = (forge__value *)(void *)((char *)s->ops + ops_bytes);
+    forge__build_llama(s, m->gguf, c);
+    if (s->failed) {
+        forge__free(a, s->ops);
+        s->ops = NULL;
+        return forge__fail(e, FORGE_ERR_CONFIG, "the op schedule outgrew its %u ops / %u values", s->cap_ops, s->cap_values);
+    }
+    return FORGE_OK;
+}
+
+static void forge__schedule_free(forge__schedule *s, const forge_allocator *a) {
+    forge__free(a, s->ops);
+    s->ops = NULL;
+}
+
+/* Packs value lifetimes into one scratch region for n_batch tokens: largest first, each at the
+   lowest offset that overlaps no value alive at the same time. Returns the region's size. */
+static uint64_t forge__schedule_pack(forge__schedule *s, uint32_t n_batch) {
+    uint32_t placed = 0, i, j;
+    uint64_t total = 0;
+    /* selection by size keeps this allocation-free; the value count is a few per layer */
+    for (i = 0; i < s->n_values; i++) s->values[i].offset = UINT64_MAX;
+    while (placed < s->n_values) {
+        uint32_t best = UINT32_MAX;
+        uint64_t bytes, offset = 0;
+        int moved = 1;
+        for (i = 0; i < s->n_values; i++)
+            if (s->values[i].offset == UINT64_MAX &&
+                (best == UINT32_MAX || s->values[i].width > s->values[best].width)) best = i;
+        bytes = forge__align64((uint64_t)s->values[best].width * n_batch * sizeof(float));
+        while (moved) { /* first fit: slide past every conflicting placed value until none overlaps */
+            moved = 0;
+            for (j = 0; j < s->n_values; j++) {
+                const forge__value *o = &s->values[j];
+                uint64_t o_bytes;
+                if (o->offset == UINT64_MAX || o->last < s->values[best].first || o->first > s->values[best].last) continue;
+                o_bytes = forge__align64((uint64_t)o->width * n_batch * sizeof(float));
+                if (offset < o->offset + o_bytes && o->offset < offset + bytes) {
+                    offset = o->offset + o_bytes;
+                    moved = 1;
+                }
+            }
+        }
+        s->values[best].offset = offset;
+        if (offset + bytes > total) total = offset + bytes;
+        placed++;
+    }
+    return total;
+}
+
+/* >>impl-plan-compute */
+
+static double forge__resolve_fraction(double requested) {
+    if (requested > 0.0) return requested;
+    {
+        const char *env = getenv("FORGE_MEM_FRACTION");
+        if (env && *env) {
+            char *end = NULL;
+            double v = strtod(env, &end);
+            if (end && end != env && *end == 0 && v > 0.0 && v <= 1.0) return v;
+        }
+    }
+    return 0.70;
+}
+
+typedef struct forge__resolved {
+    uint32_t n_ctx, n_batch, n_logits, n_threads;
+    forge_kv_type kv_type;
+} forge__resolved;
+
+static forge_result forge__resolve_desc(const forge_model *m, const forge_context_desc *d, forge__resolved *r,
+                                        forge_error *e) {
+    const forge_config *c = &m->config;
+    r->n_ctx = d->n_ctx ? d->n_ctx : FORGE__MIN(c->n_ctx_train, 4096u);
+    if (r->n_ctx > FORGE__MAX_CTX)
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "a context of %u positions is above forge's limit of %u", r->n_ctx,
+                           FORGE__MAX_CTX);
+    r->n_batch = d->n_batch ? d->n_batch : 512;
+    if (r->n_batch > r->n_ctx) r->n_batch = r->n_ctx;
+    if (r->n_batch > 65536)
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "a batch of %u tokens is above forge's limit of 65536", r->n_batch);
+    r->kv_type = d->kv_type == FORGE_KV_DEFAULT ? FORGE_KV_F16 : d->kv_type;
+    if ((unsigned)r->kv_type >= FORGE_KV_TYPE_COUNT)
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "KV cache type %d is not a forge_kv_type", (int)d->kv_type);
+    if (d->mem_fraction < 0.0 || d->mem_fraction > 1.0 || d->mem_fraction != d->mem_fraction)
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "memory fraction %g is outside (0, 1]", d->mem_fraction);
+    r->n_logits = d->all_logits ? r->n_batch : 1;
+    r->n_threads = d->n_threads;
+    if (r->n_threads > 1024) return forge__fail(e, FORGE_ERR_ARGUMENT, "%u threads is above forge's limit of 1024", r->n_threads);
+    return FORGE_OK;
+}
+
+/* Weights the schedule reads: each tensor counted once, in its stored size. */
+static uint64_t forge__schedule_weight_bytes(const forge__schedule *s, const forge_gguf *g) {
+    uint64_t total = 0, i;
+    /* a tensor may appear in several ops (tied output); mark by address through a sorted pass */
+    for (i = 0; i < forge_gguf_tensor_count(g); i++) {
+        const forge_gguf_tensor *t = forge_gguf_tensor_at(g, i);
+        uint32_t k;
+        for (k = 0; k < s->n_ops; k++)
+            if (s->ops[k].w == t || s->ops[k].bias == t) {
+                total += t->n_bytes;
+                break;
+            }
+    }
+    return total;
+}
+
+/* What forge__matmul_work_bytes gives for a pool of n_threads, without the pool. */
+static uint64_t forge__cpu_work_bytes(uint32_t n_threads, uint32_t max_cols) {
+    return forge__align64((uint64_t)n_threads * forge__matmul_slot_bytes(max_cols) + FORGE__WORK_ALIGN);
+}
+
+static forge_result forge__plan_with(const forge_model *m, const forge__resolved *r, const forge__schedule *s,
+                                     uint64_t scratch_bytes, uint32_t n_threads, forge_plan *p, forge_error *e) {
+    forge_result res;
+    memset(p, 0, sizeof *p);
+    p->n_ctx = r->n_ctx;
+    p->n_batch = r->n_batch;
+    p->n_logits = r->n_logits;
+    p->kv_type = r->kv_type;
+    if ((res = forge_kv_cache_bytes(&m->config, r->n_ctx, r->kv_type, &p->kv_bytes, e))) return res;
+    p->weights_bytes = forge__schedule_weight_bytes(s, m->gguf);
+    p->scratch_bytes = scratch_bytes;
+    p->logits_bytes = forge__align64((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
+    p->capture_bytes = 0;
+    /* the CPU backend's working memory: the matmul rows of every thread, and one vector (a norm's
+       weights or a bias) in f32 */
+    p->reserve_bytes = forge__cpu_work_bytes(n_threads, s->max_cols) + forge__align64((uint64_t)s->max_vec * sizeof(float));
+    p->total_bytes = p->weights_bytes + p->kv_bytes + p->scratch_bytes + p->logits_bytes + p->capture_bytes +
+                     p->reserve_bytes;
+    /* every term is below 2^62 (the KV cache is checked, the others are bounded by the configuration's
+       limits and the file size), so the sum cannot wrap; the KV cache alone is the one to watch */
+    if (p->kv_bytes > (1ull << 61))
+        return forge__fail(e, FORGE_ERR_OVERFLOW, "a KV cache of %llu bytes is beyond any machine", (forge__ull)p->kv_bytes);
+    return FORGE_OK;
+}
+
+FORGE_API forge_result forge_plan_compute(const forge_model *m, const forge_context_desc *desc, forge_plan *out,
+                                          forge_error *error) {
+    forge_context_desc zero;
+    forge__resolved r;
+    forge__schedule s;
+    forge_result res;
+    uint64_t scratch;
+    if (!m || !out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_plan_compute: null argument");
+    if (!desc) {
+        memset(&zero, 0, sizeof zero);
+        desc = &zero;
+    }
+    if ((res = forge__resolve_desc(m, desc, &r, error))) return res;
+    if ((res = forge__schedule_build(m, &desc->allocator, &s, error))) return res;
+    scratch = forge__schedule_pack(&s, r.n_batch);
+    res = forge__plan_with(m, &r, &s, scratch, r.n_threads ? r.n_threads : forge_cpu_count(), out, error);
+    forge__schedule_free(&s, &desc->allocator);
+    if (res == FORGE_OK) forge__ok(error);
+    return res;
+}
+
+FORGE_API forge_result forge_memory_query_cpu(forge_memory_reading *out, forge_error *error) {
+#ifndef FORGE_NO_STDIO
+    forge_host_memory host;
+    forge_result r;
+    if (!out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_memory_query_cpu: null argument");
+    memset(out, 0, sizeof *out);
+    if ((r = forge_host_memory_query(&host, error))) return r;
+    snprintf(out->device, sizeof out->device, "%s", host.cgroup_limited ? "CPU (container memory)" : "CPU (host memory)");
+    out->total_bytes = host.total_bytes;
+    out->free_bytes = host.available_bytes;
+    out->adjusted = host.adjusted;
+    return FORGE_OK;
+#else
+    if (out) memset(out, 0, sizeof *out);
+    return forge__fail(error, FORGE_ERR_UNSUPPORTED, "host memory cannot be read without stdio (FORGE_NO_STDIO)");
+#endif
+}
+
+FORGE_API forge_result forge_monitor_poll(forge_monitor *m, const forge_memory_reading *reading, double *used_fraction,
+                                          forge_error *error) {
+    forge_memory_reading now;
+    double threshold, used;
+    forge_result r;
+    if (!m) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_monitor_poll: null monitor");
+    if (reading) now = *reading;
+    else if ((r = forge_memory_query_cpu(&now, error))) return r;
+    threshold = m->threshold > 0.0 ? m->threshold : 0.85;
+    if (threshold > 1.0) return forge__fail(error, FORGE_ERR_ARGUMENT, "monitor threshold %g is above 1", threshold);
+    /* no total or more free than total: nothing sensible to report, count it as fully used */
+    used = now.total_bytes == 0 || now.free_bytes > now.total_bytes
+               ? 1.0
+               : 1.0 - (double)now.free_bytes / (double)now.total_bytes;
+    if (used_fraction) *used_fraction = used;
+    if (used >= threshold && !m->above) {
+        m->above = 1;
+        if (m->warn) m->warn(m->user_data, &now, used);
+    } else if (used < threshold) {
+        m->above = 0;
+    }
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+/* A byte count in the unit that suits `scale` (GiB, MiB or KiB), so the terms of one breakdown
+   share the unit of their total. */
+static const char *forge__unit(uint64_t scale, double *divisor) {
+    if (scale >= (1ull << 30)) return *divisor = (double)(1ull << 30), "GiB";
+    if (scale >= (1ull << 20)) return *divisor = (double)(1ull << 20), "MiB";
+    return *divisor = 1024.0, "KiB";
+}
+
+static void forge__in_unit(char *buf, size_t size, uint64_t bytes, double divisor) {
+    snprintf(buf, size, "%.1f", (double)bytes / divisor);
+}
+
+static uint64_t forge__budget_of(uint64_t free_bytes, double fraction, uint64_t headroom) {
+    double b = (double)free_bytes * fraction;
+    uint64_t budget = b >= 18446744073709549568.0 ? UINT64_MAX : (uint64_t)b;
+    return budget > headroom ? budget - headroom : 0;
+}
+
+FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_context_desc *desc, forge_verdict *v,
+                                        forge_error *error) {
+    forge_context_desc zero;
+    forge__resolved r;
+    forge__schedule s;
+    forge_result res;
+    uint32_t threads;
+    char need[16], weights[16], kv[16], scratch[16], reserve[16], budget[16], free_text[16];
+    int kvt;
+
+    if (!m || !v) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_plan_check: null argument");
+    if (!desc) {
+        memset(&zero, 0, sizeof zero);
+        desc = &zero;
+    }
+    memset(v, 0, sizeof *v);
+    if ((res = forge__resolve_desc(m, desc, &r, error))) return res;
+    if (desc->memory) v->memory = *desc->memory;
+    else if ((res = forge_memory_query_cpu(&v->memory, error))) return res;
+    if (v->memory.free_bytes > v->memory.total_bytes) { /* a reading that makes no sense: trust the smaller */
+        v->memory.free_bytes = v->memory.total_bytes;
+        v->memory.adjusted = 1;
+    }
+    v->mem_fraction = forge__resolve_fraction(desc->mem_fraction);
+    v->mem_headroom_bytes = desc->mem_headroom_bytes;
+    v->budget_bytes = forge__budget_of(v->memory.free_bytes, v->mem_fraction, v->mem_headroom_bytes);
+    threads = r.n_threads ? r.n_threads : forge_cpu_count();
+
+    if ((res = forge__schedule_build(m, &desc->allocator, &s, error))) return res;
+    res = forge__plan_with(m, &r, &s, forge__schedule_pack(&s, r.n_batch), threads, &v->plan, error);
+    if (res) {
+        forge__schedule_free(&s, &desc->allocator);
+        return res;
+    }
+    v->fits = v->plan.total_bytes <= v->budget_bytes;
+    v->kv_type_that_fits = FORGE_KV_DEFAULT;
+    if (!v->fits) {
+        /* largest context (a multiple of 256, up to the requested one) at the requested KV type;
+           the plan grows with the context, so the answer is found by bisection */
+        uint32_t lo = 0, hi = r.n_ctx / 256;
+        forge__resolved t = r;
+        forge_plan p;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo + 1) / 2;
+            t.n_ctx = mid * 256;
+            t.n_batch = FORGE__MIN(r.n_batch, t.n_ctx);
+            t.n_logits = FORGE__MIN(r.n_logits, t.n_batch);
+            if (forge__plan_with(m, &t, &s, forge__schedule_pack(&s, t.n_batch), threads, &p, NULL) == FORGE_OK &&
+                p.total_bytes <= v->budget_bytes)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        v->max_ctx_that_fits = lo * 256;
+        /* the most precise smaller KV type that holds the requested context */
+        for (kvt = FORGE_KV_F32; kvt < FORGE_KV_TYPE_COUNT; kvt++) {
+            uint64_t a = 0, b = 0;
+            t = r;
+            t.kv_type = (forge_kv_type)kvt;
+            if (forge_kv_cache_bytes(&m->config, 256, t.kv_type, &a, NULL) != FORGE_OK ||
+                forge_kv_cache_bytes(&m->config, 256, r.kv_type, &b, NULL) != FORGE_OK || a >= b)
+                continue;
+            if (forge__plan_with(m, &t, &s, v->plan.scratch_bytes, threads, &p, NULL) == FORGE_OK &&
+                p.total_bytes <= v->budget_bytes) {
+                v->kv_type_that_fits = t.kv_type;
+                break;
+            }
+        }
+    }
+    forge__schedule_free(&s, &desc->allocator);
+
+    {
+        double plan_div, budget_div, free_div;
+        const char *plan_unit = forge__unit(v->plan.total_bytes, &plan_div);
+        const char *budget_unit = forge__unit(v->budget_bytes, &budget_div);
+        const char *free_unit = forge__unit(v->memory.free_bytes, &free_div);
+        int used;
+        forge__in_unit(need, sizeof need, v->plan.total_bytes, plan_div);
+        forge__in_unit(weights, sizeof weights, v->plan.weights_bytes, plan_div);
+        forge__in_unit(kv, sizeof kv, v->plan.kv_bytes, plan_div);
+        forge__in_unit(scratch, sizeof scratch, v->plan.scratch_bytes + v->plan.logits_bytes, plan_div);
+        forge__in_unit(reserve, sizeof reserve, v->plan.reserve_bytes + v->plan.capture_bytes, plan_div);
+        forge__in_unit(budget, sizeof budget, v->budget_bytes, budget_div);
+        forge__in_unit(free_text, sizeof free_text, v->memory.free_bytes, free_div);
+        used = snprintf(v->message, sizeof v->message,
+                        "model needs %s %s (weights %s, KV cache %s at %u tokens %s, scratch %s, reserve %s) %s "
+                        "%s %s (%.3g%% of %s %s free on %s%s%s)",
+                        need, plan_unit, weights, kv, r.n_ctx, forge_kv_type_name(r.kv_type), scratch, reserve,
+                        v->fits ? "within the budget of" : "but the budget is", budget, budget_unit, v->mem_fraction * 100.0, free_text,
+                        free_unit, v->memory.device, v->mem_headroom_bytes ? ", less headroom" : "",
+                        v->memory.adjusted ? ", reading adjusted" : "");
+        if (!v->fits && used > 0 && (size_t)used < sizeof v->message) {
+            if (v->max_ctx_that_fits == 0 && v->kv_type_that_fits == FORGE_KV_DEFAULT)
+                snprintf(v->message + used, sizeof v->message - (size_t)used,
+                         "; nothing fits: even 256 tokens need more than the budget");
+            else if (v->kv_type_that_fits == FORGE_KV_DEFAULT)
+                snprintf(v->message + used, sizeof v->message - (size_t)used, "; fits: --ctx %u", v->max_ctx_that_fits);
+            else if (v->max_ctx_that_fits == 0)
+                snprintf(v->message + used, sizeof v->message - (size_t)used, "; fits: --kv %s at %u",
+                         forge_kv_type_name(v->kv_type_that_fits), r.n_ctx);
+            else
+                snprintf(v->message + used, sizeof v->message - (size_t)used, "; fits: --ctx %u, or --kv %s at %u",
+                         v->max_ctx_that_fits, forge_kv_type_name(v->kv_type_that_fits), r.n_ctx);
+        }
+    }
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+/* >>impl-cpu-backend */
+
+#define FORGE__MAX_HEAD_DIM 1024
+
+struct forge_context {
+    const forge_model *model;
+    const forge_config *c;
+    forge_allocator allocator;
+    forge__resolved r;
+    forge_plan plan;
+    forge__schedule sched;
+    forge__pool *pool;
+    uint8_t *arena;         /* scratch | logits | matmul rows | vector | KV cache: the plan's non-weight bytes */
+    uint64_t arena_bytes;
+    uint8_t *kv;
+    uint64_t kv_layer_offset[FORGE_MAX_LAYERS]; /* start of each layer's keys; values follow the keys */
+    uint64_t row_k_bytes, row_v_bytes;
+    float *scratch, *logits;
+    void *work;
+    float *vec;             /* one norm weight or bias in f32 */
+    float rope_factors[FORGE__MAX_HEAD_DIM / 2];
+    uint32_t pos, n_logit_rows;
+    /* the step being evaluated */
+    const int32_t *tokens;
+    uint32_t n_tokens;
+};
+
+FORGE_API forge_result forge_context_create(const forge_model *m, const forge_context_desc *desc, forge_context **out,
+                                            forge_error *error) {
+    forge_context_desc zero;
+    forge_verdict verdict;
+    forge_context *ctx;
+    forge_result res;
+    uint64_t offset;
+    uint32_t il, storage;
+    const forge_type_traits *kvt;
+    const forge_allocator *a;
+
+    if (out) *out = NULL;
+    if (!m || !out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_context_create: null argument");
+    if (!desc) {
+        memset(&zero, 0, sizeof zero);
+        desc = &zero;
+    }
+    a = &desc->allocator;
+    /* the whole bill first: nothing is allocated before the plan is known to fit */
+    if ((res = forge_plan_check(m, desc, &verdict, error))) return res;
+    if (!verdict.fits) {
+        if (desc->policy != FORGE_BUDGET_WARN) return forge__fail(error, FORGE_ERR_BUDGET, "%s", verdict.message);
+        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, verdict.message);
+    } else if (desc->log) {
+        desc->log(desc->log_user_data, FORGE_LOG_INFO, verdict.message);
+    }
+    if (m->config.head_dim > FORGE__MAX_HEAD_DIM || m->config.head_dim_v > FORGE__MAX_HEAD_DIM)
+        return forge__fail(error, FORGE_ERR_UNSUPPORTED, "head size %u is above the CPU backend's limit of %d",
+                           FORGE__MAX(m->config.head_dim, m->config.head_dim_v), FORGE__MAX_HEAD_DIM);
+
+    ctx = (forge_context *)forge__alloc(a, sizeof *ctx);
+    if (!ctx) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the context (%u bytes)", (unsigned)sizeof *ctx);
+    memset(ctx, 0, sizeof *ctx);
+    ctx->model = m;
+    ctx->c = &m->config;
+    ctx->allocator = *a;
+    if ((res = forge__resolve_desc(m, desc, &ctx->r, error))) goto fail;
+    if ((res = forge__schedule_build(m, a, &ctx->sched, error))) goto fail;
+    if ((res = forge__pool_create(ctx->r.n_threads, a, &ctx->pool, error))) goto fail;
+    ctx->plan = verdict.plan;
+    /* the plan was made for the thread count the pool really has */
+    if ((res = forge__plan_with(m, &ctx->r, &ctx->sched, forge__schedule_pack(&ctx->sched, ctx->r.n_batch),
+                                forge__pool_size(ctx->pool), &ctx->plan, error)))
+        goto fail;
+    ctx->arena_bytes = ctx->plan.total_bytes - ctx->plan.weights_bytes; /* weights stay in the mapped file */
+    if (ctx->arena_bytes > (uint64_t)SIZE_MAX / 2) {
+        res = forge__fail(error, FORGE_ERR_HOST_MEMORY, "an arena of %llu bytes does not fit this address space",
+                          (forge__ull)ctx->arena_bytes);
+        goto fail;
+    }
+    ctx->arena = (uint8_t *)forge__alloc(a, (size_t)ctx->arena_bytes);
+    if (!ctx->arena) {
+        res = forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the context arena of %llu bytes",
+                          (forge__ull)ctx->arena_bytes);
+        goto fail;
+    }
+    /* regions of the one arena: the 64-byte multiples first, the KV cache (any size) last */
+    ctx->scratch = (float *)(void *)ctx->arena;
+    offset = ctx->plan.scratch_bytes;
+    ctx->logits = (float *)(void *)(ctx->arena + offset);
+    offset += ctx->plan.logits_bytes;
+    ctx->work = ctx->arena + offset;
+    offset += forge__cpu_work_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols);
+    ctx->vec = (float *)(void *)(ctx->arena + offset);
+    offset += forge__align64((uint64_t)ctx->sched.max_vec * sizeof(float));
+    ctx->kv = ctx->arena + offset;
+
+    storage = forge__kv_storage_type(ctx->r.kv_type);
+    kvt = forge_type_info(storage);
+    ctx->row_k_bytes = (uint64_t)ctx->c->head_dim / kvt->block_elems * kvt->block_bytes;
+    ctx->row_v_bytes = (uint64_t)ctx->c->head_dim_v / kvt->block_elems * kvt->block_bytes;
+    for (offset = 0, il = 0; il < ctx->c->n_layer; il++) {
+        ctx->kv_layer_offset[il] = offset;
+        offset += (uint64_t)ctx->r.n_ctx * ctx->c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
+    }
+    for (il = 0; il < FORGE__MAX_HEAD_DIM / 2; il++) ctx->rope_factors[il] = 1.0f;
+    if (ctx->c->has_rope_freqs) {
+        const forge_gguf_tensor *t = forge_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+        forge_dequantize(t->type, t->data, ctx->rope_factors, t->n_elements);
+    }
+    *out = ctx;
+    forge__ok(error);
+    return FORGE_OK;
+fail:
+    forge_context_destroy(ctx);
+    return res;
+}
+
+FORGE_API void forge_context_destroy(forge_context *ctx) {
+    forge_allocator a;
+    if (!ctx) return;
+    a = ctx->allocator;
+    forge__pool_destroy(ctx->pool);
+    forge__free(&a, ctx->arena);
+    forge__schedule_free(&ctx->sched, &a);
+    forge__free(&a, ctx);
+}
+
+FORGE_API const forge_plan *forge_context_plan(const forge_context *ctx) { return ctx ? &ctx->plan : NULL; }
+FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx) { return ctx ? ctx->arena_bytes : 0; }
+FORGE_API uint32_t forge_context_pos(const forge_context *ctx) { return ctx ? ctx->pos : 0; }
+FORGE_API void forge_context_reset(forge_context *ctx) {
+    if (!ctx) return;
+    ctx->pos = 0;
+    ctx->n_logit_rows = 0;
+}
+
+FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows) {
+    if (n_rows) *n_rows = ctx ? ctx->n_logit_rows : 0;
+    return ctx && ctx->n_logit_rows ? ctx->logits : NULL;
+}
+
+static float *forge__val(forge_context *ctx, int32_t v) {
+    return (float *)(void *)((uint8_t *)ctx->scratch + ctx->sched.values[v].offset);
+}
+
+/* KV cache rows: keys of layer l, position p, KV head h; values follow all keys of the layer. */
+static uint8_t *forge__k_row(forge_context *ctx, uint32_t l, uint32_t p, uint32_t h) {
+    return ctx->kv + ctx->kv_layer_offset[l] + ((uint64_t)p * ctx->c->layer_n_head_kv[l] + h) * ctx->row_k_bytes;
+}
+static uint8_t *forge__v_row(forge_context *ctx, uint32_t l, uint32_t p, uint32_t h) {
+    return ctx->kv + ctx->kv_layer_offset[l] + (uint64_t)ctx->r.n_ctx * ctx->c->layer_n_head_kv[l] * ctx->row_k_bytes +
+           ((uint64_t)p * ctx->c->layer_n_head_kv[l] + h) * ctx->row_v_bytes;
+}
+
+/* f32 -> the KV cache's storage type (round to nearest; blocks of 32 for the quantized types) */
+static void forge__kv_encode(forge_kv_type type, const float *x, uint32_t n, uint8_t *dst) {
+    uint32_t i, j;
+    if (type == FORGE_KV_F32) {
+        memcpy(dst, x, n * sizeof(float));
+    } else if (type == FORGE_KV_F16) {
+        for (i = 0; i < n; i++) {
+            uint16_t h = forge_f32_to_f16(x[i]);
+            dst[2 * i] = (uint8_t)(h & 0xff);
+            dst[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+    } else if (type == FORGE_KV_Q8_0) {
+        for (i = 0; i < n; i += 32, dst += 34) {
+            float amax = 0.0f, d, inv;
+            uint16_t h;
+            for (j = 0; j < 32; j++) amax = FORGE__MAX(amax, (float)fabs(x[i + j]));
+            d = amax / 127.0f;
+            inv = d > 0.0f ? 1.0f / d : 0.0f;
+            h = forge_f32_to_f16(d);
+            dst[0] = (uint8_t)(h & 0xff);
+            dst[1] = (uint8_t)(h >> 8);
+            for (j = 0; j < 32; j++) dst[2 + j] = (uint8_t)(int8_t)lrintf(x[i + j] * inv);
+        }
+    } else { /* Q4_0: the value of largest magnitude maps to -8 */
+        for (i = 0; i < n; i += 32, dst += 18) {
+            float max = 0.0f, amax = 0.0f, d, inv;
+            uint16_t h;
+            for (j = 0; j < 32; j++)
+                if (fabs(x[i + j]) > amax) amax = (float)fabs(x[i + j]), max = x[i + j];
+            d = max / -8.0f;
+            inv = d != 0.0f ? 1.0f / d : 0.0f;
+            h = forge_f32_to_f16(d);
+            dst[0] = (uint8_t)(h & 0xff);
+            dst[1] = (uint8_t)(h >> 8);
+            for (j = 0; j < 16; j++) {
+                int lo = (int)(x[i + j] * inv + 8.5f), hi = (int)(x[i + 16 + j] * inv + 8.5f);
+                lo = lo < 0 ? 0 : lo > 15 ? 15 : lo;
+                hi = hi < 0 ? 0 : hi > 15 ? 15 : hi;
+                dst[2 + j] = (uint8_t)(lo | (hi << 4));
+            }
+        }
+    }
+}
+
+static void forge__rmsnorm_row(const float *x, const float *w, float *y, uint32_t n, float eps) {
+    double sum = 0.0;
+    float scale;
+    uint32_t i;
+    for (i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    scale = (float)(1.0 / sqrt(sum / n + (double)eps));
+    for (i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+}
+
+typedef struct forge__attn_job {
+    forge_context *ctx;
+    const forge__op *op;
+    const float *q;
+    float *out;
+} forge__attn_job;
+
+/* One (token, head) pair per task: online softmax over positions 0..p, values accumulated as they
+   come, so no buffer grows with the context. */
+static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32_t thread) {
+    forge__attn_job *job = (forge__attn_job *)user;
+    forge_context *ctx = job->ctx;
+    const forge_config *c = ctx->c;
+    uint32_t layer = job->op->layer, n_head = job->op->n, n_kv = c->layer_n_head_kv[layer];
+    uint32_t t = task / n_head, h = task % n_head, kv_head = h / (n_head / n_kv), p, i;
+    uint32_t pos = ctx->pos + t, hd = c->head_dim, hdv = c->head_dim_v;
+    uint32_t kv_type = forge__kv_storage_type(ctx->r.kv_type);
+    const float *q = job->q + (uint64_t)t * n_head * hd + (uint64_t)h * hd;
+    float *out = job->out + (uint64_t)t * n_head * hdv + (uint64_t)h * hdv;
+    float krow[FORGE__MAX_HEAD_DIM], vrow[FORGE__MAX_HEAD_DIM];
+    double acc[FORGE__MAX_HEAD_DIM], max = -INFINITY, sum = 0.0;
+    const double scale = 1.0 / sqrt((double)hd);
+    (void)n_tasks;
+    (void)thread;
+    for (i = 0; i < hdv; i++) acc[i] = 0.0;
+    for (p = 0; p <= pos; p++) {
+        double s = 0.0, w;
+        forge_dequantize(kv_type, forge__k_row(ctx, layer, p, kv_head), krow, hd);
+        for (i = 0; i < hd; i++) s += (double)q[i] * krow[i];
+        s *= scale;
+        if (s > max) { /* rescale what was accumulated under the old maximum */
+            double shrink = exp(max - s);
+            for (i = 0; i < hdv; i++) acc[i] *= shrink;
+            sum *= shrink;
+            max = s;
+        }
+        w = exp(s - max);
+        sum += w;
+        forge_dequantize(kv_type, forge__v_row(ctx, layer, p, kv_head), vrow, hdv);
+        for (i = 0; i < hdv; i++) acc[i] += w * vrow[i];
+    }
+    for (i = 0; i < hdv; i++) out[i] = (float)(acc[i] / sum);
+}
+
+static void forge__rope(forge_context *ctx, float *x, uint32_t n_heads) {
+    const forge_config *c = ctx->c;
+    uint32_t t, h, i, half = c->n_rot / 2;
+    for (t = 0; t < ctx->n_tokens; t++) {
+        double pos = (double)(ctx->pos + t);
+        for (i = 0; i < half; i++) {
+            double theta = pos * (double)c->rope_freq_scale * pow((double)c->rope_freq_base, -2.0 * i / c->n_rot) /
+                           (double)ctx->rope_factors[i];
+            float cs = (float)cos(theta), sn = (float)sin(theta);
+            for (h = 0; h < n_heads; h++) {
+                float *v = x + ((uint64_t)t * n_heads + h) * c->head_dim;
+                uint32_t a = c->rope_type == FORGE_ROPE_NEOX ? i : 2 * i;
+                uint32_t b = c->rope_type == FORGE_ROPE_NEOX ? i + half : 2 * i + 1;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * cs - x1 * sn;
+                v[b] = x0 * sn + x1 * cs;
+            }
+        }
+    }
+}
+
+static void forge__load_vector(const forge_gguf_tensor *t, float *out) {
+    forge_dequantize(t->type, t->data, out, t->n_elements);
+}
+
+/* Runs the schedule on ctx->tokens[0..n_tokens) at positions pos.. */
+static void forge__run_schedule(forge_context *ctx) {
+    const forge_config *c = ctx->c;
+    uint32_t k, t, i, n = ctx->n_tokens;
+    float vec[2 * FORGE__MAX_HEAD_DIM]; /* norm weights of one head */
+    for (k = 0; k < ctx->sched.n_ops; k++) {
+        const forge__op *op = &ctx->sched.ops[k];
+        switch (op->kind) {
+        case FORGE__OP_EMBED: {
+            float *x = forge__val(ctx, op->dst);
+            uint64_t row_bytes = op->w->n_bytes / op->w->ne[1];
+            for (t = 0; t < n; t++) {
+                float *row = x + (uint64_t)t * op->n;
+                forge_dequantize(op->w->type, op->w->data + (uint64_t)ctx->tokens[t] * row_bytes, row, op->n);
+                if (c->embd_scale != 1.0f)
+                    for (i = 0; i < op->n; i++) row[i] *= c->embd_scale;
+            }
+            break;
+        }
+        case FORGE__OP_RMSNORM: {
+            const float *x = forge__val(ctx, op->src);
+            float *y = forge__val(ctx, op->dst);
+            float *w = ctx->vec;
+            forge__load_vector(op->w, w);
+            for (t = 0; t < n; t++) forge__rmsnorm_row(x + (uint64_t)t * op->n, w, y + (uint64_t)t * op->n, op->n, c->rms_eps);
+            break;
+        }
+        case FORGE__OP_MATMUL: {
+            float *y = forge__val(ctx, op->dst);
+            uint32_t cols = (uint32_t)op->w->ne[0];
+            forge__matmul(ctx->pool, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n, cols,
+                          forge__val(ctx, op->src), y, n, ctx->work);
+            if (op->bias) {
+                float *b = ctx->vec;
+                forge__load_vector(op->bias, b);
+                for (t = 0; t < n; t++)
+                    for (i = 0; i < op->n; i++) y[(uint64_t)t * op->n + i] += b[i];
+            }
+            break;
+        }
+        case FORGE__OP_HEADNORM: {
+            float *x = forge__val(ctx, op->dst);
+            uint32_t h;
+            forge__load_vector(op->w, vec);
+            for (t = 0; t < n; t++)
+                for (h = 0; h < op->n; h++) {
+                    float *row = x + ((uint64_t)t * op->n + h) * c->head_dim;
+                    forge__rmsnorm_row(row, vec, row, c->head_dim, c->rms_eps);
+                }
+            break;
+        }
+        case FORGE__OP_ROPE: forge__rope(ctx, forge__val(ctx, op->dst), op->n); break;
+        case FORGE__OP_KV_STORE: {
+            const float *kx = forge__val(ctx, op->src), *vx = forge__val(ctx, op->src2);
+            uint32_t h;
+            for (t = 0; t < n; t++)
+                for (h = 0; h < op->n; h++) {
+                    forge__kv_encode(ctx->r.kv_type, kx + ((uint64_t)t * op->n + h) * c->head_dim, c->head_dim,
+                                     forge__k_row(ctx, op->layer, ctx->pos + t, h));
+                    forge__kv_encode(ctx->r.kv_type, vx + ((uint64_t)t * op->n + h) * c->head_dim_v, c->head_dim_v,
+                                     forge__v_row(ctx, op->layer, ctx->pos + t, h));
+                }
+            break;
+        }
+        case FORGE__OP_ATTENTION: {
+            forge__attn_job job;
+            job.ctx = ctx;
+            job.op = op;
+            job.q = forge__val(ctx, op->src);
+            job.out = forge__val(ctx, op->dst);
+            forge__pool_run(ctx->pool, forge__attn_task, &job, n * op->n);
+            break;
+        }
+        case FORGE__OP_ADD: {
+            float *x = forge__val(ctx, op->dst);
+            const float *y = forge__val(ctx, op->src);
+            uint64_t total = (uint64_t)n * op->n, j;
+            for (j = 0; j < total; j++) x[j] += y[j];
+            break;
+        }
+        case FORGE__OP_SWIGLU: {
+            float *g = forge__val(ctx, op->dst);
+            const float *u = forge__val(ctx, op->src);
+            uint64_t total = (uint64_t)n * op->n, j;
+            for (j = 0; j < total; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+            break;
+        }
+        case FORGE__OP_LOGITS: {
+            uint32_t rows = FORGE__MIN(ctx->r.n_logits, n);
+            const float *x = forge__val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd;
+            forge__matmul(ctx->pool, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n,
+                          (uint32_t)op->w->ne[0], x, ctx->logits, rows, ctx->work);
+            ctx->n_logit_rows = rows;
+            break;
+        }
+        }
+    }
+}
+
+FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error) {
+    uint32_t done = 0, i;
+    if (!ctx || (!tokens && n_tokens)) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval: null argument");
+    if (n_tokens == 0) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval: no tokens");
+    if ((uint64_t)ctx->pos + n_tokens > ctx->r.n_ctx)
+        return forge__fail(error, FORGE_ERR_ARGUMENT,
+                           "the context holds %u positions; %u are used and %u more do not fit", ctx->r.n_ctx, ctx->pos,
+                           n_tokens);
+    for (i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= ctx->c->n_vocab)
+            return forge__fail(error, FORGE_ERR_ARGUMENT, "token %d at index %u is outside the vocabulary of %u",
+                               (int)tokens[i], i, ctx->c->n_vocab);
+    while (done < n_tokens) {
+        ctx->tokens = tokens + done;
+        ctx->n_tokens = FORGE__MIN(ctx->r.n_batch, n_tokens - done);
+        forge__run_schedule(ctx);
+        ctx->pos += ctx->n_tokens;
+        done += ctx->n_tokens;
+    }
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+/* >>impl-generate */
+
+static int forge__str_contains(forge_gguf_str s, const char *needle) {
+    size_t n = strlen(needle);
+    uint64_t i;
+    if (n == 0 || s.len < n) return 0;
+    for (i = 0; i + n <= s.len; i++)
+        if (s.ptr[i] == needle[0] && memcmp(s.ptr + i, needle, n) == 0) return 1;
+    return 0;
+}
+
+FORGE_API forge_chat_format forge_chat_detect(const forge_gguf *g) {
+    const forge_gguf_kv *kv = forge_gguf_find_kv(g, "tokenizer.chat_template");
+    forge_gguf_str t = {NULL, 0};
+    if (!kv || forge_gguf_kv_str(kv, &t, NULL) != FORGE_OK) return FORGE_CHAT_NONE;
+    if (forge__str_contains(t, "<|start_header_id|>")) return FORGE_CHAT_LLAMA3;
+    if (forge__str_contains(t, "<|im_start|>")) return FORGE_CHAT_CHATML;
+    if (forge__str_contains(t, "<start_of_turn>")) return FORGE_CHAT_GEMMA;
+    return FORGE_CHAT_NONE;
+}
+
+FORGE_API const char *forge_chat_format_name(forge_chat_format f) {
+    switch (f) {
+    case FORGE_CHAT_CHATML: return "chatml";
+    case FORGE_CHAT_LLAMA3: return "llama3";
+    case FORGE_CHAT_GEMMA: return "gemma";
+    default: return "none";
+    }
+}
+
+typedef struct forge__text {
+    char *out;
+    size_t capacity, len;
+} forge__text;
+
+static void forge__put(forge__text *t, const char *s) {
+    size_t n = strlen(s);
+    if (t->len < t->capacity) memcpy(t->out + t->len, s, FORGE__MIN(n, t->capacity - t->len));
+    t->len += n;
+}
+
+FORGE_API forge_result forge_chat_render(forge_chat_format f, const forge_chat_message *m, size_t n, int add_assistant,
+                                         char *out, size_t capacity, size_t *len, forge_error *error) {
+    forge__text t;
+    size_t i;
+    const char *system = NULL;
+    if ((!m && n) || !len || (!out && capacity)) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_chat_render: null argument");
+    t.out = out;
+    t.capacity = capacity;
+    t.len = 0;
+    for (i = 0; i < n; i++) {
+        const char *role = m[i].role, *content = m[i].content;
+        if (!role || !content || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")))
+            return forge__fail(error, FORGE_ERR_ARGUMENT, "message %u: role must be system, user or assistant", (unsigned)i);
+        switch (f) {
+        case FORGE_CHAT_CHATML:
+            forge__put(&t, "<|im_start|>"), forge__put(&t, role), forge__put(&t, "\n");
+            forge__put(&t, content), forge__put(&t, "<|im_end|>\n");
+            break;
+        case FORGE_CHAT_LLAMA3:
+            forge__put(&t, "<|start_header_id|>"), forge__put(&t, role), forge__put(&t, "<|end_header_id|>\n\n");
+            forge__put(&t, content), forge__put(&t, "<|eot_id|>");
+            break;
+        case FORGE_CHAT_GEMMA: /* no system turn: its text opens the first user turn */
+            if (!strcmp(role, "system")) {
+                system = content;
+                break;
+            }
+            forge__put(&t, "<start_of_turn>"), forge__put(&t, strcmp(role, "assistant") ? role : "model"), forge__put(&t, "\n");
+            if (system && !strcmp(role, "user")) forge__put(&t, system), forge__put(&t, "\n\n"), system = NULL;
+            forge__put(&t, content), forge__put(&t, "<end_of_turn>\n");
+            break;
+        default: /* no format: the texts one after another */
+            forge__put(&t, content);
+            break;
+        }
+    }
+    if (add_assistant) {
+        if (f == FORGE_CHAT_CHATML) forge__put(&t, "<|im_start|>assistant\n");
+        else if (f == FORGE_CHAT_LLAMA3) forge__put(&t, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        else if (f == FORGE_CHAT_GEMMA) forge__put(&t, "<start_of_turn>model\n");
+    }
+    *len = t.len;
+    if (t.len > capacity)
+        return forge__fail(error, FORGE_ERR_LIMIT, "the chat needs %llu bytes; the buffer holds %llu", (forge__ull)t.len,
+                           (forge__ull)capacity);
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+struct forge_generator {
+    forge_context *ctx;
+    const forge_tokenizer *tok;
+    forge_sampler *sampler;
+    forge_allocator allocator;
+    int32_t *queue;
+    size_t queue_len, queue_pos;
+    forge_detokenizer detok;
+    char *text;          /* one step's bytes: a piece plus held bytes */
+    size_t text_capacity;
+    int have_logits;     /* the context's logits follow the last token evaluated */
+};
+
+FORGE_API forge_result forge_generator_create(forge_context *ctx, const forge_tokenizer *tok,
+                                              const forge_sampler_desc *sampler, forge_generator **out,
+                                              forge_error *error) {
+    forge_generator *g;
+    forge_result r;
+    forge_sampler_desc greedy;
+    if (out) *out = NULL;
+    if (!ctx || !tok || !out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_generator_create: null argument");
+    if (forge_tokenizer_n_vocab(tok) != ctx->c->n_vocab)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "the tokenizer has %u tokens but the model's output has %u",
+                           forge_tokenizer_n_vocab(tok), ctx->c->n_vocab);
+    if (!sampler) {
+        memset(&greedy, 0, sizeof greedy);
+        sampler = &greedy;
+    }
+    g = (forge_generator *)forge__alloc(&ctx->allocator, sizeof *g);
+    if (!g) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the generator");
+    memset(g, 0, sizeof *g);
+    g->ctx = ctx;
+    g->tok = tok;
+    g->allocator = ctx->allocator;
+    g->text_capacity = forge_tokenizer_max_piece_bytes(tok) + 8;
+    g->text = (char *)forge__alloc(&g->allocator, g->text_capacity);
+    if (!g->text) {
+        forge__free(&g->allocator, g);
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the generator's text buffer");
+    }
+    if ((r = forge_sampler_create(sampler, ctx->c->n_vocab, &g->sampler, error))) {
+        forge__free(&g->allocator, g->text);
+        forge__free(&g->allocator, g);
+        return r;
+    }
+    forge_detokenizer_init(&g->detok, tok, 0);
+    *out = g;
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+FORGE_API void forge_generator_destroy(forge_generator *g) {
+    forge_allocator a;
+    if (!g) return;
+    a = g->allocator;
+    forge_sampler_destroy(g->sampler);
+    forge__free(&a, g->queue);
+    forge__free(&a, g->text);
+    forge__free(&a, g);
+}
+
+FORGE_API void forge_generator_reset(forge_generator *g) {
+    if (!g) return;
+    forge_context_reset(g->ctx);
+    forge_sampler_reset(g->sampler);
+    forge_detokenizer_init(&g->detok, g->tok, 0);
+    g->queue_len = g->queue_pos = 0;
+    g->have_logits = 0;
+}
+
+FORGE_API forge_result forge_generator_prompt(forge_generator *g, const char *text, size_t len, int parse_special,
+                                              forge_error *error) {
+    size_t needed = 0, left;
+    int32_t *queue;
+    forge_result r;
+    int add_bos;
+    if (!g || (!text && len)) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_generator_prompt: null argument");
+    add_bos = forge_context_pos(g->ctx) == 0 && g->queue_len == g->queue_pos && forge_tokenizer_add_bos(g->tok);
+    r = forge_tokenize(g->tok, text, len, add_bos, parse_special, NULL, 0, &needed, error);
+    if (r != FORGE_OK && r != FORGE_ERR_LIMIT) return r;
+    left = g->queue_len - g->queue_pos;
+    if (needed + left == 0) {
+        forge__ok(error);
+        return FORGE_OK;
+    }
+    if (forge_context_pos(g->ctx) + left + needed > g->ctx->r.n_ctx)
+        return forge__fail(error, FORGE_ERR_LIMIT, "the prompt needs %llu positions; the context has %u of %u left",
+                           (forge__ull)(left + needed), g->ctx->r.n_ctx - forge_context_pos(g->ctx), g->ctx->r.n_ctx);
+    queue = (int32_t *)forge__alloc(&g->allocator, (left + needed) * sizeof *queue);
+    if (!queue) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot queue %llu tokens", (forge__ull)(left + needed));
+    if (left) memcpy(queue, g->queue + g->queue_pos, left * sizeof *queue);
+    if ((r = forge_tokenize(g->tok, text, len, add_bos, parse_special, queue + left, needed, &needed, error))) {
+        forge__free(&g->allocator, queue);
+        return r;
+    }
+    forge__free(&g->allocator, g->queue);
+    g->queue = queue;
+    g->queue_len = left + needed;
+    g->queue_pos = 0;
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+static forge_result forge__generator_eval(forge_generator *g, const int32_t *tokens, uint32_t n, forge_error *error) {
+    uint32_t i;
+    forge_result r = forge_eval(g->ctx, tokens, n, error);
+    if (r) return r;
+    for (i = 0; i < n; i++) forge_sampler_accept(g->sampler, tokens[i]);
+    g->have_logits = 1;
+    return FORGE_OK;
+}
+
+FORGE_API forge_result forge_generator_step(forge_generator *g, forge_step *s, forge_error *error) {
+    forge_result r;
+    uint32_t rows, n_ctx;
+    const float *logits;
+    int32_t token;
+    size_t n_text = 0, more = 0;
+    if (!g || !s) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_generator_step: null argument");
+    memset(s, 0, sizeof *s);
+    s->token = -1;
+    s->text = g->text;
+    n_ctx = g->ctx->r.n_ctx;
+    if (g->queue_pos < g->queue_len) { /* read one batch of the prompt */
+        uint32_t n = (uint32_t)FORGE__MIN((size_t)g->ctx->r.n_batch, g->queue_len - g->queue_pos);
+        if ((r = forge__generator_eval(g, g->queue + g->queue_pos, n, error))) return r;
+        g->queue_pos += n;
+        s->prompt_left = (uint32_t)(g->queue_len - g->queue_pos);
+        {
+        forge__ok(error);
+        return FORGE_OK;
+    }
+    }
+    if (!g->have_logits)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "nothing to continue: queue a prompt first");
+    logits = forge_context_logits(g->ctx, &rows);
+    if ((r = forge_sampler_sample(g->sampler, logits + (size_t)(rows - 1) * g->ctx->c->n_vocab, &token, error))) return r;
+    forge_sampler_accept(g->sampler, token);
+    s->token = token;
+    g->have_logits = 0;
+    if ((r = forge_detokenizer_push(&g->detok, token, g->text, g->text_capacity, &n_text, error))) return r;
+    if (forge_tokenizer_is_eog(g->tok, token) || forge_context_pos(g->ctx) >= n_ctx) {
+        s->done = 1;
+        if ((r = forge_detokenizer_flush(&g->detok, g->text + n_text, g->text_capacity - n_text, &more, error))) return r;
+    } else if ((r = forge_eval(g->ctx, &token, 1, error))) {
+        return r;
+    } else {
+        g->have_logits = 1;
+    }
+    s->text_len = n_text + more;
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+FORGE_API forge_result forge_generator_commit(forge_generator *g, int32_t token, forge_error *error) {
+    forge_result r;
+    if (!g) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_generator_commit: null argument");
+    if ((r = forge_eval(g->ctx, &token, 1, error))) return r;
+    g->have_logits = 1;
+    forge_detokenizer_init(&g->detok, g->tok, 0);
+    {
+        forge__ok(error);
+        return FORGE_OK;
+    }
+}
 
 #endif /* FORGE__IMPLEMENTED */
 #endif /* FORGE_IMPLEMENTATION */

@@ -12,7 +12,7 @@ for compiler in "gcc -std=c99 -pedantic" "clang -std=c99 -pedantic" "g++ -x c++ 
   fi
   for options in "" "-DFORGE_STATIC" "-DFORGE_NO_MMAP" "-DFORGE_NO_STDIO" "-DFORGE_STATIC -DFORGE_NO_STDIO"; do
     for opt in -O0 -O2; do
-      if $compiler -Wall -Wextra -Werror $opt $options tests/build_check.c -o "$out" -lm && "$out"; then
+      if $compiler -Wall -Wextra -Werror $opt $options tests/build_check.c -o "$out" -lm -pthread && "$out"; then
         passed=$((passed + 1))
       else
         echo "FAIL: $compiler $opt $options"; failed=$((failed + 1))

@@ -425,6 +425,108 @@ def check_tokenizer_file(tally, forge, path):
 
 # ---------------------------------------------------------------------------------------------
 
+# Architectures the CPU backend runs today; the others must be refused clearly, not mis-computed.
+RUNNABLE = {"llama", "qwen2", "qwen3"}
+
+
+def check_logits_file(tally, forge, models_dir, name, entry, tokens, tmp_dir):
+    """(d) forge's logits for tokens.txt against the float64 reference, within the fixture's
+    tolerance; the distance to llama.cpp's own logits is printed beside it."""
+    path = os.path.join(models_dir, name)
+    hp = entry["peer_hparams"]
+    out = os.path.join(tmp_dir, name + ".logits.f32")
+    cmd = [forge, "eval", "-m", path, "--tokens", ",".join(str(t) for t in tokens), "--logits", out, "--cpu"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        tally.fail("logits %s: forge eval timed out" % name)
+        return
+    runnable = hp["arch"] in RUNNABLE and int(hp.get("n_expert", "0")) == 0
+    if not runnable:
+        # until the family lands, the refusal must say so
+        tally.check(proc.returncode != 0 and "cannot run" in proc.stderr,
+                    "logits %s: %s is refused clearly (%s)" % (name, hp["arch"], proc.stderr.strip()[:120]))
+        return
+    if proc.returncode != 0:
+        tally.fail("logits %s: forge eval failed: %s" % (name, proc.stderr.strip()[:300]))
+        return
+    n_vocab = int(hp["n_vocab"])
+    got = np.fromfile(out, dtype="<f4")
+    os.remove(out)
+    ref = np.fromfile(os.path.join(models_dir, entry["reference_logits"]), dtype="<f4")
+    peer = np.fromfile(os.path.join(models_dir, entry["peer_logits"]), dtype="<f4")
+    if got.size != ref.size or got.size != len(tokens) * n_vocab:
+        tally.fail("logits %s: %d values, expected %d" % (name, got.size, len(tokens) * n_vocab))
+        return
+    got64, ref64, peer64 = (a.astype(np.float64).reshape(len(tokens), n_vocab) for a in (got, ref, peer))
+    rel = np.linalg.norm(got64 - ref64) / np.linalg.norm(ref64)
+    rel_peer = np.linalg.norm(got64 - peer64) / np.linalg.norm(peer64)
+    agree = int((got64.argmax(axis=1) == ref64.argmax(axis=1)).sum())
+    tol = entry["tolerance_rel_l2_vs_reference"]
+    need = entry["min_argmax_agree_vs_reference"]
+    tally.check(rel <= tol and agree >= need,
+                "logits %s: rel L2 vs reference %.2e (tolerance %.2e, llama.cpp's own %.2e), argmax %d/%d (need %d), "
+                "rel L2 vs llama.cpp %.2e" % (name, rel, tol, entry["peer_vs_reference_rel_l2"], agree, len(tokens),
+                                               need, rel_peer))
+
+
+def check_logits(tally, forge, models_dir, index):
+    tokens = index["tokens"]
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        for name in sorted(index["files"]):
+            check_logits_file(tally, forge, models_dir, name, index["files"][name], tokens, tmp_dir)
+
+
+def check_plan_cli(tally, forge, models_dir):
+    """(e) `forge plan`: exit 0 and a parseable JSON verdict when the model fits, exit 1 with the
+    reason on stderr and what would fit when it does not."""
+    path = os.path.join(models_dir, "tiny-llama-q4_0.gguf")
+    proc = subprocess.run([forge, "plan", path, "--ctx", "4096", "--json"], capture_output=True, text=True, timeout=60)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        tally.fail("plan: output is not JSON: %r" % proc.stdout[:200])
+        return
+    plan = doc.get("plan", {})
+    terms = ("weights_bytes", "kv_bytes", "scratch_bytes", "logits_bytes", "capture_bytes", "reserve_bytes")
+    tally.check(proc.returncode == 0 and doc.get("fits") is True and
+                plan.get("total_bytes") == sum(plan.get(t, -1) for t in terms) and
+                plan.get("kv_bytes") == 4 * 4096 * 2 * 64 * 2 and
+                doc["system"]["memory_total_bytes"] > 0 and doc["device"]["free_bytes"] <= doc["device"]["total_bytes"] and
+                doc.get("budget_bytes", 0) > 0,
+                "plan: fits at 4096 (exit %d, total %s bytes, budget %s)" % (proc.returncode, plan.get("total_bytes"),
+                                                                          doc.get("budget_bytes")))
+    # a budget of a few bytes: nothing fits, and the verdict says so
+    env = dict(os.environ, FORGE_MEM_FRACTION="0.0000000001")
+    proc = subprocess.run([forge, "plan", path, "--json"], capture_output=True, text=True, timeout=60, env=env)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        tally.fail("plan: output is not JSON: %r" % proc.stdout[:200])
+        return
+    tally.check(proc.returncode == 1 and doc.get("fits") is False and "but the budget is" in proc.stderr and
+                doc.get("max_ctx_that_fits") == 0 and doc.get("kv_type_that_fits") is None,
+                "plan: FORGE_MEM_FRACTION=1e-10 refuses (exit %d: %s)" % (proc.returncode, proc.stderr.strip()[:160]))
+    # a budget between the q8_0 and the f16 plan at 4096 positions: the solver names both ways out
+    sizes = {}
+    for kv in ("f16", "q8_0"):
+        out = subprocess.run([forge, "plan", path, "--ctx", "4096", "--kv", kv, "--json", "--mem-fraction", "1"],
+                             capture_output=True, text=True, timeout=60)
+        sizes[kv] = json.loads(out.stdout)["plan"]["total_bytes"]
+        free = json.loads(out.stdout)["device"]["free_bytes"]
+    fraction = (sizes["f16"] + sizes["q8_0"]) / 2 / free
+    proc = subprocess.run([forge, "plan", path, "--ctx", "4096", "--mem-fraction", "%.17g" % fraction, "--json"],
+                          capture_output=True, text=True, timeout=60)
+    doc = json.loads(proc.stdout)
+    tally.check(proc.returncode == 1 and doc["fits"] is False and doc["kv_type_that_fits"] == "q8_0" and
+                0 < doc["max_ctx_that_fits"] < 4096 and doc["max_ctx_that_fits"] % 256 == 0 and
+                "--kv q8_0 at 4096" in doc["message"],
+                "plan: between the q8_0 and f16 plans the answer is --ctx %s or --kv %s (%s)" %
+                (doc.get("max_ctx_that_fits"), doc.get("kv_type_that_fits"), doc.get("message", "")[-60:]))
+    bad = subprocess.run([forge, "plan", path, "--kv", "q5_1"], capture_output=True, text=True, timeout=60)
+    tally.check(bad.returncode == 1 and "q5_1" in bad.stderr, "plan: unknown KV type refused (%s)" % bad.stderr.strip()[:80])
+
+
 def main():
     default_fixtures = os.environ.get("FORGE_FIXTURES") or os.path.join(REPO_ROOT, "..", "shared", "fixtures")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -475,6 +577,11 @@ def main():
     print("== (c) vocabulary-only files (%s)" % tokenizer_dir, flush=True)
     for path in tokenizer_paths:
         check_tokenizer_file(tally, args.forge, path)
+
+    print("== (d) logits vs the float64 reference (forge eval)", flush=True)
+    check_logits(tally, args.forge, models_dir, index)
+    print("== (e) forge plan", flush=True)
+    check_plan_cli(tally, args.forge, models_dir)
 
     print("elapsed %.1f s" % (time.time() - start))
     print("%d passed, %d failed" % (tally.passed, tally.failed))

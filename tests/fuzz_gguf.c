@@ -88,7 +88,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         forge_gguf_free(gguf);
         /* the model path parses again and derives: it must agree and free everything */
         if (forge_model_from_memory(copy, size, NULL, &model, &error) == FORGE_OK) {
+            forge_context_desc desc;
+            forge_plan plan;
+            forge_context *ctx = NULL;
+            forge_memory_reading memory;
             fuzz_sink += forge_model_config(model)->n_layer;
+            /* a hostile configuration must plan without overflow and, when small, run a step */
+            memset(&desc, 0, sizeof desc);
+            desc.n_ctx = 8;
+            desc.n_threads = 1;
+            if (forge_plan_compute(model, &desc, &plan, &error) == FORGE_OK && plan.total_bytes < (64u << 20)) {
+                int32_t tokens[2] = {0, 1};
+                memset(&memory, 0, sizeof memory);
+                memory.total_bytes = memory.free_bytes = 1u << 30;
+                desc.memory = &memory;
+                if (forge_context_create(model, &desc, &ctx, &error) == FORGE_OK) {
+                    uint32_t n_vocab = forge_model_config(model)->n_vocab;
+                    fuzz_sink += (uint64_t)forge_eval(ctx, tokens, n_vocab > 1 ? 2 : 1, &error);
+                    forge_context_destroy(ctx);
+                }
+            }
             forge_model_close(model);
         }
     }

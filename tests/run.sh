@@ -27,11 +27,17 @@ run() {
 run types       $B/test_types
 run types_san   $B/test_types_san
 run plan        $B/test_plan
+run context     $B/test_context
+run context_san $B/test_context_san
 run plan_san    $B/test_plan_san
 run gguf        $B/test_gguf
 run gguf_san    $B/test_gguf_san
 run sampler     $B/test_sampler
 run sampler_san $B/test_sampler_san
+run tokenizer   $B/test_tokenizer
+run tokenizer_san $B/test_tokenizer_san
+run matmul      $B/test_matmul
+run matmul_san  $B/test_matmul_san
 run builds      sh tests/check_builds.sh
 run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 [ -n "$broken" ] && echo "suites with failures:$broken"

@@ -1,8 +1,14 @@
 /* forge: the command-line tool around forge.h.
 
-   forge info FILE [--json]     what a GGUF file holds and the configuration forge derives from it
+   forge info FILE [--json]        what a GGUF file holds and the configuration forge derives from it
+   forge plan FILE [options]       the memory bill and the verdict against the budget
+   forge run -m FILE -p PROMPT     generate text
+   forge chat -m FILE              talk with a chat model
+   forge tokenize -m FILE TEXT     token ids of a text
+   forge eval -m FILE --tokens ... logits of a token sequence
 
    Every command exits 0 on success and 1 on failure, with the reason on stderr. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 
@@ -10,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- output helpers ------------------------------------------------------------------------- */
 
@@ -397,6 +404,527 @@ static int cmd_info(int argc, char **argv) {
     return config_ok || vocab_only ? 0 : 1;
 }
 
+/* ---- shared option parsing -------------------------------------------------------------------- */
+
+static int parse_u32(const char *text, const char *what, uint32_t *out) {
+    char *end = NULL;
+    unsigned long v = strtoul(text, &end, 10);
+    if (!end || end == text || *end || v > 0xffffffffUL || text[0] == '-') {
+        fprintf(stderr, "forge: %s '%s' is not a non-negative integer\n", what, text);
+        return 0;
+    }
+    *out = (uint32_t)v;
+    return 1;
+}
+
+static int parse_fraction(const char *text, double *out) {
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (!end || end == text || *end || !(v > 0.0 && v <= 1.0)) {
+        fprintf(stderr, "forge: --mem-fraction '%s' must be a number in (0, 1]\n", text);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Options every command that makes a context shares; returns 1 if argv[*i] was one (consuming its value). */
+static int context_option(int argc, char **argv, int *i, forge_context_desc *desc, int *bad) {
+    const char *opt = argv[*i];
+    const char *value = *i + 1 < argc ? argv[*i + 1] : NULL;
+    forge_error err;
+    if (strcmp(opt, "--ctx") && strcmp(opt, "-c") && strcmp(opt, "--kv") && strcmp(opt, "-ctk") &&
+        strcmp(opt, "--mem-fraction") && strcmp(opt, "--batch") && strcmp(opt, "-b") && strcmp(opt, "--threads") &&
+        strcmp(opt, "-t") && strcmp(opt, "--device"))
+        return 0;
+    if (!value) {
+        fprintf(stderr, "forge: %s needs a value\n", opt);
+        *bad = 1;
+        return 1;
+    }
+    (*i)++;
+    if (!strcmp(opt, "--ctx") || !strcmp(opt, "-c")) *bad |= !parse_u32(value, "--ctx", &desc->n_ctx);
+    else if (!strcmp(opt, "--batch") || !strcmp(opt, "-b")) *bad |= !parse_u32(value, "--batch", &desc->n_batch);
+    else if (!strcmp(opt, "--threads") || !strcmp(opt, "-t")) *bad |= !parse_u32(value, "--threads", &desc->n_threads);
+    else if (!strcmp(opt, "--mem-fraction")) *bad |= !parse_fraction(value, &desc->mem_fraction);
+    else if (!strcmp(opt, "--device")) {
+        uint32_t device;
+        *bad |= !parse_u32(value, "--device", &device);
+        if (!*bad && device != 0) {
+            fprintf(stderr, "forge: --device %u: this build has no GPU backend; the CPU is device 0\n", device);
+            *bad = 1;
+        }
+    } else if (forge_kv_type_parse(value, &desc->kv_type, &err) != FORGE_OK) {
+        fprintf(stderr, "forge: %s\n", err.message);
+        *bad = 1;
+    }
+    return 1;
+}
+
+/* ---- forge plan ----------------------------------------------------------------------------- */
+
+static int cmd_plan(int argc, char **argv) {
+    const char *path = NULL;
+    int json = 0, bad = 0, i;
+    forge_context_desc desc;
+    forge_model *model;
+    forge_verdict v;
+    forge_error err;
+    const forge_plan *p = &v.plan;
+    memset(&desc, 0, sizeof desc);
+    for (i = 0; i < argc; i++) {
+        if (context_option(argc, argv, &i, &desc, &bad)) continue;
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "forge plan: unknown option '%s'\n", argv[i]);
+            bad = 1;
+        } else if (!path) path = argv[i];
+        else bad = 1;
+    }
+    if (bad || !path) {
+        fprintf(stderr, "usage: forge plan FILE [--ctx N] [--kv f32|f16|q8_0|q4_0] [--batch N] [--mem-fraction F] [--device N] [--json]\n");
+        return 1;
+    }
+    if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) {
+        fprintf(stderr, "forge plan: %s\n", err.message);
+        return 1;
+    }
+    if (forge_plan_check(model, &desc, &v, &err) != FORGE_OK) {
+        fprintf(stderr, "forge plan: %s\n", err.message);
+        forge_model_close(model);
+        return 1;
+    }
+    if (json) {
+        forge_host_memory host;
+        memset(&host, 0, sizeof host);
+        forge_host_memory_query(&host, NULL);
+        printf("{\"file\": ");
+        json_cstr(stdout, path);
+        printf(", \"system\": {\"memory_total_bytes\": %llu, \"memory_available_bytes\": %llu}", (unsigned long long)host.total_bytes,
+               (unsigned long long)host.available_bytes);
+        printf(", \"device\": {\"name\": ");
+        json_cstr(stdout, v.memory.device);
+        printf(", \"total_bytes\": %llu, \"free_bytes\": %llu, \"reading_adjusted\": %s}", (unsigned long long)v.memory.total_bytes,
+               (unsigned long long)v.memory.free_bytes, v.memory.adjusted ? "true" : "false");
+        printf(", \"n_ctx\": %u, \"n_batch\": %u, \"kv_type\": \"%s\"", p->n_ctx, p->n_batch, forge_kv_type_name(p->kv_type));
+        printf(", \"plan\": {\"weights_bytes\": %llu, \"kv_bytes\": %llu, \"scratch_bytes\": %llu, \"logits_bytes\": %llu, "
+               "\"capture_bytes\": %llu, \"reserve_bytes\": %llu, \"total_bytes\": %llu}",
+               (unsigned long long)p->weights_bytes, (unsigned long long)p->kv_bytes, (unsigned long long)p->scratch_bytes,
+               (unsigned long long)p->logits_bytes, (unsigned long long)p->capture_bytes, (unsigned long long)p->reserve_bytes,
+               (unsigned long long)p->total_bytes);
+        printf(", \"mem_fraction\": ");
+        json_float(stdout, v.mem_fraction);
+        printf(", \"budget_bytes\": %llu, \"fits\": %s", (unsigned long long)v.budget_bytes, v.fits ? "true" : "false");
+        if (v.fits) printf(", \"max_ctx_that_fits\": null, \"kv_type_that_fits\": null");
+        else {
+            printf(", \"max_ctx_that_fits\": %u, \"kv_type_that_fits\": ", v.max_ctx_that_fits);
+            if (v.kv_type_that_fits == FORGE_KV_DEFAULT) printf("null");
+            else printf("\"%s\"", forge_kv_type_name(v.kv_type_that_fits));
+        }
+        printf(", \"message\": ");
+        json_cstr(stdout, v.message);
+        printf("}\n");
+    } else {
+        char a[32];
+        printf("plan for %s: %u positions of %s KV cache, batches of %u tokens\n", path, p->n_ctx, forge_kv_type_name(p->kv_type),
+               p->n_batch);
+        human_bytes(a, sizeof a, p->weights_bytes);  printf("  weights   %14llu  %s\n", (unsigned long long)p->weights_bytes, a);
+        human_bytes(a, sizeof a, p->kv_bytes);       printf("  KV cache  %14llu  %s\n", (unsigned long long)p->kv_bytes, a);
+        human_bytes(a, sizeof a, p->scratch_bytes);  printf("  scratch   %14llu  %s\n", (unsigned long long)p->scratch_bytes, a);
+        human_bytes(a, sizeof a, p->logits_bytes);   printf("  logits    %14llu  %s\n", (unsigned long long)p->logits_bytes, a);
+        human_bytes(a, sizeof a, p->capture_bytes);  printf("  captures  %14llu  %s\n", (unsigned long long)p->capture_bytes, a);
+        human_bytes(a, sizeof a, p->reserve_bytes);  printf("  reserve   %14llu  %s\n", (unsigned long long)p->reserve_bytes, a);
+        human_bytes(a, sizeof a, p->total_bytes);    printf("  total     %14llu  %s\n", (unsigned long long)p->total_bytes, a);
+        human_bytes(a, sizeof a, v.budget_bytes);
+        printf("  budget    %14llu  %s (%.0f%% of free memory on %s)\n", (unsigned long long)v.budget_bytes, a,
+               v.mem_fraction * 100.0, v.memory.device);
+        printf("%s: %s\n", v.fits ? "fits" : "does not fit", v.message);
+    }
+    if (!v.fits) fprintf(stderr, "forge plan: %s\n", v.message);
+    forge_model_close(model);
+    return v.fits ? 0 : 1;
+}
+
+/* ---- forge eval ----------------------------------------------------------------------------- */
+
+static int cmd_eval(int argc, char **argv) {
+    const char *path = NULL, *token_text = NULL, *out_path = NULL;
+    int bad = 0, i;
+    forge_context_desc desc;
+    forge_model *model = NULL;
+    forge_context *ctx = NULL;
+    forge_error err;
+    int32_t *tokens = NULL;
+    uint32_t n_tokens = 0, cap = 0, done = 0, n_vocab;
+    FILE *out = NULL;
+    int status = 1;
+    memset(&desc, 0, sizeof desc);
+    for (i = 0; i < argc; i++) {
+        if (context_option(argc, argv, &i, &desc, &bad)) continue;
+        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) token_text = argv[++i];
+        else if (!strcmp(argv[i], "--logits") && i + 1 < argc) out_path = argv[++i];
+        else if (!strcmp(argv[i], "--cpu")) continue;
+        else if (!strcmp(argv[i], "--gpu")) {
+            fprintf(stderr, "forge eval: --gpu: this build has no GPU backend\n");
+            return 1;
+        } else {
+            fprintf(stderr, "forge eval: unexpected '%s'\n", argv[i]);
+            bad = 1;
+        }
+    }
+    if (bad || !path || !token_text || !out_path) {
+        fprintf(stderr, "usage: forge eval -m FILE --tokens 1,300,301,... --logits OUT.f32 [--cpu] [--ctx N] [--kv TYPE]\n");
+        return 1;
+    }
+    { /* the ids, comma-separated */
+        const char *s = token_text;
+        while (*s) {
+            char *end = NULL;
+            long v = strtol(s, &end, 10);
+            if (end == s || v < 0 || v > 0x7fffffffL) {
+                fprintf(stderr, "forge eval: --tokens: '%s' is not a list of token ids\n", token_text);
+                goto done;
+            }
+            if (n_tokens == cap) {
+                int32_t *grown;
+                cap = cap ? 2 * cap : 64;
+                grown = (int32_t *)realloc(tokens, cap * sizeof *tokens);
+                if (!grown) goto done;
+                tokens = grown;
+            }
+            tokens[n_tokens++] = (int32_t)v;
+            s = end;
+            if (*s == ',') s++;
+            else if (*s) {
+                fprintf(stderr, "forge eval: --tokens: unexpected '%c'\n", *s);
+                goto done;
+            }
+        }
+    }
+    if (n_tokens == 0) {
+        fprintf(stderr, "forge eval: --tokens is empty\n");
+        goto done;
+    }
+    if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) {
+        fprintf(stderr, "forge eval: %s\n", err.message);
+        goto done;
+    }
+    desc.all_logits = 1;
+    if (!desc.n_ctx) desc.n_ctx = n_tokens < 256 ? 256 : n_tokens;
+    if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) {
+        fprintf(stderr, "forge eval: %s\n", err.message);
+        goto done;
+    }
+    out = fopen(out_path, "wb");
+    if (!out) {
+        fprintf(stderr, "forge eval: cannot write '%s'\n", out_path);
+        goto done;
+    }
+    n_vocab = forge_model_config(model)->n_vocab;
+    /* one step per batch, so the logits of every position are kept */
+    while (done < n_tokens) {
+        uint32_t step = n_tokens - done, rows;
+        const float *logits;
+        if (step > forge_context_plan(ctx)->n_batch) step = forge_context_plan(ctx)->n_batch;
+        if (forge_eval(ctx, tokens + done, step, &err) != FORGE_OK) {
+            fprintf(stderr, "forge eval: %s\n", err.message);
+            goto done;
+        }
+        logits = forge_context_logits(ctx, &rows);
+        if (rows != step || fwrite(logits, sizeof(float), (size_t)rows * n_vocab, out) != (size_t)rows * n_vocab) {
+            fprintf(stderr, "forge eval: could not write the logits\n");
+            goto done;
+        }
+        done += step;
+    }
+    if (fclose(out) != 0) {
+        out = NULL;
+        fprintf(stderr, "forge eval: could not write '%s'\n", out_path);
+        goto done;
+    }
+    out = NULL;
+    fprintf(stderr, "forge eval: %u tokens, %u logits each, written to %s\n", n_tokens, n_vocab, out_path);
+    status = 0;
+done:
+    if (out) fclose(out);
+    forge_context_destroy(ctx);
+    forge_model_close(model);
+    free(tokens);
+    return status;
+}
+
+/* ---- text generation: run, chat, tokenize ---------------------------------------------------- */
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct session {
+    forge_model *model;
+    forge_tokenizer *tok;
+    forge_context *ctx;
+    forge_generator *gen;
+    forge_chat_format format;
+} session;
+
+static void session_close(session *s) {
+    forge_generator_destroy(s->gen);
+    forge_context_destroy(s->ctx);
+    forge_tokenizer_destroy(s->tok);
+    forge_model_close(s->model);
+    memset(s, 0, sizeof *s);
+}
+
+static int session_open(session *s, const char *path, const forge_context_desc *desc, const forge_sampler_desc *sampler,
+                        const char *command) {
+    forge_error err;
+    memset(s, 0, sizeof *s);
+    if (forge_model_open(path, NULL, &s->model, &err) != FORGE_OK ||
+        forge_tokenizer_create(forge_model_gguf(s->model), NULL, &s->tok, &err) != FORGE_OK ||
+        forge_context_create(s->model, desc, &s->ctx, &err) != FORGE_OK ||
+        forge_generator_create(s->ctx, s->tok, sampler, &s->gen, &err) != FORGE_OK) {
+        fprintf(stderr, "forge %s: %s\n", command, err.message);
+        session_close(s);
+        return 0;
+    }
+    s->format = forge_chat_detect(forge_model_gguf(s->model));
+    return 1;
+}
+
+/* Options of the sampler; returns 1 if argv[*i] was one. */
+static int sampler_option(int argc, char **argv, int *i, forge_sampler_desc *d, int *bad) {
+    const char *opt = argv[*i], *value = *i + 1 < argc ? argv[*i + 1] : NULL;
+    char *end = NULL;
+    double v;
+    if (strcmp(opt, "--temp") && strcmp(opt, "--top-k") && strcmp(opt, "--top-p") && strcmp(opt, "--min-p") &&
+        strcmp(opt, "--repeat-penalty") && strcmp(opt, "--repeat-last-n") && strcmp(opt, "--seed"))
+        return 0;
+    if (!value) {
+        fprintf(stderr, "forge: %s needs a value\n", opt);
+        *bad = 1;
+        return 1;
+    }
+    (*i)++;
+    v = strtod(value, &end);
+    if (!end || end == value || *end) {
+        fprintf(stderr, "forge: %s '%s' is not a number\n", opt, value);
+        *bad = 1;
+        return 1;
+    }
+    if (!strcmp(opt, "--temp")) d->temperature = (float)v;
+    else if (!strcmp(opt, "--top-k")) d->top_k = (int32_t)v;
+    else if (!strcmp(opt, "--top-p")) d->top_p = (float)v;
+    else if (!strcmp(opt, "--min-p")) d->min_p = (float)v;
+    else if (!strcmp(opt, "--repeat-penalty")) d->repeat_penalty = (float)v;
+    else if (!strcmp(opt, "--repeat-last-n")) d->repeat_last_n = (int32_t)v;
+    else d->seed = (uint64_t)v;
+    return 1;
+}
+
+/* Generates until the end of the turn or n_predict tokens; streams the text to stdout. */
+static int generate(session *s, uint32_t n_predict, uint32_t *n_prompt, uint32_t *n_generated, double *prompt_s,
+                    double *gen_s, int32_t *last_token) {
+    forge_step step;
+    forge_error err;
+    double t0 = now_seconds(), t1 = t0;
+    int reading = 1;
+    *n_generated = 0;
+    *last_token = -1;
+    *n_prompt = 0;
+    for (;;) {
+        uint32_t before = forge_context_pos(s->ctx);
+        if (forge_generator_step(s->gen, &step, &err) != FORGE_OK) {
+            fprintf(stderr, "\nforge: %s\n", err.message);
+            return 0;
+        }
+        if (step.token < 0) {
+            *n_prompt += forge_context_pos(s->ctx) - before;
+            continue;
+        }
+        if (reading) {
+            t1 = now_seconds();
+            reading = 0;
+        }
+        fwrite(step.text, 1, step.text_len, stdout);
+        fflush(stdout);
+        *last_token = step.token;
+        (*n_generated)++;
+        if (step.done || *n_generated >= n_predict) break;
+    }
+    *prompt_s = t1 - t0;
+    *gen_s = now_seconds() - t1;
+    return 1;
+}
+
+static void print_summary(session *s, uint32_t n_prompt, uint32_t n_gen, double prompt_s, double gen_s) {
+    const forge_plan *p = forge_context_plan(s->ctx);
+    char total[32], arena[32];
+    human_bytes(total, sizeof total, p->total_bytes);
+    human_bytes(arena, sizeof arena, forge_context_arena_bytes(s->ctx));
+    fprintf(stderr, "\n[prompt %u tokens, %.1f t/s | generation %u tokens, %.1f t/s | memory %s planned (arena %s, "
+                    "weights mapped)]\n",
+            n_prompt, prompt_s > 0 ? n_prompt / prompt_s : 0.0, n_gen, gen_s > 0 ? n_gen / gen_s : 0.0, total, arena);
+}
+
+static int cmd_run(int argc, char **argv, int chat_mode) {
+    const char *path = NULL, *prompt = NULL, *system = NULL;
+    int bad = 0, i, use_chat = chat_mode, status = 1;
+    uint32_t n_predict = 256;
+    forge_context_desc desc;
+    forge_sampler_desc sampler;
+    session s;
+    forge_error err;
+    char *text = NULL;
+    memset(&desc, 0, sizeof desc);
+    memset(&sampler, 0, sizeof sampler);
+    sampler.temperature = 0.0f;
+    for (i = 0; i < argc; i++) {
+        if (context_option(argc, argv, &i, &desc, &bad) || sampler_option(argc, argv, &i, &sampler, &bad)) continue;
+        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
+        else if ((!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) && i + 1 < argc) prompt = argv[++i];
+        else if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-predict")) && i + 1 < argc) bad |= !parse_u32(argv[++i], "-n", &n_predict);
+        else if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
+        else if (!strcmp(argv[i], "--chat")) use_chat = 1;
+        else if (!strcmp(argv[i], "--cpu")) continue;
+        else {
+            fprintf(stderr, "forge %s: unexpected '%s'\n", chat_mode ? "chat" : "run", argv[i]);
+            bad = 1;
+        }
+    }
+    if (bad || !path || (!chat_mode && !prompt)) {
+        fprintf(stderr, chat_mode ? "usage: forge chat -m FILE [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] "
+                                    "[--min-p P] [--repeat-penalty R] [--seed S] [--ctx N] [--kv TYPE]\n"
+                                  : "usage: forge run -m FILE -p PROMPT [--chat] [--system TEXT] [-n N] [--temp T] [--top-k K] "
+                                    "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--ctx N] [--kv TYPE]\n");
+        return 1;
+    }
+    if (!session_open(&s, path, &desc, &sampler, chat_mode ? "chat" : "run")) return 1;
+    if (!chat_mode) {
+        uint32_t n_prompt, n_gen;
+        double ps, gs;
+        int32_t last;
+        size_t len = strlen(prompt), needed = 0;
+        const char *input = prompt;
+        if (use_chat) {
+            forge_chat_message m[2];
+            size_t n = 0;
+            if (system) m[n].role = "system", m[n].content = system, n++;
+            m[n].role = "user", m[n].content = prompt, n++;
+            forge_chat_render(s.format, m, n, 1, NULL, 0, &needed, NULL);
+            text = (char *)malloc(needed + 1);
+            if (!text || forge_chat_render(s.format, m, n, 1, text, needed, &len, &err) != FORGE_OK) goto done;
+            input = text;
+        }
+        if (forge_generator_prompt(s.gen, input, len, use_chat, &err) != FORGE_OK) {
+            fprintf(stderr, "forge run: %s\n", err.message);
+            goto done;
+        }
+        if (!generate(&s, n_predict, &n_prompt, &n_gen, &ps, &gs, &last)) goto done;
+        print_summary(&s, n_prompt, n_gen, ps, gs);
+        status = 0;
+    } else {
+        char line[4096];
+        int first = 1;
+        if (s.format == FORGE_CHAT_NONE) fprintf(stderr, "forge chat: the model declares no chat format forge knows; turns are sent as plain text\n");
+        fprintf(stderr, "forge chat (%s format); an empty line or end of input quits\n", forge_chat_format_name(s.format));
+        for (;;) {
+            forge_chat_message m[2];
+            size_t n = 0, needed = 0, len = 0, offset;
+            uint32_t n_prompt, n_gen;
+            double ps, gs;
+            int32_t last;
+            fprintf(stderr, "> ");
+            if (!fgets(line, sizeof line, stdin)) break;
+            line[strcspn(line, "\r\n")] = 0;
+            if (!line[0]) break;
+            if (first && system) m[n].role = "system", m[n].content = system, n++;
+            m[n].role = "user", m[n].content = line, n++;
+            /* a later turn follows the end-of-turn token the model produced, which its format ends with a newline */
+            offset = !first && (s.format == FORGE_CHAT_CHATML || s.format == FORGE_CHAT_GEMMA) ? 1 : 0;
+            forge_chat_render(s.format, m, n, 1, NULL, 0, &needed, NULL);
+            free(text);
+            text = (char *)malloc(needed + offset + 1);
+            if (!text) goto done;
+            text[0] = '\n';
+            if (forge_chat_render(s.format, m, n, 1, text + offset, needed, &len, &err) != FORGE_OK ||
+                forge_generator_prompt(s.gen, text, len + offset, 1, &err) != FORGE_OK) {
+                fprintf(stderr, "forge chat: %s\n", err.message);
+                goto done;
+            }
+            if (!generate(&s, n_predict, &n_prompt, &n_gen, &ps, &gs, &last)) goto done;
+            print_summary(&s, n_prompt, n_gen, ps, gs);
+            if (last >= 0 && forge_tokenizer_is_eog(s.tok, last) && forge_generator_commit(s.gen, last, &err) != FORGE_OK) {
+                fprintf(stderr, "forge chat: %s\n", err.message);
+                goto done;
+            }
+            first = 0;
+        }
+        status = 0;
+    }
+done:
+    free(text);
+    session_close(&s);
+    return status;
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+    const char *path = NULL, *text = NULL;
+    int special = 0, bos = -1, pieces = 0, i;
+    forge_model *model = NULL;
+    forge_tokenizer *tok = NULL;
+    forge_error err;
+    int32_t *ids = NULL;
+    size_t n = 0, k;
+    int status = 1;
+    for (i = 0; i < argc; i++) {
+        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--special")) special = 1;
+        else if (!strcmp(argv[i], "--no-bos")) bos = 0;
+        else if (!strcmp(argv[i], "--bos")) bos = 1;
+        else if (!strcmp(argv[i], "--pieces")) pieces = 1;
+        else if (!text) text = argv[i];
+        else path = NULL, i = argc;
+    }
+    if (!path || !text) {
+        fprintf(stderr, "usage: forge tokenize -m FILE TEXT [--special] [--bos|--no-bos] [--pieces]\n");
+        return 1;
+    }
+    if (forge_model_open(path, NULL, &model, &err) != FORGE_OK ||
+        forge_tokenizer_create(forge_model_gguf(model), NULL, &tok, &err) != FORGE_OK) {
+        fprintf(stderr, "forge tokenize: %s\n", err.message);
+        goto done;
+    }
+    if (bos < 0) bos = forge_tokenizer_add_bos(tok);
+    forge_tokenize(tok, text, strlen(text), bos, special, NULL, 0, &n, NULL);
+    ids = (int32_t *)malloc((n ? n : 1) * sizeof *ids);
+    if (!ids || forge_tokenize(tok, text, strlen(text), bos, special, ids, n, &n, &err) != FORGE_OK) {
+        fprintf(stderr, "forge tokenize: %s\n", ids ? err.message : "out of memory");
+        goto done;
+    }
+    for (k = 0; k < n; k++) {
+        if (pieces) {
+            const char *piece = "";
+            size_t len = 0;
+            forge_token_to_piece(tok, ids[k], 1, &piece, &len, NULL);
+            printf("%6d '", (int)ids[k]);
+            text_str(stdout, (forge_gguf_str){piece, len}, 200);
+            printf("'\n");
+        } else {
+            printf("%s%d", k ? " " : "", (int)ids[k]);
+        }
+    }
+    if (!pieces) printf("\n");
+    status = 0;
+done:
+    free(ids);
+    forge_tokenizer_destroy(tok);
+    forge_model_close(model);
+    return status;
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
 static void usage(FILE *out) {
@@ -405,6 +933,14 @@ static void usage(FILE *out) {
             "\n"
             "usage: forge COMMAND [ARGS]\n"
             "  info FILE [--json]   metadata, derived configuration, tensor table and totals of a GGUF file\n"
+            "  plan FILE [--ctx N] [--kv TYPE] [--mem-fraction F] [--json]\n"
+            "                       the memory bill and whether it fits the budget (exit 1 when not)\n"
+            "  run -m FILE -p PROMPT [--chat] [-n N] [--temp T] ...\n"
+            "                       generate text (greedy unless sampling options are given)\n"
+            "  chat -m FILE         talk with a chat model\n"
+            "  tokenize -m FILE TEXT  token ids of a text\n"
+            "  eval -m FILE --tokens IDS --logits OUT.f32\n"
+            "                       logits of every position of a token sequence, as float32 [n][n_vocab]\n"
             "  version              print the version\n"
             "  help                 this text\n",
             FORGE_VERSION_STRING);
@@ -416,6 +952,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (strcmp(argv[1], "info") == 0) return cmd_info(argc - 2, argv + 2);
+    if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc - 2, argv + 2);
+    if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 2, argv + 2);
+    if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2, 0);
+    if (strcmp(argv[1], "chat") == 0) return cmd_run(argc - 2, argv + 2, 1);
+    if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc - 2, argv + 2);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("forge %s\n", FORGE_VERSION_STRING);
         return 0;

@@ -1,0 +1,392 @@
+/* Tests of the memory plan, the budget and the CPU context: the plan's terms checked by hand and
+   against the schedule's own lifetimes, verdicts at the budget's boundary, the solver against a
+   brute-force search, every allocation failing in turn, and the forward pass evaluated in one
+   batch and token by token. (Logits against llama.cpp and the float64 reference are checked for
+   every fixture by tests/check_fixtures.py through `forge eval`.) */
+#define FORGE_IMPLEMENTATION
+#include "../forge.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int32_t fixture_tokens[32] = {1,  300, 301, 512, 777, 1000, 5,   42,  259, 260, 1023,
+                                           3,  999, 100, 200, 17,  18,   19,  400, 401, 402, 650,
+                                           651, 652, 653, 10, 11,  12,   900, 901, 902, 1020};
+
+/* An allocator that counts live blocks and fails its k-th allocation (k < 0: never). */
+typedef struct counting {
+    long live, calls, fail_at;
+} counting;
+
+static void *counting_alloc(size_t size, void *user) {
+    counting *c = (counting *)user;
+    if (c->fail_at >= 0 && c->calls++ == c->fail_at) return NULL;
+    c->live++;
+    return malloc(size);
+}
+
+static void counting_free(void *ptr, void *user) {
+    counting *c = (counting *)user;
+    if (ptr) c->live--;
+    free(ptr);
+}
+
+static forge_model *open_fixture(const char *name) {
+    char path[512];
+    const char *dir = getenv("FORGE_FIXTURES");
+    forge_model *m = NULL;
+    forge_error e;
+    snprintf(path, sizeof path, "%s/models/%s", dir ? dir : "../shared/fixtures", name);
+    CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message);
+    return m;
+}
+
+static forge_memory_reading reading(uint64_t free_bytes) {
+    forge_memory_reading r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.device, sizeof r.device, "test device");
+    r.total_bytes = free_bytes * 2;
+    r.free_bytes = free_bytes;
+    return r;
+}
+
+static void test_plan_terms(forge_model *m) {
+    forge_context_desc d;
+    forge_plan p;
+    forge_error e;
+    forge__schedule s;
+    uint64_t weights = 0, i, peak_live = 0, scratch;
+    uint32_t a, b, op;
+    int overlaps = 0;
+    const forge_gguf *g = forge_model_gguf(m);
+
+    TEST_CASE("plan: terms of tiny-llama at 256 positions, batches of 32, every logit kept");
+    memset(&d, 0, sizeof d);
+    d.n_ctx = 256;
+    d.n_batch = 32;
+    d.all_logits = 1;
+    d.n_threads = 2;
+    if (!CHECK(forge_plan_compute(m, &d, &p, &e) == FORGE_OK, "plan: %s", e.message)) return;
+    for (i = 0; i < forge_gguf_tensor_count(g); i++) weights += forge_gguf_tensor_at(g, i)->n_bytes;
+    CHECK(p.weights_bytes == weights, "weights %llu, every tensor of the file is used: %llu", (unsigned long long)p.weights_bytes,
+          (unsigned long long)weights);
+    /* 4 layers x 256 positions x 2 KV heads x (32 + 32) x 2 bytes */
+    CHECK(p.kv_bytes == 4ull * 256 * 2 * 64 * 2, "kv %llu", (unsigned long long)p.kv_bytes);
+    CHECK(p.logits_bytes == 32ull * 1024 * 4, "logits %llu", (unsigned long long)p.logits_bytes);
+    CHECK(p.n_ctx == 256 && p.n_batch == 32 && p.n_logits == 32 && p.kv_type == FORGE_KV_F16, "resolved fields");
+    CHECK(p.total_bytes == p.weights_bytes + p.kv_bytes + p.scratch_bytes + p.logits_bytes + p.capture_bytes + p.reserve_bytes,
+          "total is the sum of the terms");
+    d.all_logits = 0;
+    CHECK(forge_plan_compute(m, &d, &p, &e) == FORGE_OK && p.logits_bytes == 1024 * 4 + 0 && p.n_logits == 1,
+          "last token only: %llu", (unsigned long long)p.logits_bytes);
+
+    TEST_CASE("plan: scratch packing against the schedule's lifetimes");
+    if (!CHECK(forge__schedule_build(m, NULL, &s, &e) == FORGE_OK, "schedule: %s", e.message)) return;
+    scratch = forge__schedule_pack(&s, 32);
+    CHECK(scratch == p.scratch_bytes, "the plan's scratch is the packed schedule's: %llu vs %llu", (unsigned long long)scratch,
+          (unsigned long long)p.scratch_bytes);
+    for (a = 0; a < s.n_values; a++)
+        for (b = a + 1; b < s.n_values; b++) {
+            const forge__value *x = &s.values[a], *y = &s.values[b];
+            uint64_t xs = forge__align64((uint64_t)x->width * 32 * 4), ys = forge__align64((uint64_t)y->width * 32 * 4);
+            int alive_together = !(x->last < y->first || y->last < x->first);
+            int share_bytes = x->offset < y->offset + ys && y->offset < x->offset + xs;
+            if (alive_together && share_bytes) overlaps++;
+        }
+    CHECK(overlaps == 0, "%d pairs of values alive at once share bytes", overlaps);
+    for (op = 0; op < s.n_ops; op++) {
+        uint64_t live = 0;
+        for (a = 0; a < s.n_values; a++)
+            if (s.values[a].first <= op && op <= s.values[a].last) live += forge__align64((uint64_t)s.values[a].width * 32 * 4);
+        if (live > peak_live) peak_live = live;
+    }
+    CHECK(scratch >= peak_live && scratch <= peak_live + peak_live / 4, "scratch %llu for a peak of %llu live bytes",
+          (unsigned long long)scratch, (unsigned long long)peak_live);
+    forge__schedule_free(&s, NULL);
+}
+
+static void test_budget(forge_model *m) {
+    forge_context_desc d;
+    forge_verdict v;
+    forge_plan p;
+    forge_error e;
+    forge_memory_reading r;
+    forge_context *ctx = NULL;
+    counting count = {0, 0, -1};
+    uint64_t total;
+    uint32_t k, expected_ctx = 0;
+    int kv, expected_kv = FORGE_KV_DEFAULT;
+
+    memset(&d, 0, sizeof d);
+    d.n_ctx = 4096;
+    d.n_threads = 2;
+    d.mem_fraction = 1.0;
+    CHECK(forge_plan_compute(m, &d, &p, &e) == FORGE_OK, "plan: %s", e.message);
+    total = p.total_bytes;
+
+    TEST_CASE("budget: exactly enough fits, one byte less does not");
+    r = reading(total);
+    d.memory = &r;
+    CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && v.fits && v.budget_bytes == total, "at the boundary: %s", v.message);
+    r = reading(total - 1);
+    CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && !v.fits, "one byte short");
+    CHECK(strstr(v.message, "but the budget is") != NULL && strstr(v.message, "test device") && strstr(v.message, "4096 tokens f16"),
+          "message: %s", v.message);
+
+    TEST_CASE("budget: fraction and headroom");
+    r = reading(total * 2);
+    d.mem_fraction = 0.5;
+    CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && v.fits && v.budget_bytes == total, "half of twice the plan");
+    d.mem_headroom_bytes = 1;
+    CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && !v.fits && v.budget_bytes == total - 1, "headroom of one byte");
+    d.mem_headroom_bytes = 0;
+    d.mem_fraction = 0.0; /* the default, unless FORGE_MEM_FRACTION says otherwise */
+    if (!getenv("FORGE_MEM_FRACTION"))
+        CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && fabs(v.mem_fraction - 0.70) < 1e-12, "default 70%%");
+    d.mem_fraction = 1.5;
+    CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_ERR_ARGUMENT, "fraction above 1 refused");
+    d.mem_fraction = 1.0;
+
+    TEST_CASE("budget: what would fit, against a brute-force search");
+    r = reading(total - total / 8);
+    CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && !v.fits, "an eighth short");
+    for (k = 256; k <= 4096; k += 256) {
+        forge_context_desc t = d;
+        t.n_ctx = k;
+        if (forge_plan_compute(m, &t, &p, NULL) == FORGE_OK && p.total_bytes <= r.free_bytes) expected_ctx = k;
+    }
+    for (kv = FORGE_KV_Q8_0; kv <= FORGE_KV_Q4_0 && expected_kv == FORGE_KV_DEFAULT; kv++) {
+        forge_context_desc t = d;
+        t.kv_type = (forge_kv_type)kv;
+        if (forge_plan_compute(m, &t, &p, NULL) == FORGE_OK && p.total_bytes <= r.free_bytes) expected_kv = kv;
+    }
+    CHECK(v.max_ctx_that_fits == expected_ctx && expected_ctx > 0 && expected_ctx < 4096, "largest context %u, expected %u",
+          v.max_ctx_that_fits, expected_ctx);
+    CHECK((int)v.kv_type_that_fits == expected_kv && expected_kv != FORGE_KV_DEFAULT, "KV type %s, expected %s",
+          forge_kv_type_name(v.kv_type_that_fits), forge_kv_type_name((forge_kv_type)expected_kv));
+    CHECK(strstr(v.message, "fits: --ctx") != NULL && strstr(v.message, "--kv") != NULL, "message: %s", v.message);
+    r = reading(1024);
+    CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && !v.fits && v.max_ctx_that_fits == 0 &&
+              v.kv_type_that_fits == FORGE_KV_DEFAULT && strstr(v.message, "nothing fits"),
+          "1 KiB: %s", v.message);
+
+    TEST_CASE("budget: a refused context allocates nothing");
+    d.allocator.alloc = counting_alloc;
+    d.allocator.free = counting_free;
+    d.allocator.user_data = &count;
+    r = reading(total - 1);
+    CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_ERR_BUDGET && ctx == NULL && e.result == FORGE_ERR_BUDGET,
+          "refused: %s", e.message);
+    CHECK(count.live == 0, "%ld allocations left", count.live);
+
+    TEST_CASE("budget: the warn policy allocates anyway");
+    d.policy = FORGE_BUDGET_WARN;
+    CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK && ctx != NULL, "warn: %s", e.message);
+    forge_context_destroy(ctx);
+    CHECK(count.live == 0, "%ld allocations left after destroy", count.live);
+}
+
+static void test_allocation_failures(forge_model *m) {
+    forge_context_desc d;
+    forge_context *ctx;
+    forge_error e;
+    forge_memory_reading r = reading(1ull << 40);
+    counting count;
+    long k;
+    int failures = 0, leaks = 0;
+    forge_result res = FORGE_ERR_HOST_MEMORY;
+    TEST_CASE("context: every allocation failing in turn returns everything");
+    memset(&d, 0, sizeof d);
+    d.n_ctx = 256;
+    d.n_threads = 3;
+    d.memory = &r;
+    d.allocator.alloc = counting_alloc;
+    d.allocator.free = counting_free;
+    for (k = 0; k < 64 && res != FORGE_OK; k++) {
+        count.live = 0;
+        count.calls = 0;
+        count.fail_at = k;
+        d.allocator.user_data = &count;
+        ctx = NULL;
+        res = forge_context_create(m, &d, &ctx, &e);
+        if (res == FORGE_OK) {
+            forge_context_destroy(ctx);
+        } else {
+            failures++;
+            if (res != FORGE_ERR_HOST_MEMORY || ctx != NULL) leaks += 1000;
+        }
+        if (count.live != 0) leaks++;
+    }
+    CHECK(res == FORGE_OK && failures >= 3, "%d failure points before success", failures);
+    CHECK(leaks == 0, "%d runs left memory or returned the wrong code", leaks);
+}
+
+static float max_abs(const float *x, size_t n) {
+    float m = 0.0f;
+    size_t i;
+    for (i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+static void test_eval(forge_model *m, const char *name) {
+    forge_context_desc d;
+    forge_context *ctx = NULL;
+    forge_error e;
+    forge_memory_reading r = reading(1ull << 40);
+    const forge_config *c = forge_model_config(m);
+    float *batch = NULL;
+    const float *logits;
+    uint32_t rows, t;
+    size_t n = (size_t)32 * c->n_vocab;
+    float worst = 0.0f, scale;
+    char label[128];
+
+    snprintf(label, sizeof label, "eval %s: one batch equals token by token", name);
+    TEST_CASE(label);
+    memset(&d, 0, sizeof d);
+    d.n_ctx = 64;
+    d.n_batch = 32;
+    d.all_logits = 1;
+    d.n_threads = 2;
+    d.memory = &r;
+    if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message)) return;
+    CHECK(forge_context_arena_bytes(ctx) == forge_context_plan(ctx)->total_bytes - forge_context_plan(ctx)->weights_bytes,
+          "the arena is the plan (weights stay mapped)");
+    batch = (float *)malloc(n * sizeof *batch);
+    if (!batch) return;
+    CHECK(forge_eval(ctx, fixture_tokens, 32, &e) == FORGE_OK, "eval: %s", e.message);
+    logits = forge_context_logits(ctx, &rows);
+    CHECK(logits && rows == 32, "%u rows", rows);
+    if (logits) memcpy(batch, logits, n * sizeof *batch);
+    scale = max_abs(batch, n);
+    CHECK(forge_context_pos(ctx) == 32, "position %u", forge_context_pos(ctx));
+    forge_context_reset(ctx);
+    for (t = 0; t < 32; t++) {
+        size_t i;
+        if (forge_eval(ctx, fixture_tokens + t, 1, &e) != FORGE_OK) break;
+        logits = forge_context_logits(ctx, &rows);
+        for (i = 0; i < c->n_vocab; i++) {
+            float diff = fabsf(logits[i] - batch[(size_t)t * c->n_vocab + i]);
+            if (diff > worst) worst = diff;
+        }
+    }
+    CHECK(t == 32 && rows == 1, "token by token: %s", e.message);
+    CHECK(worst <= 1e-4f * scale, "largest difference %g for logits up to %g", (double)worst, (double)scale);
+
+    TEST_CASE("eval: refusals");
+    CHECK(forge_eval(ctx, fixture_tokens, 33, &e) == FORGE_ERR_ARGUMENT && strstr(e.message, "64"), "context full: %s", e.message);
+    {
+        int32_t bad = (int32_t)c->n_vocab;
+        CHECK(forge_eval(ctx, &bad, 1, &e) == FORGE_ERR_ARGUMENT && forge_context_pos(ctx) == 32, "token outside the vocabulary");
+    }
+    CHECK(forge_eval(ctx, fixture_tokens, 0, &e) == FORGE_ERR_ARGUMENT, "no tokens");
+    forge_context_destroy(ctx);
+    free(batch);
+}
+
+static void test_kv_types(forge_model *m) {
+    forge_context_desc d;
+    forge_error e;
+    forge_memory_reading r = reading(1ull << 40);
+    float *ref = NULL;
+    static const int order[4] = {FORGE_KV_F16, FORGE_KV_F32, FORGE_KV_Q8_0, FORGE_KV_Q4_0};
+    int k;
+    const forge_config *c = forge_model_config(m);
+    size_t n = (size_t)32 * c->n_vocab;
+    TEST_CASE("eval: every KV cache type runs, quantized ones close to f16");
+    memset(&d, 0, sizeof d);
+    d.n_ctx = 64;
+    d.all_logits = 1;
+    d.n_threads = 2;
+    d.memory = &r;
+    ref = (float *)malloc(n * sizeof *ref);
+    for (k = 0; ref && k < 4; k++) {
+        const int kv = order[k]; /* f16 first: the others are compared with it */
+        forge_context *ctx = NULL;
+        const float *logits;
+        uint32_t rows;
+        double num = 0.0, den = 0.0;
+        size_t i;
+        d.kv_type = (forge_kv_type)kv;
+        if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "%s: %s", forge_kv_type_name(d.kv_type), e.message)) continue;
+        CHECK(forge_eval(ctx, fixture_tokens, 32, &e) == FORGE_OK, "eval: %s", e.message);
+        logits = forge_context_logits(ctx, &rows);
+        if (kv == FORGE_KV_F16) memcpy(ref, logits, n * sizeof *ref);
+        for (i = 0; i < n; i++) {
+            num += ((double)logits[i] - ref[i]) * ((double)logits[i] - ref[i]);
+            den += (double)ref[i] * ref[i];
+        }
+        /* f32 differs from f16 by f16 rounding only; q8_0 and q4_0 by their quantization */
+        CHECK(sqrt(num / den) < (kv == FORGE_KV_Q4_0 ? 0.2 : kv == FORGE_KV_Q8_0 ? 0.05 : 0.01), "%s: relative L2 %g from f16",
+              forge_kv_type_name(d.kv_type), sqrt(num / den));
+        forge_context_destroy(ctx);
+    }
+    free(ref);
+}
+
+typedef struct warnings {
+    int count;
+    double last;
+} warnings;
+
+static void on_warn(void *user, const forge_memory_reading *r, double used) {
+    warnings *w = (warnings *)user;
+    (void)r;
+    w->count++;
+    w->last = used;
+}
+
+static void test_monitor(void) {
+    forge_monitor m;
+    warnings w = {0, 0.0};
+    forge_memory_reading r;
+    double used = 0.0;
+    forge_error e;
+    TEST_CASE("monitor: warns once per crossing of 85%");
+    memset(&m, 0, sizeof m);
+    m.warn = on_warn;
+    m.user_data = &w;
+    r = reading(50);                /* total 100, free 50: 50% used */
+    CHECK(forge_monitor_poll(&m, &r, &used, &e) == FORGE_OK && used == 0.5 && w.count == 0, "50%%");
+    r.free_bytes = 15;              /* 85% used: at the threshold */
+    forge_monitor_poll(&m, &r, &used, &e);
+    CHECK(w.count == 1 && w.last == 0.85, "crossing warns: %d at %g", w.count, w.last);
+    r.free_bytes = 5;
+    forge_monitor_poll(&m, &r, &used, &e);
+    CHECK(w.count == 1, "staying above does not warn again");
+    r.free_bytes = 40;
+    forge_monitor_poll(&m, &r, &used, &e);
+    r.free_bytes = 10;
+    forge_monitor_poll(&m, &r, &used, &e);
+    CHECK(w.count == 2 && w.last == 0.9, "a new crossing warns again");
+    m.threshold = 0.95;
+    m.above = 0;
+    forge_monitor_poll(&m, &r, &used, &e);
+    CHECK(w.count == 2, "90%% is below a 95%% threshold");
+    r.total_bytes = 0;
+    forge_monitor_poll(&m, &r, &used, &e);
+    CHECK(used == 1.0 && w.count == 3, "a reading of zero total counts as full");
+    m.threshold = 2.0;
+    CHECK(forge_monitor_poll(&m, &r, &used, &e) == FORGE_ERR_ARGUMENT, "threshold above 1");
+    m.threshold = 0.0;
+    CHECK(forge_monitor_poll(&m, NULL, &used, &e) == FORGE_OK && used >= 0.0 && used <= 1.0, "this machine: %g", used);
+}
+
+int main(void) {
+    test_monitor();
+    forge_model *llama = open_fixture("tiny-llama-q4_0.gguf");
+    forge_model *qwen3 = open_fixture("tiny-qwen3-q8_0.gguf");
+    if (llama) {
+        test_plan_terms(llama);
+        test_budget(llama);
+        test_allocation_failures(llama);
+        test_eval(llama, "tiny-llama-q4_0");
+        test_kv_types(llama);
+    }
+    if (qwen3) test_eval(qwen3, "tiny-qwen3-q8_0");
+    forge_model_close(llama);
+    forge_model_close(qwen3);
+    return test_summary();
+}
