@@ -1,5 +1,5 @@
 # forge: `make` builds the CLI and examples (CPU only), `make test` runs every suite,
-# `make fuzz SECONDS=N` fuzzes the GGUF reader, `make demo` inspects a real model.
+# `make fuzz SECONDS=N` fuzzes the GGUF reader, `make demo` answers a prompt with SmolLM2.
 
 CC       ?= cc
 CFLAGS   ?= -O2
@@ -41,7 +41,8 @@ $(BUILD)/dump_tensors: tests/dump_tensors.c forge.h | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 test: all $(TESTBINS) python-deps
-	FORGE_FIXTURES=$(FIXTURES) PYTHON=$(PYTHON) sh tests/run.sh
+	sh tools/fetch_model.sh smollm2 $(MODEL_CACHE)
+	FORGE_FIXTURES=$(FIXTURES) FORGE_SMOLLM2=$(SMOLLM2) PYTHON=$(PYTHON) sh tests/run.sh
 
 # the fixture checks compare with the gguf Python package's own reading of every file
 python-deps:
@@ -61,9 +62,13 @@ fuzz: $(BUILD)/fuzz_gguf
 	$(BUILD)/fuzz_gguf -max_total_time=$(SECONDS) -max_len=65536 -print_final_stats=1 \
 		-artifact_prefix=$(BUILD)/ $(BUILD)/fuzz_corpus $(BUILD)/fuzz_seeds
 
+SMOLLM2 = $(MODEL_CACHE)/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+DEMO_PROMPT ?= Explain in two sentences why the sky is blue.
+
+# fetch SmolLM2-135M-Instruct once, build, and answer a prompt (on the CPU in a build without a GPU)
 demo: $(BUILD)/forge
 	sh tools/fetch_model.sh smollm2 $(MODEL_CACHE)
-	$(BUILD)/forge info $(MODEL_CACHE)/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+	$(BUILD)/forge run -m $(SMOLLM2) --chat -p "$(DEMO_PROMPT)" -n 200
 
 # GPU builds: the kernels compile for both vendors; the GPU backend that links them is not wired yet
 ifeq ($(GPU),nvidia)
