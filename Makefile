@@ -17,14 +17,14 @@ MODEL_CACHE ?= $(HOME)/.cache/forge
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TESTBINS = $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/dump_tensors
 
-.PHONY: all test fuzz demo clean check-builds python-deps
+.PHONY: all test test-gpu fuzz demo clean check-builds python-deps
 
 all: $(BUILD)/forge $(EXAMPLES)
 
 $(BUILD):
 	mkdir -p $(BUILD)
 
-$(BUILD)/forge: tools/forge.c forge.h | $(BUILD)
+$(BUILD)/forge: tools/forge.c tools/mkmodel.c forge.h | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/%: examples/%.c forge.h | $(BUILD)
@@ -70,11 +70,24 @@ demo: $(BUILD)/forge
 	sh tools/fetch_model.sh smollm2 $(MODEL_CACHE)
 	$(BUILD)/forge run -m $(SMOLLM2) --chat -p "$(DEMO_PROMPT)" -n 200
 
-# GPU builds: the kernels compile for both vendors; the GPU backend that links them is not wired yet
+# GPU builds: the kernels compile for both vendors; the GPU backend that links them is not wired yet.
+# NVCC_ARCH picks the machine code (e.g. -arch=sm_90 on H100/H200); empty: nvcc's default plus PTX.
 ifeq ($(GPU),nvidia)
+NVCC_ARCH ?=
 all: $(BUILD)/forge_kernels.o
 $(BUILD)/forge_kernels.o: forge_kernels.hip | $(BUILD)
-	nvcc -x cu -O3 -c $< -o $@
+	nvcc -x cu -O3 $(NVCC_ARCH) -c $< -o $@
+
+# every kernel against the CPU reference on the first device (needs a GPU and the CUDA runtime)
+$(BUILD)/test_kernels.o: tests/test_kernels.c forge.h tests/test.h | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -c $< -o $@
+$(BUILD)/test_kernels: $(BUILD)/forge_kernels.o $(BUILD)/test_kernels.o
+	nvcc $^ -o $@ -lm -lpthread
+test-gpu: $(BUILD)/test_kernels
+	$(BUILD)/test_kernels
+else
+test-gpu:
+	@echo "test-gpu needs GPU=nvidia (make GPU=nvidia test-gpu)" && false
 endif
 ifeq ($(GPU),amd)
 HIP_ARCHS ?= gfx90a,gfx1030

@@ -925,6 +925,8 @@ done:
     return status;
 }
 
+#include "mkmodel.c"
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
 static void usage(FILE *out) {
@@ -939,6 +941,8 @@ static void usage(FILE *out) {
             "                       generate text (greedy unless sampling options are given)\n"
             "  chat -m FILE         talk with a chat model\n"
             "  tokenize -m FILE TEXT  token ids of a text\n"
+            "  mkmodel --shape NAME --type MIX -o FILE [--layers N] [--vocab N] [--seed S] [--dry-run]\n"
+            "                       a synthetic GGUF with the exact shapes of a real model and random blocks\n"
             "  eval -m FILE --tokens IDS --logits OUT.f32\n"
             "                       logits of every position of a token sequence, as float32 [n][n_vocab]\n"
             "  version              print the version\n"
@@ -957,6 +961,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2, 0);
     if (strcmp(argv[1], "chat") == 0) return cmd_run(argc - 2, argv + 2, 1);
     if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc - 2, argv + 2);
+    if (strcmp(argv[1], "mkmodel") == 0) return cmd_mkmodel(argc - 2, argv + 2);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("forge %s\n", FORGE_VERSION_STRING);
         return 0;
