@@ -5,7 +5,7 @@ CC       ?= cc
 CFLAGS   ?= -O2
 WARN      = -std=c99 -Wall -Wextra -Werror -pedantic
 LDLIBS    = -lm -pthread
-BUILD     = build
+BUILD     = build$(if $(GPU),-$(GPU))
 FIXTURES ?= ../shared/fixtures
 PYTHON   ?= python3
 SECONDS  ?= 60
@@ -15,7 +15,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 MODEL_CACHE ?= $(HOME)/.cache/forge
 
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
-TESTBINS = $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/dump_tensors
+TESTBINS = $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/test_smollm2 $(BUILD)/dump_tensors
 
 .PHONY: all test test-gpu fuzz demo clean check-builds python-deps
 
@@ -24,11 +24,20 @@ all: $(BUILD)/forge $(EXAMPLES)
 $(BUILD):
 	mkdir -p $(BUILD)
 
-$(BUILD)/forge: tools/forge.c tools/mkmodel.c forge.h | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
+# With GPU=nvidia or GPU=amd the CLI and the examples are compiled with FORGE_HIP and linked with
+# the kernels by the GPU compiler; without GPU they are plain C.
+ifneq ($(GPU),)
+GPU_OBJ   = $(BUILD)/forge_kernels.o
+BUILD_EXE = $(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && $(GPU_LINK) $@.o $(GPU_OBJ) -o $@ -lm -lpthread
+else
+BUILD_EXE = $(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
+endif
 
-$(BUILD)/%: examples/%.c forge.h | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
+$(BUILD)/forge: tools/forge.c tools/mkmodel.c forge.h $(GPU_OBJ) | $(BUILD)
+	$(BUILD_EXE)
+
+$(BUILD)/%: examples/%.c forge.h $(GPU_OBJ) | $(BUILD)
+	$(BUILD_EXE)
 
 $(BUILD)/test_%: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -g $< -o $@ $(LDLIBS)
@@ -70,10 +79,11 @@ demo: $(BUILD)/forge
 	sh tools/fetch_model.sh smollm2 $(MODEL_CACHE)
 	$(BUILD)/forge run -m $(SMOLLM2) --chat -p "$(DEMO_PROMPT)" -n 200
 
-# GPU builds: the kernels compile for both vendors; the GPU backend that links them is not wired yet.
+# GPU builds: build-nvidia/ or build-amd/, the CLI and examples linked with the kernels.
 # NVCC_ARCH picks the machine code (e.g. -arch=sm_90 on H100/H200); empty: nvcc's default plus PTX.
 ifeq ($(GPU),nvidia)
 NVCC_ARCH ?=
+GPU_LINK = nvcc $(NVCC_ARCH)
 all: $(BUILD)/forge_kernels.o
 $(BUILD)/forge_kernels.o: forge_kernels.hip | $(BUILD)
 	nvcc -x cu -O3 $(NVCC_ARCH) -c $< -o $@
@@ -83,14 +93,19 @@ $(BUILD)/test_kernels.o: tests/test_kernels.c forge.h tests/test.h | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -c $< -o $@
 $(BUILD)/test_kernels: $(BUILD)/forge_kernels.o $(BUILD)/test_kernels.o
 	nvcc $^ -o $@ -lm -lpthread
-test-gpu: $(BUILD)/test_kernels
+$(BUILD)/test_gpu: tests/test_gpu.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
+# GPU_MODEL: a model of a few hundred MiB for the memory invariants (forge mkmodel makes one)
+test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu
 	$(BUILD)/test_kernels
+	$(BUILD)/test_gpu $(FIXTURES) $(GPU_MODEL)
 else
 test-gpu:
 	@echo "test-gpu needs GPU=nvidia (make GPU=nvidia test-gpu)" && false
 endif
 ifeq ($(GPU),amd)
 HIP_ARCHS ?= gfx90a,gfx1030
+GPU_LINK = hipcc --offload-arch=$(HIP_ARCHS)
 # Debian's hipcc needs to be told where the rocm-device-libs bitcode lives
 ROCM_DEVICE_LIBS ?= $(shell dpkg -L rocm-device-libs 2>/dev/null | grep -m1 '\.bc$$' | xargs -r dirname)
 HIPFLAGS += $(if $(ROCM_DEVICE_LIBS),--rocm-device-lib-path=$(ROCM_DEVICE_LIBS))

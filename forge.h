@@ -640,8 +640,13 @@ typedef struct forge_memory_reading {
     int adjusted;             /* 1 when a reading made no sense and was clamped */
 } forge_memory_reading;
 
+/* Where a context runs. AUTO picks the GPU when forge was built with FORGE_HIP and a device answers. */
+typedef enum forge_backend { FORGE_BACKEND_AUTO = 0, FORGE_BACKEND_CPU, FORGE_BACKEND_GPU } forge_backend;
+
 /* Zero means default everywhere. */
 typedef struct forge_context_desc {
+    forge_backend backend;        /* 0 = AUTO */
+    int device;                   /* GPU index */
     uint32_t n_ctx;               /* positions in the KV cache; 0 = min(trained context, 4096) */
     uint32_t n_batch;             /* most tokens evaluated in one step; 0 = min(512, n_ctx) */
     forge_kv_type kv_type;        /* 0 = f16 */
@@ -658,9 +663,11 @@ typedef struct forge_context_desc {
 
 /* The whole bill, in bytes. What the plan says is what the context allocates. */
 typedef struct forge_plan {
+    forge_backend backend;             /* CPU or GPU: where the bytes are */
     uint32_t n_ctx, n_batch, n_logits; /* n_logits: rows of logits kept per step */
     forge_kv_type kv_type;
-    uint64_t weights_bytes;  /* tensors as stored (quantized stays quantized) */
+    uint64_t weights_bytes;  /* tensors as stored (quantized stays quantized); on the GPU, norms and biases
+                                in f32 and every tensor at a 256-byte boundary */
     uint64_t kv_bytes;       /* forge_kv_cache_bytes */
     uint64_t scratch_bytes;  /* activations of the op schedule, lifetimes packed, for n_batch tokens */
     uint64_t logits_bytes;   /* n_logits x n_vocab floats */
@@ -692,6 +699,11 @@ FORGE_API forge_result forge_plan_check(const forge_model *model, const forge_co
                                         forge_error *error);
 /* Host memory as a forge_memory_reading (the CPU backend's device). */
 FORGE_API forge_result forge_memory_query_cpu(forge_memory_reading *out, forge_error *error);
+/* A GPU's name, architecture, total and free memory (FORGE_ERR_UNSUPPORTED without FORGE_HIP). */
+FORGE_API forge_result forge_memory_query_gpu(int device, forge_memory_reading *out, forge_error *error);
+FORGE_API int forge_gpu_available(void); /* 1 when built with FORGE_HIP and device 0 answers */
+/* Device allocations forge has made in this process (a test hook: a context makes exactly one). */
+FORGE_API unsigned long forge_gpu_allocation_count(void);
 
 /* Memory monitor: poll it (once a frame, once a step) and it calls warn when the share of memory
    in use crosses the threshold upwards; it fires again only after usage has dropped below it. */
@@ -714,7 +726,8 @@ FORGE_API forge_result forge_context_create(const forge_model *model, const forg
                                             forge_context **out, forge_error *error);
 FORGE_API void forge_context_destroy(forge_context *ctx);
 FORGE_API const forge_plan *forge_context_plan(const forge_context *ctx);
-/* Bytes the context really allocated for its arena: equal to the plan's total. */
+/* Bytes the context really allocated for its arena: the plan's total less the weights on the CPU
+   (they stay in the mapped file), the plan's total on the GPU (weights are uploaded into it). */
 FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
 /* Appends tokens to the sequence (at positions pos .. pos+n-1), n_batch at a time. */
 FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error);
@@ -5749,6 +5762,162 @@ static uint64_t forge__schedule_pack(forge__schedule *s, uint32_t n_batch) {
     return total;
 }
 
+/* >>impl-gpu-backend */
+
+#ifdef FORGE_HIP
+/* The launchers of forge_kernels.hip (compiled separately, linked in). Each returns 0, or -1 with the
+   runtime's message in the caller's buffer. */
+typedef struct forge_hip_device_info {
+    char name[256];
+    char arch[64];
+    int wave_size;
+    size_t total_bytes;
+    size_t free_bytes;
+} forge_hip_device_info;
+
+typedef struct forge_hip_attention_args {
+    const float *q;
+    float *out;
+    const void *cache_k;
+    const void *cache_v;
+    uint32_t kv_type;
+    uint32_t n_tokens;
+    uint32_t n_head, n_head_kv;
+    uint32_t head_dim, head_dim_v;
+    uint32_t pos0;
+    float scale;
+} forge_hip_attention_args;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+int forge_hip_device_query(int device, forge_hip_device_info *info, char *message, size_t message_bytes);
+int forge_hip_arena_alloc(size_t bytes, void **out, char *message, size_t message_bytes);
+void forge_hip_arena_free(void *arena);
+int forge_hip_copy_to_device(void *dst, const void *src, size_t bytes, void *stream, char *message, size_t message_bytes);
+int forge_hip_copy_from_device(void *dst, const void *src, size_t bytes, void *stream, char *message, size_t message_bytes);
+int forge_hip_stream_sync(void *stream, char *message, size_t message_bytes);
+int forge_hip_stream_create(void **out, char *message, size_t message_bytes);
+void forge_hip_stream_destroy(void *stream);
+int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                     uint32_t n_tokens, const float *bias, void *stream, char *message, size_t message_bytes);
+int forge_hip_embed(uint32_t type, const void *table, uint32_t n_vocab, uint32_t n, const int32_t *tokens,
+                    uint32_t n_tokens, float scale, float *dst, void *stream, char *message, size_t message_bytes);
+int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *stream,
+                      char *message, size_t message_bytes);
+int forge_hip_headnorm(float *x, const float *w, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, float eps,
+                       void *stream, char *message, size_t message_bytes);
+int forge_hip_rope(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
+                   uint32_t pos0, float freq_base, float freq_scale, const float *freq_factors, void *stream,
+                   char *message, size_t message_bytes);
+int forge_hip_kv_store(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
+                       uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t pos0, void *stream,
+                       char *message, size_t message_bytes);
+size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v);
+int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, size_t scratch_bytes, void *stream,
+                        char *message, size_t message_bytes);
+int forge_hip_add(float *dst, const float *src, size_t n, void *stream, char *message, size_t message_bytes);
+int forge_hip_swiglu(float *gate, const float *up, size_t n, void *stream, char *message, size_t message_bytes);
+unsigned long forge_hip_allocation_count(void);
+#ifdef __cplusplus
+}
+#endif
+#endif /* FORGE_HIP */
+
+FORGE_API int forge_gpu_available(void) {
+#ifdef FORGE_HIP
+    forge_hip_device_info info;
+    char message[256];
+    return forge_hip_device_query(0, &info, message, sizeof message) == 0;
+#else
+    return 0;
+#endif
+}
+
+FORGE_API unsigned long forge_gpu_allocation_count(void) {
+#ifdef FORGE_HIP
+    return forge_hip_allocation_count();
+#else
+    return 0;
+#endif
+}
+
+FORGE_API forge_result forge_memory_query_gpu(int device, forge_memory_reading *out, forge_error *error) {
+#ifdef FORGE_HIP
+    forge_hip_device_info info;
+    char message[256];
+    if (!out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_memory_query_gpu: null argument");
+    memset(out, 0, sizeof *out);
+    if (forge_hip_device_query(device, &info, message, sizeof message) != 0)
+        return forge__fail(error, FORGE_ERR_IO, "GPU %d: %s", device, message);
+    snprintf(out->device, sizeof out->device, "%.40s (%.16s)", info.name, info.arch);
+    out->total_bytes = info.total_bytes;
+    out->free_bytes = info.free_bytes;
+    if (out->total_bytes == 0 || out->free_bytes > out->total_bytes) { /* distrust: keep the smaller */
+        out->adjusted = 1;
+        out->free_bytes = FORGE__MIN(out->free_bytes, out->total_bytes);
+    }
+    return FORGE_OK;
+#else
+    (void)device;
+    if (out) memset(out, 0, sizeof *out);
+    return forge__fail(error, FORGE_ERR_UNSUPPORTED, "this build of forge has no GPU backend (compile with FORGE_HIP)");
+#endif
+}
+
+/* Vectors (norm weights, biases, rope factors) live as f32 on the device whatever their stored type. */
+static int forge__is_vector_use(const forge__schedule *s, const forge_gguf_tensor *t) {
+    uint32_t k;
+    for (k = 0; k < s->n_ops; k++) {
+        const forge__op *op = &s->ops[k];
+        if (op->bias == t) return 1;
+        if (op->w == t && (op->kind == FORGE__OP_RMSNORM || op->kind == FORGE__OP_HEADNORM)) return 1;
+    }
+    return 0;
+}
+
+#define FORGE__GPU_ALIGN 256u
+
+static uint64_t forge__align_gpu(uint64_t n) { return (n + FORGE__GPU_ALIGN - 1) / FORGE__GPU_ALIGN * FORGE__GPU_ALIGN; }
+
+/* Device bytes of the weights: every tensor the schedule reads, each at a 256-byte boundary,
+   matrices as stored and vectors in f32. */
+static uint64_t forge__gpu_weight_bytes(const forge__schedule *s, const forge_model *m) {
+    uint64_t total = 0, i;
+    for (i = 0; i < forge_gguf_tensor_count(m->gguf); i++) {
+        const forge_gguf_tensor *t = forge_gguf_tensor_at(m->gguf, i);
+        uint32_t k;
+        int used = t == forge_gguf_find_tensor(m->gguf, "rope_freqs.weight") && m->config.has_rope_freqs;
+        for (k = 0; k < s->n_ops && !used; k++) used = s->ops[k].w == t || s->ops[k].bias == t;
+        if (!used) continue;
+        total += forge__align_gpu(forge__is_vector_use(s, t) || t == forge_gguf_find_tensor(m->gguf, "rope_freqs.weight")
+                                      ? t->n_elements * sizeof(float)
+                                      : t->n_bytes);
+    }
+    return total;
+}
+
+#ifdef FORGE_HIP
+static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
+    uint32_t k, heads = 1;
+    for (k = 0; k < s->n_ops; k++)
+        if (s->ops[k].kind == FORGE__OP_ATTENTION) heads = FORGE__MAX(heads, s->ops[k].n);
+    return heads;
+}
+#endif
+
+/* The GPU backend's own working memory: attention's split-KV scratch, the batch's token ids, and
+   nothing that grows with the sequence. */
+static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_model *m, uint32_t n_ctx, uint32_t n_batch) {
+#ifdef FORGE_HIP
+    return forge__align_gpu(forge_hip_attention_scratch_bytes(n_ctx, n_batch, forge__schedule_max_heads(s), m->config.head_dim_v)) +
+           forge__align_gpu((uint64_t)n_batch * sizeof(int32_t));
+#else
+    (void)s, (void)m, (void)n_ctx;
+    return forge__align_gpu((uint64_t)n_batch * sizeof(int32_t));
+#endif
+}
+
 /* >>impl-plan-compute */
 
 static double forge__resolve_fraction(double requested) {
@@ -5767,6 +5936,8 @@ static double forge__resolve_fraction(double requested) {
 typedef struct forge__resolved {
     uint32_t n_ctx, n_batch, n_logits, n_threads;
     forge_kv_type kv_type;
+    forge_backend backend; /* CPU or GPU, never AUTO */
+    int device;
 } forge__resolved;
 
 static forge_result forge__resolve_desc(const forge_model *m, const forge_context_desc *d, forge__resolved *r,
@@ -5788,6 +5959,20 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
     r->n_logits = d->all_logits ? r->n_batch : 1;
     r->n_threads = d->n_threads;
     if (r->n_threads > 1024) return forge__fail(e, FORGE_ERR_ARGUMENT, "%u threads is above forge's limit of 1024", r->n_threads);
+    r->device = d->device;
+    if (d->device < 0) return forge__fail(e, FORGE_ERR_ARGUMENT, "GPU index %d is negative", d->device);
+    switch (d->backend) {
+    case FORGE_BACKEND_AUTO: r->backend = forge_gpu_available() ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU; break;
+    case FORGE_BACKEND_CPU: r->backend = FORGE_BACKEND_CPU; break;
+    case FORGE_BACKEND_GPU:
+#ifndef FORGE_HIP
+        return forge__fail(e, FORGE_ERR_UNSUPPORTED, "the GPU backend was asked for, but this build has none (compile with FORGE_HIP)");
+#else
+        r->backend = FORGE_BACKEND_GPU;
+        break;
+#endif
+    default: return forge__fail(e, FORGE_ERR_ARGUMENT, "backend %d is not a forge_backend", (int)d->backend);
+    }
     return FORGE_OK;
 }
 
@@ -5821,13 +6006,21 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
     p->n_logits = r->n_logits;
     p->kv_type = r->kv_type;
     if ((res = forge_kv_cache_bytes(&m->config, r->n_ctx, r->kv_type, &p->kv_bytes, e))) return res;
-    p->weights_bytes = forge__schedule_weight_bytes(s, m->gguf);
-    p->scratch_bytes = scratch_bytes;
-    p->logits_bytes = forge__align64((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
+    p->backend = r->backend;
     p->capture_bytes = 0;
-    /* the CPU backend's working memory: the matmul rows of every thread, and one vector (a norm's
-       weights or a bias) in f32 */
-    p->reserve_bytes = forge__cpu_work_bytes(n_threads, s->max_cols) + forge__align64((uint64_t)s->max_vec * sizeof(float));
+    if (r->backend == FORGE_BACKEND_GPU) { /* one device arena of 256-byte aligned regions, KV cache last */
+        p->weights_bytes = forge__gpu_weight_bytes(s, m);
+        p->scratch_bytes = forge__align_gpu(scratch_bytes);
+        p->logits_bytes = forge__align_gpu((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
+        p->reserve_bytes = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch);
+    } else {
+        p->weights_bytes = forge__schedule_weight_bytes(s, m->gguf);
+        p->scratch_bytes = scratch_bytes;
+        p->logits_bytes = forge__align64((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
+        /* the CPU backend's working memory: the matmul rows of every thread, and one vector (a norm's
+           weights or a bias) in f32 */
+        p->reserve_bytes = forge__cpu_work_bytes(n_threads, s->max_cols) + forge__align64((uint64_t)s->max_vec * sizeof(float));
+    }
     p->total_bytes = p->weights_bytes + p->kv_bytes + p->scratch_bytes + p->logits_bytes + p->capture_bytes +
                      p->reserve_bytes;
     /* every term is below 2^62 (the KV cache is checked, the others are bounded by the configuration's
@@ -5937,7 +6130,9 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     memset(v, 0, sizeof *v);
     if ((res = forge__resolve_desc(m, desc, &r, error))) return res;
     if (desc->memory) v->memory = *desc->memory;
-    else if ((res = forge_memory_query_cpu(&v->memory, error))) return res;
+    else if (r.backend == FORGE_BACKEND_GPU) {
+        if ((res = forge_memory_query_gpu(r.device, &v->memory, error))) return res;
+    } else if ((res = forge_memory_query_cpu(&v->memory, error))) return res;
     if (v->memory.free_bytes > v->memory.total_bytes) { /* a reading that makes no sense: trust the smaller */
         v->memory.free_bytes = v->memory.total_bytes;
         v->memory.adjusted = 1;
@@ -6028,6 +6223,7 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     return FORGE_OK;
 }
 
+
 /* >>impl-cpu-backend */
 
 #define FORGE__MAX_HEAD_DIM 1024
@@ -6053,7 +6249,218 @@ struct forge_context {
     /* the step being evaluated */
     const int32_t *tokens;
     uint32_t n_tokens;
+    /* GPU backend: one device arena (weights | scratch | logits | attention scratch | token ids | KV cache) */
+    uint8_t *dev;
+    uint64_t *dev_weight; /* device offset of each tensor of the file, UINT64_MAX when not uploaded */
+    void *stream;
+    uint64_t dev_scratch, dev_logits, dev_attn, dev_attn_bytes, dev_tokens, dev_kv;
+    const float *dev_rope_factors;
 };
+
+/* >>impl-gpu-context */
+
+#ifdef FORGE_HIP
+#define FORGE__HIP(call)                                                                                              \
+    do {                                                                                                              \
+        char hip_message_[256];                                                                                       \
+        if ((call) != 0) {                                                                                            \
+            return forge__fail(error, FORGE_ERR_IO, "GPU: %s", hip_message_);                                         \
+        }                                                                                                             \
+    } while (0)
+#define FORGE__MSG hip_message_, sizeof hip_message_
+
+static const float *forge__dev_f32(forge_context *ctx, const forge_gguf_tensor *t) {
+    if (!t) return NULL;
+    return (const float *)(const void *)(ctx->dev + ctx->dev_weight[t - forge_gguf_tensor_at(ctx->model->gguf, 0)]);
+}
+static const void *forge__dev_w(forge_context *ctx, const forge_gguf_tensor *t) {
+    return ctx->dev + ctx->dev_weight[t - forge_gguf_tensor_at(ctx->model->gguf, 0)];
+}
+static float *forge__dev_val(forge_context *ctx, int32_t v) {
+    return (float *)(void *)(ctx->dev + ctx->dev_scratch + ctx->sched.values[v].offset);
+}
+#endif
+
+/* Allocates the one device arena of the plan and uploads the weights the schedule reads (norms
+   and biases converted to f32 on the way). Everything taken is released by forge_context_destroy. */
+static forge_result forge__gpu_context_init(forge_context *ctx, forge_error *error) {
+#ifdef FORGE_HIP
+    const forge_gguf *g = ctx->model->gguf;
+    const forge_gguf_tensor *rope = forge_gguf_find_tensor(g, "rope_freqs.weight");
+    uint64_t n_tensors = forge_gguf_tensor_count(g), i, offset = 0, stored;
+    float *staging = NULL;
+    uint64_t staging_elems = 0;
+    const forge_config *c = ctx->c;
+    uint32_t il;
+
+    ctx->dev_weight = (uint64_t *)forge__alloc(&ctx->allocator, (size_t)(n_tensors ? n_tensors : 1) * sizeof(uint64_t));
+    ctx->logits = (float *)forge__alloc(&ctx->allocator, (size_t)ctx->plan.logits_bytes); /* the host copy */
+    if (!ctx->dev_weight || !ctx->logits)
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the GPU context's host tables");
+    ctx->arena = (uint8_t *)ctx->logits;
+    ctx->arena_bytes = ctx->plan.total_bytes;
+    FORGE__HIP(forge_hip_stream_create(&ctx->stream, FORGE__MSG));
+    FORGE__HIP(forge_hip_arena_alloc((size_t)ctx->plan.total_bytes, (void **)&ctx->dev, FORGE__MSG));
+
+    /* weights first, in file order, each at a 256-byte boundary: the layout the plan counted */
+    for (i = 0; i < n_tensors; i++) {
+        const forge_gguf_tensor *t = forge_gguf_tensor_at(g, i);
+        uint32_t k;
+        int used = t == rope && c->has_rope_freqs, vector;
+        ctx->dev_weight[i] = UINT64_MAX;
+        for (k = 0; k < ctx->sched.n_ops && !used; k++) used = ctx->sched.ops[k].w == t || ctx->sched.ops[k].bias == t;
+        if (!used) continue;
+        vector = forge__is_vector_use(&ctx->sched, t) || t == rope;
+        ctx->dev_weight[i] = offset;
+        if (vector) {
+            if (t->n_elements > staging_elems) {
+                forge__free(&ctx->allocator, staging);
+                staging = (float *)forge__alloc(&ctx->allocator, (size_t)t->n_elements * sizeof(float));
+                staging_elems = staging ? t->n_elements : 0;
+                if (!staging) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot stage tensor '%.*s'", FORGE__STR_ARGS(t->name));
+            }
+            forge_dequantize(t->type, t->data, staging, t->n_elements);
+            stored = t->n_elements * sizeof(float);
+            char message[256];
+            /* the staging buffer is reused for the next vector: wait for this copy */
+            if (forge_hip_copy_to_device(ctx->dev + offset, staging, (size_t)stored, ctx->stream, message, sizeof message) != 0 ||
+                forge_hip_stream_sync(ctx->stream, message, sizeof message) != 0) {
+                forge__free(&ctx->allocator, staging);
+                return forge__fail(error, FORGE_ERR_IO, "GPU: uploading tensor '%.*s' failed: %s", FORGE__STR_ARGS(t->name), message);
+            }
+        } else {
+            stored = t->n_bytes;
+            char message[256];
+            if (forge_hip_copy_to_device(ctx->dev + offset, t->data, (size_t)stored, ctx->stream, message, sizeof message) != 0) {
+                forge__free(&ctx->allocator, staging);
+                return forge__fail(error, FORGE_ERR_IO, "GPU: uploading tensor '%.*s' failed: %s", FORGE__STR_ARGS(t->name), message);
+            }
+        }
+        offset += forge__align_gpu(stored);
+    }
+    forge__free(&ctx->allocator, staging);
+    if (offset != ctx->plan.weights_bytes)
+        return forge__fail(error, FORGE_ERR_CONFIG, "uploaded %llu bytes of weights, the plan counted %llu", (forge__ull)offset,
+                           (forge__ull)ctx->plan.weights_bytes);
+    ctx->dev_scratch = offset;
+    offset += ctx->plan.scratch_bytes;
+    ctx->dev_logits = offset;
+    offset += ctx->plan.logits_bytes;
+    ctx->dev_attn = offset;
+    ctx->dev_attn_bytes = forge__align_gpu(forge_hip_attention_scratch_bytes(ctx->r.n_ctx, ctx->r.n_batch,
+                                                                             forge__schedule_max_heads(&ctx->sched), c->head_dim_v));
+    offset += ctx->dev_attn_bytes;
+    ctx->dev_tokens = offset;
+    offset += forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(int32_t));
+    ctx->dev_kv = offset;
+    if (offset + ctx->plan.kv_bytes != ctx->plan.total_bytes)
+        return forge__fail(error, FORGE_ERR_CONFIG, "the GPU arena layout (%llu bytes) differs from the plan (%llu)",
+                           (forge__ull)(offset + ctx->plan.kv_bytes), (forge__ull)ctx->plan.total_bytes);
+    ctx->dev_rope_factors = c->has_rope_freqs ? forge__dev_f32(ctx, rope) : NULL;
+    {
+        uint32_t storage = forge__kv_storage_type(ctx->r.kv_type);
+        const forge_type_traits *kvt = forge_type_info(storage);
+        ctx->row_k_bytes = (uint64_t)c->head_dim / kvt->block_elems * kvt->block_bytes;
+        ctx->row_v_bytes = (uint64_t)c->head_dim_v / kvt->block_elems * kvt->block_bytes;
+    }
+    for (offset = 0, il = 0; il < c->n_layer; il++) {
+        ctx->kv_layer_offset[il] = offset;
+        offset += (uint64_t)ctx->r.n_ctx * c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
+    }
+    FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
+    return FORGE_OK;
+#else
+    (void)ctx;
+    return forge__fail(error, FORGE_ERR_UNSUPPORTED, "this build of forge has no GPU backend (compile with FORGE_HIP)");
+#endif
+}
+
+/* The schedule on the device: the same ops, the same value offsets, the launchers of forge_kernels.hip. */
+static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *error) {
+#ifdef FORGE_HIP
+    const forge_config *c = ctx->c;
+    uint32_t k, n = ctx->n_tokens;
+    int32_t *dev_tokens = (int32_t *)(void *)(ctx->dev + ctx->dev_tokens);
+    FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
+    for (k = 0; k < ctx->sched.n_ops; k++) {
+        const forge__op *op = &ctx->sched.ops[k];
+        switch (op->kind) {
+        case FORGE__OP_EMBED:
+            FORGE__HIP(forge_hip_embed(op->w->type, forge__dev_w(ctx, op->w), (uint32_t)op->w->ne[1], op->n, dev_tokens, n,
+                                       c->embd_scale, forge__dev_val(ctx, op->dst), ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_RMSNORM:
+            FORGE__HIP(forge_hip_rmsnorm(forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op->w), forge__dev_val(ctx, op->dst),
+                                         n, op->n, c->rms_eps, ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_MATMUL:
+            FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
+                                        forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
+                                        forge__dev_f32(ctx, op->bias), ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_HEADNORM:
+            FORGE__HIP(forge_hip_headnorm(forge__dev_val(ctx, op->dst), forge__dev_f32(ctx, op->w), n, op->n, c->head_dim,
+                                          c->rms_eps, ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_ROPE:
+            FORGE__HIP(forge_hip_rope(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type,
+                                      ctx->pos, c->rope_freq_base, c->rope_freq_scale, ctx->dev_rope_factors, ctx->stream,
+                                      FORGE__MSG));
+            break;
+        case FORGE__OP_KV_STORE: {
+            uint8_t *layer = ctx->dev + ctx->dev_kv + ctx->kv_layer_offset[op->layer];
+            uint8_t *values = layer + (uint64_t)ctx->r.n_ctx * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
+            FORGE__HIP(forge_hip_kv_store(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
+                                          forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
+                                          ctx->pos, ctx->stream, FORGE__MSG));
+            break;
+        }
+        case FORGE__OP_ATTENTION: {
+            forge_hip_attention_args args;
+            uint8_t *layer = ctx->dev + ctx->dev_kv + ctx->kv_layer_offset[op->layer];
+            args.q = forge__dev_val(ctx, op->src);
+            args.out = forge__dev_val(ctx, op->dst);
+            args.cache_k = layer;
+            args.cache_v = layer + (uint64_t)ctx->r.n_ctx * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
+            args.kv_type = forge__kv_storage_type(ctx->r.kv_type);
+            args.n_tokens = n;
+            args.n_head = op->n;
+            args.n_head_kv = c->layer_n_head_kv[op->layer];
+            args.head_dim = c->head_dim;
+            args.head_dim_v = c->head_dim_v;
+            args.pos0 = ctx->pos;
+            args.scale = 0.0f;
+            FORGE__HIP(forge_hip_attention(&args, ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes, ctx->stream, FORGE__MSG));
+            break;
+        }
+        case FORGE__OP_ADD:
+            FORGE__HIP(forge_hip_add(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), (size_t)n * op->n, ctx->stream,
+                                     FORGE__MSG));
+            break;
+        case FORGE__OP_SWIGLU:
+            FORGE__HIP(forge_hip_swiglu(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), (size_t)n * op->n,
+                                        ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_LOGITS: {
+            uint32_t rows = FORGE__MIN(ctx->r.n_logits, n);
+            float *dev_logits = (float *)(void *)(ctx->dev + ctx->dev_logits);
+            FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
+                                        forge__dev_val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd, dev_logits, rows, NULL,
+                                        ctx->stream, FORGE__MSG));
+            FORGE__HIP(forge_hip_copy_from_device(ctx->logits, dev_logits, (size_t)rows * c->n_vocab * sizeof(float),
+                                                  ctx->stream, FORGE__MSG));
+            FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
+            ctx->n_logit_rows = rows;
+            break;
+        }
+        }
+    }
+    return FORGE_OK;
+#else
+    (void)ctx;
+    return forge__fail(error, FORGE_ERR_UNSUPPORTED, "this build of forge has no GPU backend");
+#endif
+}
 
 FORGE_API forge_result forge_context_create(const forge_model *m, const forge_context_desc *desc, forge_context **out,
                                             forge_error *error) {
@@ -6093,6 +6500,16 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     ctx->allocator = *a;
     if ((res = forge__resolve_desc(m, desc, &ctx->r, error))) goto fail;
     if ((res = forge__schedule_build(m, a, &ctx->sched, error))) goto fail;
+    if (ctx->r.backend == FORGE_BACKEND_GPU) {
+        /* the values' offsets in the scratch region come from packing, as the plan counted them */
+        if ((res = forge__plan_with(m, &ctx->r, &ctx->sched, forge__schedule_pack(&ctx->sched, ctx->r.n_batch), 1,
+                                    &ctx->plan, error)))
+            goto fail;
+        if ((res = forge__gpu_context_init(ctx, error))) goto fail;
+        *out = ctx;
+        forge__ok(error);
+        return FORGE_OK;
+    }
     if ((res = forge__pool_create(ctx->r.n_threads, a, &ctx->pool, error))) goto fail;
     ctx->plan = verdict.plan;
     /* the plan was made for the thread count the pool really has */
@@ -6147,6 +6564,11 @@ FORGE_API void forge_context_destroy(forge_context *ctx) {
     forge_allocator a;
     if (!ctx) return;
     a = ctx->allocator;
+#ifdef FORGE_HIP
+    if (ctx->stream) forge_hip_stream_destroy(ctx->stream);
+    forge_hip_arena_free(ctx->dev);
+#endif
+    forge__free(&a, ctx->dev_weight);
     forge__pool_destroy(ctx->pool);
     forge__free(&a, ctx->arena);
     forge__schedule_free(&ctx->sched, &a);
@@ -6416,7 +6838,12 @@ FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uin
     while (done < n_tokens) {
         ctx->tokens = tokens + done;
         ctx->n_tokens = FORGE__MIN(ctx->r.n_batch, n_tokens - done);
-        forge__run_schedule(ctx);
+        if (ctx->r.backend == FORGE_BACKEND_GPU) {
+            forge_result r = forge__gpu_run_schedule(ctx, error);
+            if (r) return r;
+        } else {
+            forge__run_schedule(ctx);
+        }
         ctx->pos += ctx->n_tokens;
         done += ctx->n_tokens;
     }

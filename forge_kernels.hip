@@ -4,13 +4,28 @@
 // AMD:    hipcc --offload-arch=gfx90a,gfx1030 -c forge_kernels.hip
 // NVIDIA: nvcc -x cu -c forge_kernels.hip      (through the name block below)
 //
-// Today this file holds the device query and the arena; kernels arrive with the GPU backend.
+// Contents
+//   >>names      the HIP names used, mapped onto CUDA for nvcc
+//   >>memory     device query, arena, copies, streams
+//   >>device     device helpers: f16 bits, wave and block reductions
+//   >>weights    one 32-element unit of every GGUF weight type, dequantized in registers
+//   >>matmul     decode matvec (fused dequant + dot) and the tiled prompt matmul
+//   >>rows       embed, rmsnorm / head norm, rope, add, swiglu, argmax
+//   >>kv         KV cache encode (f32 / f16 / q8_0 / q4_0, bit-exact with forge__kv_encode)
+//   >>attention  flash-style causal attention over the KV cache, optional split-KV
+//
+// Conventions of every launcher: plain C arguments and device pointers, a stream as `void *`
+// (NULL is the default stream), returns 0, or -1 with the runtime's message in `message`; never
+// prints, aborts or exits. Type ids are GGUF's (forge_type). Device pointers to f32 data must be
+// 16-byte aligned (every region of the arena is 64-byte aligned). Kernels never assume a wave size:
+// they read warpSize on the device, and launchers ask the runtime for it when sizing a grid.
 
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 #include <hip/hip_runtime.h>
+#define FORGE_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask))
 #else
-// The HIP names forge uses, mapped onto CUDA. Debian's HIP headers do not build against CUDA 13,
-// so the project keeps its own short list instead of including them.
+// >>names: the HIP names forge uses, mapped onto CUDA. Debian's HIP headers do not build against
+// CUDA 13, so the project keeps its own short list instead of including them.
 #include <cuda_runtime.h>
 #define hipError_t cudaError_t
 #define hipSuccess cudaSuccess
@@ -18,17 +33,70 @@
 #define hipGetDeviceCount cudaGetDeviceCount
 #define hipGetDeviceProperties cudaGetDeviceProperties
 #define hipSetDevice cudaSetDevice
+#define hipGetDevice cudaGetDevice
+#define hipDeviceGetAttribute cudaDeviceGetAttribute
+#define hipDeviceAttributeWarpSize cudaDevAttrWarpSize
 #define hipMemGetInfo cudaMemGetInfo
 #define hipMalloc cudaMalloc
 #define hipFree cudaFree
 #define hipGetErrorString cudaGetErrorString
+#define hipGetLastError cudaGetLastError
+#define hipStream_t cudaStream_t
+#define hipStreamCreate cudaStreamCreate
+#define hipStreamDestroy cudaStreamDestroy
+#define hipStreamSynchronize cudaStreamSynchronize
+#define hipMemcpyAsync cudaMemcpyAsync
+#define hipMemsetAsync cudaMemsetAsync
+#define hipMemcpyHostToDevice cudaMemcpyHostToDevice
+#define hipMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define hipMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+// every lane of a wave takes part in forge's shuffles, so the full mask is right
+#define FORGE_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
 #endif
 
+#include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+// GGUF type ids (forge.h's forge_type; the numbering is ggml's and never changes).
+enum {
+    FORGE_HIP_F32 = 0, FORGE_HIP_F16 = 1, FORGE_HIP_Q4_0 = 2, FORGE_HIP_Q4_1 = 3, FORGE_HIP_Q5_0 = 6,
+    FORGE_HIP_Q5_1 = 7, FORGE_HIP_Q8_0 = 8, FORGE_HIP_Q2_K = 10, FORGE_HIP_Q3_K = 11, FORGE_HIP_Q4_K = 12,
+    FORGE_HIP_Q5_K = 13, FORGE_HIP_Q6_K = 14, FORGE_HIP_IQ4_NL = 20, FORGE_HIP_IQ4_XS = 23, FORGE_HIP_BF16 = 30
+};
+
+// ---- launcher plumbing ----
+
+static int forge__hip_fail(hipError_t err, const char *what, char *message, size_t message_bytes) {
+    if (message && message_bytes) snprintf(message, message_bytes, "%s: %s", what, hipGetErrorString(err));
+    return -1;
+}
+
+static int forge__hip_refuse(char *message, size_t message_bytes, const char *text) {
+    if (message && message_bytes) snprintf(message, message_bytes, "%s", text);
+    return -1;
+}
+
+// After a launch: a bad configuration shows up here; faults inside the kernel show up at the next sync.
+static int forge__hip_launched(const char *what, char *message, size_t message_bytes) {
+    hipError_t err = hipGetLastError();
+    return err == hipSuccess ? 0 : forge__hip_fail(err, what, message, message_bytes);
+}
+
+// The current device's wave size, for sizing grids (kernels read warpSize themselves).
+static int forge__hip_wave_size(void) {
+    int device = 0, wave = 0;
+    if (hipGetDevice(&device) != hipSuccess || hipDeviceGetAttribute(&wave, hipDeviceAttributeWarpSize, device) != hipSuccess ||
+        wave <= 0)
+        wave = 64; // the largest wave: a grid sized for it still covers every row (extra rows are skipped)
+    return wave;
+}
+
 extern "C" {
+
+/* >>memory ------------------------------------------------------------------------------------ */
 
 // What forge needs to know about a device before it plans anything.
 typedef struct forge_hip_device_info {
@@ -66,8 +134,23 @@ int forge_hip_device_query(int device, forge_hip_device_info *info, char *messag
 }
 
 // The one device allocation forge makes for a context; its size is the memory plan's total.
+// Test hooks, process-wide by nature: how many device allocations forge has made, and an
+// allocation that fails on purpose (the k-th from now; -1: none) to drive the transactional tests.
+static unsigned long forge__hip_allocations = 0;
+static long forge__hip_fail_in = -1;
+
+unsigned long forge_hip_allocation_count(void) { return forge__hip_allocations; }
+void forge_hip_fail_allocation_after(long k) { forge__hip_fail_in = k; }
+
 int forge_hip_arena_alloc(size_t bytes, void **out, char *message, size_t message_bytes) {
-    hipError_t err = hipMalloc(out, bytes);
+    hipError_t err;
+    if (forge__hip_fail_in >= 0 && forge__hip_fail_in-- == 0) {
+        *out = NULL;
+        snprintf(message, message_bytes, "device allocation of %zu bytes failed: injected by the test hook", bytes);
+        return -1;
+    }
+    err = hipMalloc(out, bytes);
+    if (err == hipSuccess) forge__hip_allocations++;
     if (err != hipSuccess) {
         *out = NULL;
         snprintf(message, message_bytes, "device allocation of %zu bytes failed: %s", bytes, hipGetErrorString(err));
@@ -78,6 +161,1135 @@ int forge_hip_arena_alloc(size_t bytes, void **out, char *message, size_t messag
 
 void forge_hip_arena_free(void *arena) {
     if (arena) (void)hipFree(arena);
+}
+
+// Copies are queued on `stream`; the host buffer must stay alive (and unchanged) until the stream
+// is synchronized. Pageable host memory makes the runtime stage the copy, which is correct, only slower.
+int forge_hip_copy_to_device(void *device_dst, const void *host_src, size_t bytes, void *stream, char *message,
+                             size_t message_bytes) {
+    hipError_t err = hipMemcpyAsync(device_dst, host_src, bytes, hipMemcpyHostToDevice, (hipStream_t)stream);
+    return err == hipSuccess ? 0 : forge__hip_fail(err, "copy to device", message, message_bytes);
+}
+
+int forge_hip_copy_from_device(void *host_dst, const void *device_src, size_t bytes, void *stream, char *message,
+                               size_t message_bytes) {
+    hipError_t err = hipMemcpyAsync(host_dst, device_src, bytes, hipMemcpyDeviceToHost, (hipStream_t)stream);
+    return err == hipSuccess ? 0 : forge__hip_fail(err, "copy from device", message, message_bytes);
+}
+
+int forge_hip_copy_device(void *device_dst, const void *device_src, size_t bytes, void *stream, char *message,
+                          size_t message_bytes) {
+    hipError_t err = hipMemcpyAsync(device_dst, device_src, bytes, hipMemcpyDeviceToDevice, (hipStream_t)stream);
+    return err == hipSuccess ? 0 : forge__hip_fail(err, "device copy", message, message_bytes);
+}
+
+int forge_hip_memset(void *device_dst, int byte, size_t bytes, void *stream, char *message, size_t message_bytes) {
+    hipError_t err = hipMemsetAsync(device_dst, byte, bytes, (hipStream_t)stream);
+    return err == hipSuccess ? 0 : forge__hip_fail(err, "device memset", message, message_bytes);
+}
+
+// Waits for everything queued on `stream`; a fault inside an earlier kernel is reported here.
+int forge_hip_stream_sync(void *stream, char *message, size_t message_bytes) {
+    hipError_t err = hipStreamSynchronize((hipStream_t)stream);
+    return err == hipSuccess ? 0 : forge__hip_fail(err, "stream synchronize", message, message_bytes);
+}
+
+int forge_hip_stream_create(void **out, char *message, size_t message_bytes) {
+    hipStream_t s = NULL;
+    hipError_t err = hipStreamCreate(&s);
+    *out = err == hipSuccess ? (void *)s : NULL;
+    return err == hipSuccess ? 0 : forge__hip_fail(err, "stream create", message, message_bytes);
+}
+
+void forge_hip_stream_destroy(void *stream) {
+    if (stream) (void)hipStreamDestroy((hipStream_t)stream);
+}
+
+}  // extern "C"
+
+/* >>device ------------------------------------------------------------------------------------ */
+
+// f16 bits -> f32 without branches, exact for every input (subnormals are mantissa * 2^-24); the
+// project's own conversion so that no fp16 header is needed on either vendor.
+__device__ __forceinline__ float forge__f16(uint32_t h) {
+    uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    float subnormal = (float)mantissa * 5.9604644775390625e-08f;
+    uint32_t bits = exponent == 31 ? 0x7f800000u | (mantissa << 13) : ((exponent + 112u) << 23) | (mantissa << 13);
+    bits = sign | (exponent == 0 ? __float_as_uint(subnormal) : bits);
+    return __uint_as_float(bits);
+}
+
+__device__ __forceinline__ float forge__bf16(uint32_t h) { return __uint_as_float(h << 16); }
+
+// f32 -> f16 bits, round to nearest even: the same integer steps as forge_f32_to_f16, so the KV
+// cache a GPU writes is byte for byte the one the CPU backend writes.
+__device__ __forceinline__ uint32_t forge__to_f16(float value) {
+    uint32_t bits = __float_as_uint(value), sign = (bits >> 16) & 0x8000u, mantissa = bits & 0x7fffffu;
+    int exponent = (int)((bits >> 23) & 0xffu);
+    if (exponent == 255) return sign | 0x7c00u | (mantissa ? 0x200u : 0u);
+    exponent = exponent - 127 + 15;
+    if (exponent >= 31) return sign | 0x7c00u;
+    if (exponent <= 0) {
+        if (exponent < -10) return sign;
+        mantissa |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - exponent), half = 1u << (shift - 1), rest = mantissa & ((1u << shift) - 1);
+        uint32_t rounded = mantissa >> shift;
+        if (rest > half || (rest == half && (rounded & 1u))) rounded++;
+        return sign | rounded;
+    }
+    uint32_t result = sign | ((uint32_t)exponent << 10) | (mantissa >> 13), rest = mantissa & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (result & 1u))) result++; // a carry into the exponent is right
+    return result;
+}
+
+// Little-endian loads of known alignment (the block layouts below say which alignment holds).
+__device__ __forceinline__ uint32_t forge__ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+__device__ __forceinline__ uint32_t forge__ld32(const uint8_t *p) { return *(const uint32_t *)p; }
+__device__ __forceinline__ uint4 forge__ld128(const uint8_t *p) { return *(const uint4 *)p; }
+
+// Sum over the lanes of one wave, every lane gets the total; the loop reads the wave size.
+__device__ __forceinline__ float forge__wave_sum(float v) {
+    for (int lane_mask = warpSize / 2; lane_mask > 0; lane_mask >>= 1) v += FORGE_SHFL_XOR(v, lane_mask);
+    return v;
+}
+
+__device__ __forceinline__ float forge__wave_max(float v) {
+    for (int lane_mask = warpSize / 2; lane_mask > 0; lane_mask >>= 1) v = fmaxf(v, FORGE_SHFL_XOR(v, lane_mask));
+    return v;
+}
+
+// Sum over a block whose size is a multiple of the wave size; every thread gets the total, added
+// up in one fixed order (wave 0 first), so the result does not depend on scheduling.
+__device__ float forge__block_sum(float v) {
+    __shared__ float partial[32]; // 1024 threads / 32 lanes: enough waves for any wave size
+    const int wave = warpSize, lane = threadIdx.x % wave, id = threadIdx.x / wave, n_waves = blockDim.x / wave;
+    v = forge__wave_sum(v);
+    if (lane == 0) partial[id] = v;
+    __syncthreads();
+    float total = 0.0f;
+    for (int i = 0; i < n_waves; i++) total += partial[i];
+    __syncthreads(); // the next call may overwrite partial
+    return total;
+}
+
+/* >>weights ----------------------------------------------------------------------------------- */
+
+// Every weight type is read in units of 32 consecutive elements of a row: one block of the 32-element
+// types, one eighth of a 256-element super-block of the K-quants and IQ4_XS, 32 values of F32/F16/BF16.
+// unit(row, u, v) writes elements 32u..32u+31 of the row into v (registers: every loop is unrolled),
+// with the same arithmetic and order as forge.h's forge__dq_* so that results match the CPU closely.
+// Layouts and alignments (a row starts 16-byte aligned; a block's alignment follows from its size):
+//   Q4_0 18 B: [d][16 qs]              2-aligned    Q4_1 20 B: [d][m][16 qs]          4-aligned
+//   Q5_0 22 B: [d][qh u32][16 qs]      2-aligned    Q5_1 24 B: [d][m][qh u32][16 qs]  8-aligned
+//   Q8_0 34 B: [d][32 int8]            2-aligned    IQ4_NL 18 B: as Q4_0, levels from a table
+//   Q2_K 84 B: [scales 16][qs 64][d][dmin]                           4-aligned
+//   Q3_K 110 B: [hmask 32][qs 64][scales 12][d]                      2-aligned
+//   Q4_K 144 B: [d][dmin][scales 12][qs 128]                        16-aligned
+//   Q5_K 176 B: [d][dmin][scales 12][qh 32][qs 128]                 16-aligned
+//   Q6_K 210 B: [ql 128][qh 64][scales 16 int8][d]                   2-aligned
+//   IQ4_XS 136 B: [d][scales_h u16][scales_l 4][qs 128]              8-aligned
+
+// The 16 IQ4 levels {-127,-104,-83,-65, -49,-35,-22,-10, 1,13,25,38, 53,69,89,113} packed four int8
+// to a word and picked with selects: no table in memory, no divergent lookups.
+__device__ __forceinline__ float forge__iq4_level(uint32_t q) {
+    uint32_t word = q < 4 ? 0xBFAD9881u : q < 8 ? 0xF6EADDCFu : q < 12 ? 0x26190D01u : 0x71594535u;
+    return (float)(int8_t)(uint8_t)(word >> (8 * (q & 3)));
+}
+
+struct forge__w_f32 {
+    static const int block_elems = 1, block_bytes = 4, is_float = 1;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const float4 *p = (const float4 *)(row + (size_t)u * 128);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float4 f = p[i];
+            v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *row, uint32_t c) { return ((const float *)row)[c]; }
+};
+
+struct forge__w_f16 {
+    static const int block_elems = 1, block_bytes = 2, is_float = 1;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *p = row + (size_t)u * 64;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint4 q = forge__ld128(p + 16 * i);
+            uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[8 * i + 2 * k] = forge__f16(w[k] & 0xffffu), v[8 * i + 2 * k + 1] = forge__f16(w[k] >> 16);
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *row, uint32_t c) { return forge__f16(forge__ld16(row + 2 * (size_t)c)); }
+};
+
+struct forge__w_bf16 {
+    static const int block_elems = 1, block_bytes = 2, is_float = 1;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *p = row + (size_t)u * 64;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint4 q = forge__ld128(p + 16 * i);
+            uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[8 * i + 2 * k] = forge__bf16(w[k] & 0xffffu), v[8 * i + 2 * k + 1] = forge__bf16(w[k] >> 16);
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *row, uint32_t c) { return forge__bf16(forge__ld16(row + 2 * (size_t)c)); }
+};
+
+// The 32-element block types: byte j of qs holds element j (low nibble) and j + 16 (high nibble).
+struct forge__w_q4_0 {
+    static const int block_elems = 32, block_bytes = 18, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)u * 18;
+        const float d = forge__f16(forge__ld16(b));
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            uint32_t w = forge__ld16(b + 2 + 2 * i);
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                uint32_t byte = (w >> (8 * k)) & 0xffu;
+                v[2 * i + k] = (float)((int)(byte & 0xfu) - 8) * d;
+                v[2 * i + k + 16] = (float)((int)(byte >> 4) - 8) * d;
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+struct forge__w_iq4_nl {
+    static const int block_elems = 32, block_bytes = 18, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)u * 18;
+        const float d = forge__f16(forge__ld16(b));
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            uint32_t w = forge__ld16(b + 2 + 2 * i);
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                uint32_t byte = (w >> (8 * k)) & 0xffu;
+                v[2 * i + k] = d * forge__iq4_level(byte & 0xfu);
+                v[2 * i + k + 16] = d * forge__iq4_level(byte >> 4);
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+struct forge__w_q4_1 {
+    static const int block_elems = 32, block_bytes = 20, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)u * 20;
+        const uint32_t dm = forge__ld32(b);
+        const float d = forge__f16(dm & 0xffffu), m = forge__f16(dm >> 16);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t w = forge__ld32(b + 4 + 4 * i);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint32_t byte = (w >> (8 * k)) & 0xffu;
+                v[4 * i + k] = (float)(byte & 0xfu) * d + m;
+                v[4 * i + k + 16] = (float)(byte >> 4) * d + m;
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+struct forge__w_q5_0 {
+    static const int block_elems = 32, block_bytes = 22, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)u * 22;
+        const float d = forge__f16(forge__ld16(b));
+        const uint32_t high = forge__ld16(b + 2) | (forge__ld16(b + 4) << 16);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            uint32_t w = forge__ld16(b + 6 + 2 * i);
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int j = 2 * i + k;
+                uint32_t byte = (w >> (8 * k)) & 0xffu;
+                int lo = (int)((byte & 0xfu) | (((high >> j) & 1u) << 4));
+                int hi = (int)((byte >> 4) | (((high >> (j + 16)) & 1u) << 4));
+                v[j] = (float)(lo - 16) * d;
+                v[j + 16] = (float)(hi - 16) * d;
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+struct forge__w_q5_1 {
+    static const int block_elems = 32, block_bytes = 24, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)u * 24;
+        const uint32_t dm = forge__ld32(b), high = forge__ld32(b + 4);
+        const float d = forge__f16(dm & 0xffffu), m = forge__f16(dm >> 16);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t w = forge__ld32(b + 8 + 4 * i);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int j = 4 * i + k;
+                uint32_t byte = (w >> (8 * k)) & 0xffu;
+                v[j] = (float)((byte & 0xfu) | (((high >> j) & 1u) << 4)) * d + m;
+                v[j + 16] = (float)((byte >> 4) | (((high >> (j + 16)) & 1u) << 4)) * d + m;
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+struct forge__w_q8_0 {
+    static const int block_elems = 32, block_bytes = 34, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)u * 34;
+        const float d = forge__f16(forge__ld16(b));
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            uint32_t w = forge__ld16(b + 2 + 2 * i);
+            v[2 * i] = (float)(int8_t)(uint8_t)(w & 0xffu) * d;
+            v[2 * i + 1] = (float)(int8_t)(uint8_t)(w >> 8) * d;
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+// Q2_K and Q3_K order a super-block as 2 halves x 4 shifts x 32: unit s (0..7) is half s/4, bit
+// shift 2*(s%4), reading the half's 32 qs bytes; its two 16-element sub-blocks have scales 2s, 2s+1.
+struct forge__w_q2_k {
+    static const int block_elems = 256, block_bytes = 84, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)(u / 8) * 84;
+        const uint32_t s = u % 8, shift = 2 * (s % 4);
+        const uint8_t *qs = b + 16 + (s / 4) * 32;
+        const uint32_t dd = forge__ld32(b + 80);
+        const float d = forge__f16(dd & 0xffffu), dmin = forge__f16(dd >> 16);
+        const uint32_t sc0 = b[2 * s], sc1 = b[2 * s + 1];
+        const float dl0 = d * (float)(sc0 & 0xfu), ml0 = dmin * (float)(sc0 >> 4);
+        const float dl1 = d * (float)(sc1 & 0xfu), ml1 = dmin * (float)(sc1 >> 4);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            uint32_t w = forge__ld32(qs + 4 * i);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int j = 4 * i + k;
+                float q = (float)((w >> (8 * k + shift)) & 3u);
+                v[j] = j < 16 ? dl0 * q - ml0 : dl1 * q - ml1;
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+// Q3_K scale j: low 4 bits from byte j (j < 8) or the high nibble of byte j-8, high 2 bits from
+// byte 8 + j%4 at bit 2*(j/4), minus 32. A clear hmask bit (bit s of byte k) subtracts 4.
+__device__ __forceinline__ int forge__q3k_scale(const uint8_t *packed, uint32_t j) {
+    int low = j < 8 ? (packed[j] & 0xf) : (packed[j - 8] >> 4);
+    int high = (packed[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return (low | (high << 4)) - 32;
+}
+
+struct forge__w_q3_k {
+    static const int block_elems = 256, block_bytes = 110, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)(u / 8) * 110;
+        const uint32_t s = u % 8, shift = 2 * (s % 4);
+        const uint8_t *qs = b + 32 + (s / 4) * 32;
+        const float d = forge__f16(forge__ld16(b + 108));
+        const float dl0 = d * (float)forge__q3k_scale(b + 96, 2 * s), dl1 = d * (float)forge__q3k_scale(b + 96, 2 * s + 1);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            uint32_t w = forge__ld16(qs + 2 * i), m = forge__ld16(b + 2 * i);
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int j = 2 * i + k;
+                int q = (int)((w >> (8 * k + shift)) & 3u) - (((m >> (8 * k + s)) & 1u) ? 0 : 4);
+                v[j] = (j < 16 ? dl0 : dl1) * (float)q;
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+// Scale and min j (0..7) of the 12-byte packed 6-bit table of Q4_K and Q5_K.
+__device__ __forceinline__ void forge__k4_scale_min(const uint8_t *packed, uint32_t j, float *scale, float *min) {
+    if (j < 4) {
+        *scale = (float)(packed[j] & 63);
+        *min = (float)(packed[j + 4] & 63);
+    } else {
+        *scale = (float)((packed[j + 4] & 0xf) | ((packed[j - 4] >> 6) << 4));
+        *min = (float)((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
+    }
+}
+
+// Q4_K / Q5_K: unit s reads the 32 qs bytes of chunk s/2, low nibbles for even s, high for odd;
+// Q5_K adds bit s of qh[l] as the fifth bit.
+struct forge__w_q4_k {
+    static const int block_elems = 256, block_bytes = 144, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)(u / 8) * 144;
+        const uint32_t s = u % 8, nibble_shift = 4 * (s & 1);
+        const uint32_t dd = forge__ld32(b);
+        float sc, mn;
+        forge__k4_scale_min(b + 4, s, &sc, &mn);
+        const float dl = forge__f16(dd & 0xffffu) * sc, ml = forge__f16(dd >> 16) * mn;
+        const uint8_t *qs = b + 16 + (s / 2) * 32;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint4 q = forge__ld128(qs + 16 * i);
+            uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int k = 0; k < 16; k++) v[16 * i + k] = dl * (float)((w[k / 4] >> (8 * (k % 4) + nibble_shift)) & 0xfu) - ml;
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+struct forge__w_q5_k {
+    static const int block_elems = 256, block_bytes = 176, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)(u / 8) * 176;
+        const uint32_t s = u % 8, nibble_shift = 4 * (s & 1);
+        const uint32_t dd = forge__ld32(b);
+        float sc, mn;
+        forge__k4_scale_min(b + 4, s, &sc, &mn);
+        const float dl = forge__f16(dd & 0xffffu) * sc, ml = forge__f16(dd >> 16) * mn;
+        const uint8_t *qh = b + 16, *qs = b + 48 + (s / 2) * 32;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint4 q = forge__ld128(qs + 16 * i), h = forge__ld128(qh + 16 * i);
+            uint32_t w[4] = {q.x, q.y, q.z, q.w}, hw[4] = {h.x, h.y, h.z, h.w};
+#pragma unroll
+            for (int k = 0; k < 16; k++) {
+                uint32_t low = (w[k / 4] >> (8 * (k % 4) + nibble_shift)) & 0xfu;
+                uint32_t fifth = (hw[k / 4] >> (8 * (k % 4) + s)) & 1u;
+                v[16 * i + k] = dl * (float)(low + 16 * fifth) - ml;
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+// Q6_K: unit s is half s/4, quarter k = s%4: ql bytes (k&1)*32.. of the half at nibble 4*(k>>1),
+// qh bytes of the half at bits 2k, scales half*8 + 2k + l/16.
+struct forge__w_q6_k {
+    static const int block_elems = 256, block_bytes = 210, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)(u / 8) * 210;
+        const uint32_t s = u % 8, half = s / 4, k4 = s % 4;
+        const uint8_t *ql = b + half * 64 + (k4 & 1) * 32, *qh = b + 128 + half * 32;
+        const int8_t *scales = (const int8_t *)(b + 192 + half * 8 + 2 * k4);
+        const float d = forge__f16(forge__ld16(b + 208));
+        const float d0 = d * (float)scales[0], d1 = d * (float)scales[1];
+        const uint32_t nibble_shift = 4 * (k4 >> 1), high_shift = 2 * k4;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            uint32_t lw = forge__ld16(ql + 2 * i), hw = forge__ld16(qh + 2 * i);
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int j = 2 * i + k;
+                int q = (int)(((lw >> (8 * k + nibble_shift)) & 0xfu) | (((hw >> (8 * k + high_shift)) & 3u) << 4)) - 32;
+                v[j] = (j < 16 ? d0 : d1) * (float)q;
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+// IQ4_XS: unit g is 32-element group g of the super-block: qs bytes 16g.., 6-bit scale minus 32.
+struct forge__w_iq4_xs {
+    static const int block_elems = 256, block_bytes = 136, is_float = 0;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+        const uint8_t *b = row + (size_t)(u / 8) * 136;
+        const uint32_t g = u % 8, head = forge__ld32(b);
+        const float d = forge__f16(head & 0xffffu);
+        const uint32_t scale = ((b[4 + g / 2] >> (4 * (g % 2))) & 0xfu) | (((head >> 16 >> (2 * g)) & 3u) << 4);
+        const float dl = d * (float)((int)scale - 32);
+        const uint8_t *qs = b + 8 + 16 * g;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t w = forge__ld32(qs + 4 * i);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint32_t byte = (w >> (8 * k)) & 0xffu;
+                v[4 * i + k] = dl * forge__iq4_level(byte & 0xfu);
+                v[4 * i + k + 16] = dl * forge__iq4_level(byte >> 4);
+            }
+        }
+    }
+    static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
+};
+
+// Units of the row that go through unit(); F32/F16/BF16 rows whose width is not a multiple of 32
+// are read element by element instead (their rows are then not 16-byte aligned either).
+template <class W> __device__ __forceinline__ uint32_t forge__fast_units(uint32_t n_cols) {
+    return W::is_float && (n_cols % 32) != 0 ? 0u : n_cols / 32;
+}
+
+// One switch from a type id to its unit reader, shared by every launcher that reads weights.
+#define FORGE__WEIGHT_TYPES(X)                                                                           \
+    X(FORGE_HIP_F32, forge__w_f32) X(FORGE_HIP_F16, forge__w_f16) X(FORGE_HIP_BF16, forge__w_bf16)        \
+    X(FORGE_HIP_Q4_0, forge__w_q4_0) X(FORGE_HIP_Q4_1, forge__w_q4_1) X(FORGE_HIP_Q5_0, forge__w_q5_0)    \
+    X(FORGE_HIP_Q5_1, forge__w_q5_1) X(FORGE_HIP_Q8_0, forge__w_q8_0) X(FORGE_HIP_Q2_K, forge__w_q2_k)    \
+    X(FORGE_HIP_Q3_K, forge__w_q3_k) X(FORGE_HIP_Q4_K, forge__w_q4_k) X(FORGE_HIP_Q5_K, forge__w_q5_k)    \
+    X(FORGE_HIP_Q6_K, forge__w_q6_k) X(FORGE_HIP_IQ4_NL, forge__w_iq4_nl) X(FORGE_HIP_IQ4_XS, forge__w_iq4_xs)
+
+// Block geometry of a type id: 0 when the type is not one forge's kernels read.
+static int forge__hip_block(uint32_t type, uint32_t *block_elems, uint32_t *block_bytes) {
+    switch (type) {
+#define FORGE__GEOMETRY(id, W)                                                                           \
+    case id: *block_elems = W::block_elems, *block_bytes = W::block_bytes; return 1;
+        FORGE__WEIGHT_TYPES(FORGE__GEOMETRY)
+#undef FORGE__GEOMETRY
+    default: return 0;
+    }
+}
+
+// Checks a weight matrix's type and width; fills row_bytes.
+static int forge__hip_weights(uint32_t type, uint32_t n_cols, size_t *row_bytes, const char *who, char *message,
+                              size_t message_bytes) {
+    uint32_t elems, bytes;
+    if (!forge__hip_block(type, &elems, &bytes)) {
+        if (message && message_bytes) snprintf(message, message_bytes, "%s: weight type %u is not supported on the GPU", who, type);
+        return -1;
+    }
+    if (n_cols % elems != 0) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "%s: rows of %u elements are not a whole number of %u-element blocks", who, n_cols, elems);
+        return -1;
+    }
+    *row_bytes = (size_t)(n_cols / elems) * bytes;
+    return 0;
+}
+
+/* >>matmul ------------------------------------------------------------------------------------ */
+
+// Decode: y[r] = W[r] . x (+ bias[r]) for one token. One wave per FORGE__MATVEC_ROWS rows; lane i
+// reads units i, i + wave, ... so the lanes of a wave walk a row together (contiguous blocks,
+// coalesced), each dequantizing its unit into registers. The unit's 32 activations are loaded once
+// (float4) and used for all the wave's rows: measured on an H100, re-reading x per row and unit,
+// not the weights, was what limited the one-row version (every quantized type took the same time).
+// Memory-bound: every weight byte is read exactly once.
+#define FORGE__MATVEC_ROWS 4
+template <class W>
+__global__ void forge__k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
+                                const float *__restrict__ x, float *__restrict__ y, const float *__restrict__ bias) {
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, waves_per_block = blockDim.x / wave;
+    const uint32_t r0 = (blockIdx.x * waves_per_block + threadIdx.x / wave) * FORGE__MATVEC_ROWS;
+    if (r0 >= n_rows) return; // the whole wave leaves together, so the shuffles below stay complete
+    const uint32_t n_here = n_rows - r0 < FORGE__MATVEC_ROWS ? n_rows - r0 : FORGE__MATVEC_ROWS; // same for the wave
+    const uint32_t n_units = forge__fast_units<W>(n_cols);
+    float acc[FORGE__MATVEC_ROWS] = {0};
+    for (uint32_t u = lane; u < n_units; u += wave) {
+        float xr[32];
+        const float4 *xv = (const float4 *)(x + (size_t)u * 32);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float4 a = xv[i];
+            xr[4 * i] = a.x, xr[4 * i + 1] = a.y, xr[4 * i + 2] = a.z, xr[4 * i + 3] = a.w;
+        }
+#pragma unroll
+        for (int k = 0; k < FORGE__MATVEC_ROWS; k++) {
+            if ((uint32_t)k < n_here) { // a condition, not a break: the loop must stay unrollable
+                float v[32], s0 = 0.0f, s1 = 0.0f; // two partial sums: two dependency chains
+                W::unit(w + (size_t)(r0 + k) * row_bytes, u, v);
+#pragma unroll
+                for (int j = 0; j < 32; j += 2) s0 += v[j] * xr[j], s1 += v[j + 1] * xr[j + 1];
+                acc[k] += s0 + s1;
+            }
+        }
+    }
+    if (W::is_float)
+        for (uint32_t c = n_units * 32 + lane; c < n_cols; c += wave) {
+            const float xc = x[c];
+#pragma unroll
+            for (int k = 0; k < FORGE__MATVEC_ROWS; k++)
+                if ((uint32_t)k < n_here) acc[k] += W::elem(w + (size_t)(r0 + k) * row_bytes, c) * xc;
+        }
+#pragma unroll
+    for (int k = 0; k < FORGE__MATVEC_ROWS; k++) {
+        const float total = forge__wave_sum(acc[k]); // every lane takes part, whatever n_here is
+        if (lane == 0 && (uint32_t)k < n_here) y[r0 + k] = bias ? total + bias[r0 + k] : total;
+    }
+}
+
+// Prompt: a straightforward shared-memory tiled product, correctness first (its speed is its own
+// issue). A block computes 64 rows x 64 tokens, 4 x 4 outputs per thread, walking the columns one
+// 32-element unit at a time: 64 threads dequantize one unit of one row each into shared memory,
+// every thread stages 8 of the 64 x 32 activations, then each thread does 32 x 16 multiply-adds.
+#define FORGE__TILE_ROWS 64
+#define FORGE__TILE_TOKENS 64
+#define FORGE__TILE_THREADS 256
+
+template <class W>
+__global__ void __launch_bounds__(FORGE__TILE_THREADS)
+forge__k_matmul_tiled(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
+                      const float *__restrict__ x, float *__restrict__ y, uint32_t n_tokens, const float *__restrict__ bias) {
+    __shared__ float w_tile[FORGE__TILE_ROWS][33]; // +1 column: rows land in different banks
+    __shared__ float x_tile[FORGE__TILE_TOKENS][33];
+    const uint32_t tid = threadIdx.x, row0 = blockIdx.x * FORGE__TILE_ROWS, tok0 = blockIdx.y * FORGE__TILE_TOKENS;
+    const uint32_t tx = tid % 16, ty = tid / 16; // rows tx + 16i, tokens ty + 16j
+    const uint32_t n_units = forge__fast_units<W>(n_cols), n_steps = (n_cols + 31) / 32;
+    float acc[4][4] = {{0}};
+    for (uint32_t step = 0; step < n_steps; step++) {
+        const uint32_t col0 = step * 32;
+        if (tid < FORGE__TILE_ROWS) { // weights: one unit of one row, dequantized in registers, then stored
+            const uint32_t r = row0 + tid;
+            float v[32];
+            if (r < n_rows && step < n_units) {
+                W::unit(w + (size_t)r * row_bytes, step, v);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 32; k++)
+                    v[k] = (W::is_float && r < n_rows && col0 + k < n_cols) ? W::elem(w + (size_t)r * row_bytes, col0 + k) : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < 32; k++) w_tile[tid][k] = v[k];
+        }
+        { // activations: token tid/4, 8 columns starting at 8 * (tid % 4)
+            const uint32_t t = tok0 + tid / 4, c = 8 * (tid % 4);
+            const float *src = x + (size_t)t * n_cols + col0 + c;
+#pragma unroll
+            for (int k = 0; k < 8; k++) x_tile[tid / 4][c + k] = (t < n_tokens && col0 + c + k < n_cols) ? src[k] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int k = 0; k < 32; k++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = w_tile[tx + 16 * i][k], b[i] = x_tile[ty + 16 * i][k];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t r = row0 + tx + 16 * i;
+        if (r >= n_rows) continue;
+        const float add = bias ? bias[r] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t t = tok0 + ty + 16 * j;
+            if (t < n_tokens) y[(size_t)t * n_rows + r] = acc[i][j] + add;
+        }
+    }
+}
+
+#define FORGE__MATVEC_THREADS 256
+
+extern "C" {
+
+// y[t][r] = sum_c W[r][c] x[t][c] (+ bias[r]) for t < n_tokens. W: n_rows rows of n_cols elements of
+// GGUF type `type`, stored exactly as in the file (row r at w + r * row_bytes, row_bytes = n_cols /
+// block_elems * block_bytes); x f32 [n_tokens][n_cols]; y f32 [n_tokens][n_rows], must not alias x;
+// bias f32 [n_rows] or NULL. One token runs the fused decode matvec, more the tiled kernel.
+int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                     uint32_t n_tokens, const float *bias, void *stream, char *message, size_t message_bytes) {
+    size_t row_bytes;
+    if (forge__hip_weights(type, n_cols, &row_bytes, "matmul", message, message_bytes)) return -1;
+    if (n_rows == 0 || n_tokens == 0) return 0;
+    if (n_tokens > 65535u * FORGE__TILE_TOKENS) return forge__hip_refuse(message, message_bytes, "matmul: too many tokens in one batch");
+    hipStream_t s = (hipStream_t)stream;
+    const uint8_t *wb = (const uint8_t *)w;
+    if (n_tokens == 1) {
+        const uint32_t rows_per_block = FORGE__MATVEC_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MATVEC_ROWS;
+        const uint32_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
+        switch (type) {
+#define FORGE__LAUNCH_MATVEC(id, W)                                                                      \
+    case id: forge__k_matvec<W><<<blocks, FORGE__MATVEC_THREADS, 0, s>>>(wb, row_bytes, n_rows, n_cols, x, y, bias); break;
+            FORGE__WEIGHT_TYPES(FORGE__LAUNCH_MATVEC)
+#undef FORGE__LAUNCH_MATVEC
+        }
+        return forge__hip_launched("matvec launch", message, message_bytes);
+    }
+    dim3 grid((n_rows + FORGE__TILE_ROWS - 1) / FORGE__TILE_ROWS, (n_tokens + FORGE__TILE_TOKENS - 1) / FORGE__TILE_TOKENS);
+    switch (type) {
+#define FORGE__LAUNCH_TILED(id, W)                                                                       \
+    case id: forge__k_matmul_tiled<W><<<grid, FORGE__TILE_THREADS, 0, s>>>(wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias); break;
+        FORGE__WEIGHT_TYPES(FORGE__LAUNCH_TILED)
+#undef FORGE__LAUNCH_TILED
+    }
+    return forge__hip_launched("matmul launch", message, message_bytes);
+}
+
+// The decode case alone: y = W x (+ bias) for one token.
+int forge_hip_matvec(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                     const float *bias, void *stream, char *message, size_t message_bytes) {
+    return forge_hip_matmul(type, w, n_rows, n_cols, x, y, 1, bias, stream, message, message_bytes);
+}
+
+}  // extern "C"
+
+/* >>rows -------------------------------------------------------------------------------------- */
+
+// dst[t] = row tokens[t] of the embedding matrix, dequantized, times scale. One block per token;
+// a token outside the vocabulary (the host checks first) yields a zero row instead of a wild read.
+template <class W>
+__global__ void forge__k_embed(const uint8_t *__restrict__ table, size_t row_bytes, uint32_t n_vocab, uint32_t n,
+                               const int32_t *__restrict__ tokens, float scale, float *__restrict__ dst) {
+    const int32_t token = tokens[blockIdx.x];
+    const int valid = token >= 0 && (uint32_t)token < n_vocab;
+    const uint8_t *row = table + (size_t)(valid ? token : 0) * row_bytes;
+    float *out = dst + (size_t)blockIdx.x * n;
+    const uint32_t n_units = forge__fast_units<W>(n);
+    for (uint32_t u = threadIdx.x; u < n_units; u += blockDim.x) {
+        float v[32];
+        W::unit(row, u, v);
+#pragma unroll
+        for (int k = 0; k < 32; k++) out[u * 32 + k] = valid ? v[k] * scale : 0.0f;
+    }
+    if (W::is_float)
+        for (uint32_t c = n_units * 32 + threadIdx.x; c < n; c += blockDim.x) out[c] = valid ? W::elem(row, c) * scale : 0.0f;
+}
+
+// y = x / sqrt(mean(x^2) + eps) * w, one block per row (y may be x: each thread rewrites only the
+// elements it read). The scale is computed as the CPU does, in double from the float sum.
+__global__ void forge__k_rmsnorm(const float *x, const float *__restrict__ w, float *y, uint32_t n, float eps) {
+    const float *row = x + (size_t)blockIdx.x * n;
+    float *out = y + (size_t)blockIdx.x * n;
+    float sum = 0.0f;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) sum += row[i] * row[i];
+    sum = forge__block_sum(sum);
+    const float scale = (float)(1.0 / sqrt((double)sum / n + (double)eps));
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = row[i] * scale * w[i];
+}
+
+// Rotary embedding in place over x [n_tokens][n_heads][head_dim], the first n_rot dims of each head.
+// One block per token: the angles are computed once per token in double (as the CPU does; pow and
+// sin/cos of angles of thousands of radians need it), then applied to every head.
+#define FORGE__ROPE_MAX_HALF 256
+__global__ void forge__k_rope(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int neox, uint32_t pos0,
+                              float freq_base, float freq_scale, const float *__restrict__ freq_factors) {
+    __shared__ float cos_t[FORGE__ROPE_MAX_HALF], sin_t[FORGE__ROPE_MAX_HALF];
+    const uint32_t half = n_rot / 2;
+    const double pos = (double)(pos0 + blockIdx.x);
+    for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
+        double theta = pos * (double)freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
+        if (freq_factors) theta /= (double)freq_factors[i];
+        cos_t[i] = (float)cos(theta);
+        sin_t[i] = (float)sin(theta);
+    }
+    __syncthreads();
+    float *token = x + (size_t)blockIdx.x * n_heads * head_dim;
+    for (uint32_t k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
+        const uint32_t h = k / half, i = k % half;
+        float *v = token + (size_t)h * head_dim;
+        const uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+}
+
+__global__ void forge__k_add(float *__restrict__ dst, const float *__restrict__ src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) dst[i] += src[i];
+}
+
+// gate = silu(gate) * up, the same expression as the CPU backend.
+__global__ void forge__k_swiglu(float *__restrict__ gate, const float *__restrict__ up, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+// Index of the largest value (the first one on ties; NaN never wins), in one block: each thread
+// scans a strided slice, then a tree in shared memory that prefers the lower index on equal values.
+#define FORGE__ARGMAX_THREADS 1024
+__global__ void __launch_bounds__(FORGE__ARGMAX_THREADS) forge__k_argmax(const float *__restrict__ x, uint32_t n, int32_t *out) {
+    __shared__ float best_value[FORGE__ARGMAX_THREADS];
+    __shared__ uint32_t best_index[FORGE__ARGMAX_THREADS];
+    float best = -INFINITY;
+    uint32_t index = UINT32_MAX;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        if (x[i] > best || (index == UINT32_MAX && x[i] == best)) best = x[i], index = i;
+    best_value[threadIdx.x] = best;
+    best_index[threadIdx.x] = index;
+    __syncthreads();
+    for (uint32_t stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) {
+            float other = best_value[threadIdx.x + stride];
+            uint32_t other_index = best_index[threadIdx.x + stride];
+            if (other_index != UINT32_MAX &&
+                (best_index[threadIdx.x] == UINT32_MAX || other > best_value[threadIdx.x] ||
+                 (other == best_value[threadIdx.x] && other_index < best_index[threadIdx.x]))) {
+                best_value[threadIdx.x] = other;
+                best_index[threadIdx.x] = other_index;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = best_index[0] == UINT32_MAX ? 0 : (int32_t)best_index[0];
+}
+
+// A grid for n elements with a grid-stride loop: enough blocks to fill any device, no more.
+static unsigned forge__hip_blocks(size_t n, unsigned threads) {
+    size_t blocks = (n + threads - 1) / threads;
+    return (unsigned)(blocks < 4096 ? (blocks ? blocks : 1) : 4096);
+}
+
+extern "C" {
+
+// dst[t][0..n) = token_embd row tokens[t] (any weight type) * scale, t < n_tokens; tokens is a
+// device array of int32; a token outside [0, n_vocab) gives a zero row.
+int forge_hip_embed(uint32_t type, const void *table, uint32_t n_vocab, uint32_t n, const int32_t *tokens, uint32_t n_tokens,
+                    float scale, float *dst, void *stream, char *message, size_t message_bytes) {
+    size_t row_bytes;
+    if (forge__hip_weights(type, n, &row_bytes, "embed", message, message_bytes)) return -1;
+    if (n_tokens == 0) return 0;
+    hipStream_t s = (hipStream_t)stream;
+    switch (type) {
+#define FORGE__LAUNCH_EMBED(id, W)                                                                       \
+    case id: forge__k_embed<W><<<n_tokens, 128, 0, s>>>((const uint8_t *)table, row_bytes, n_vocab, n, tokens, scale, dst); break;
+        FORGE__WEIGHT_TYPES(FORGE__LAUNCH_EMBED)
+#undef FORGE__LAUNCH_EMBED
+    }
+    return forge__hip_launched("embed launch", message, message_bytes);
+}
+
+// y[r] = rmsnorm(x[r]) * w for n_rows rows of n floats; y may equal x. Per-head norm (Q/K norm) is
+// the same op over n_tokens * n_heads rows of head_dim: see forge_hip_headnorm.
+int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *stream,
+                      char *message, size_t message_bytes) {
+    if (n_rows == 0 || n == 0) return 0;
+    if (n_rows > 2147483647u) return forge__hip_refuse(message, message_bytes, "rmsnorm: too many rows");
+    forge__k_rmsnorm<<<n_rows, n <= 128 ? 64 : 256, 0, (hipStream_t)stream>>>(x, w, y, n, eps);
+    return forge__hip_launched("rmsnorm launch", message, message_bytes);
+}
+
+// In place over x [n_tokens][n_heads][head_dim]: each head normalized with the same w [head_dim].
+int forge_hip_headnorm(float *x, const float *w, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, float eps,
+                       void *stream, char *message, size_t message_bytes) {
+    return forge_hip_rmsnorm(x, w, x, n_tokens * n_heads, head_dim, eps, stream, message, message_bytes);
+}
+
+// Rotary embedding in place over x [n_tokens][n_heads][head_dim] at positions pos0 .. pos0+n_tokens-1.
+// mode: 0 NORM (adjacent pairs), 2 NEOX (halves), forge_rope_type's values. Angle of pair i:
+// pos * freq_scale * freq_base^(-2i/n_rot) / freq_factors[i] (freq_factors: device f32 [n_rot/2] or NULL).
+int forge_hip_rope(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
+                   uint32_t pos0, float freq_base, float freq_scale, const float *freq_factors, void *stream,
+                   char *message, size_t message_bytes) {
+    if (n_rot % 2 != 0 || n_rot > head_dim || n_rot / 2 > FORGE__ROPE_MAX_HALF || (mode != 0 && mode != 2)) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "rope: n_rot %u (head_dim %u, mode %d) is not even, <= head_dim and <= %d with mode 0 or 2",
+                     n_rot, head_dim, mode, 2 * FORGE__ROPE_MAX_HALF);
+        return -1;
+    }
+    if (n_tokens == 0 || n_rot == 0) return 0;
+    forge__k_rope<<<n_tokens, 256, 0, (hipStream_t)stream>>>(x, n_heads, head_dim, n_rot, mode == 2, pos0, freq_base,
+                                                                freq_scale, freq_factors);
+    return forge__hip_launched("rope launch", message, message_bytes);
+}
+
+// dst[i] += src[i], i < n.
+int forge_hip_add(float *dst, const float *src, size_t n, void *stream, char *message, size_t message_bytes) {
+    if (n == 0) return 0;
+    forge__k_add<<<forge__hip_blocks(n, 256), 256, 0, (hipStream_t)stream>>>(dst, src, n);
+    return forge__hip_launched("add launch", message, message_bytes);
+}
+
+// gate[i] = silu(gate[i]) * up[i], i < n.
+int forge_hip_swiglu(float *gate, const float *up, size_t n, void *stream, char *message, size_t message_bytes) {
+    if (n == 0) return 0;
+    forge__k_swiglu<<<forge__hip_blocks(n, 256), 256, 0, (hipStream_t)stream>>>(gate, up, n);
+    return forge__hip_launched("swiglu launch", message, message_bytes);
+}
+
+// *out_index (device int32) = index of the largest of x[0..n), the first on ties: greedy decoding
+// copies back 4 bytes instead of the vocabulary's logits.
+int forge_hip_argmax(const float *x, uint32_t n, int32_t *out_index, void *stream, char *message, size_t message_bytes) {
+    if (n == 0) return forge__hip_refuse(message, message_bytes, "argmax: no values");
+    forge__k_argmax<<<1, FORGE__ARGMAX_THREADS, 0, (hipStream_t)stream>>>(x, n, out_index);
+    return forge__hip_launched("argmax launch", message, message_bytes);
+}
+
+}  // extern "C"
+
+/* >>kv ---------------------------------------------------------------------------------------- */
+
+// Cache layout (as forge.h's CPU backend): for one layer, K rows at cache_k + (pos * n_head_kv + h) *
+// row_k_bytes and V rows likewise at cache_v; a row is one head's vector in the cache type:
+// F32, F16, or blocks of 32 as Q8_0 / Q4_0. The encoders below repeat forge__kv_encode's steps
+// (same divisions, round-to-nearest, clamps, no fused multiply-add), so the bytes are identical.
+
+// One thread per element (F32, F16) or per 32-element block (Q8_0, Q4_0) of n_tokens x n_head_kv rows.
+template <int TYPE>
+__global__ void forge__k_kv_store(const float *__restrict__ src, uint8_t *__restrict__ cache, uint32_t n_tokens,
+                                  uint32_t n_head_kv, uint32_t dim, uint32_t pos0, size_t row_bytes) {
+    const uint32_t per_row = (TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16) ? dim : dim / 32;
+    const size_t total = (size_t)n_tokens * n_head_kv * per_row;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = i / per_row; // token * n_head_kv + head
+        const uint32_t item = (uint32_t)(i % per_row), t = (uint32_t)(row / n_head_kv), h = (uint32_t)(row % n_head_kv);
+        const float *x = src + row * dim;
+        uint8_t *dst = cache + ((size_t)(pos0 + t) * n_head_kv + h) * row_bytes;
+        if (TYPE == FORGE_HIP_F32) {
+            ((float *)dst)[item] = x[item];
+        } else if (TYPE == FORGE_HIP_F16) {
+            ((uint16_t *)dst)[item] = (uint16_t)forge__to_f16(x[item]);
+        } else if (TYPE == FORGE_HIP_Q8_0) {
+            const float *v = x + 32 * item;
+            uint8_t *b = dst + 34 * (size_t)item;
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++) amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
+            const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+            const uint32_t h16 = forge__to_f16(d);
+            b[0] = (uint8_t)(h16 & 0xffu), b[1] = (uint8_t)(h16 >> 8);
+            for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)(int)rintf(__fmul_rn(v[j], inv));
+        } else { // Q4_0: the value of largest magnitude maps to -8
+            const float *v = x + 32 * item;
+            uint8_t *b = dst + 18 * (size_t)item;
+            float max = 0.0f, amax = 0.0f;
+            for (int j = 0; j < 32; j++)
+                if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j];
+            const float d = max / -8.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+            const uint32_t h16 = forge__to_f16(d);
+            b[0] = (uint8_t)(h16 & 0xffu), b[1] = (uint8_t)(h16 >> 8);
+            for (int j = 0; j < 16; j++) {
+                // __fmul_rn keeps the product rounded on its own, as the CPU computes it (no FMA)
+                int lo = (int)(__fmul_rn(v[j], inv) + 8.5f), hi = (int)(__fmul_rn(v[16 + j], inv) + 8.5f);
+                lo = lo < 0 ? 0 : lo > 15 ? 15 : lo;
+                hi = hi < 0 ? 0 : hi > 15 ? 15 : hi;
+                b[2 + j] = (uint8_t)(lo | (hi << 4));
+            }
+        }
+    }
+}
+
+// Bytes of one cache row of `dim` values, 0 when the type or width does not suit the cache.
+static size_t forge__hip_kv_row_bytes(uint32_t kv_type, uint32_t dim) {
+    switch (kv_type) {
+    case FORGE_HIP_F32: return (size_t)dim * 4;
+    case FORGE_HIP_F16: return (size_t)dim * 2;
+    case FORGE_HIP_Q8_0: return dim % 32 ? 0 : (size_t)dim / 32 * 34;
+    case FORGE_HIP_Q4_0: return dim % 32 ? 0 : (size_t)dim / 32 * 18;
+    default: return 0;
+    }
+}
+
+static int forge__hip_kv_store_one(uint32_t kv_type, const float *src, void *cache, uint32_t n_tokens, uint32_t n_head_kv,
+                                   uint32_t dim, uint32_t pos0, hipStream_t s) {
+    const size_t row_bytes = forge__hip_kv_row_bytes(kv_type, dim);
+    const size_t items = (size_t)n_tokens * n_head_kv * (kv_type == FORGE_HIP_F32 || kv_type == FORGE_HIP_F16 ? dim : dim / 32);
+    const unsigned blocks = forge__hip_blocks(items, 128);
+    uint8_t *c = (uint8_t *)cache;
+    switch (kv_type) {
+    case FORGE_HIP_F32: forge__k_kv_store<FORGE_HIP_F32><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, row_bytes); break;
+    case FORGE_HIP_F16: forge__k_kv_store<FORGE_HIP_F16><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, row_bytes); break;
+    case FORGE_HIP_Q8_0: forge__k_kv_store<FORGE_HIP_Q8_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, row_bytes); break;
+    default: forge__k_kv_store<FORGE_HIP_Q4_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, row_bytes); break;
+    }
+    return 0;
+}
+
+/* >>attention --------------------------------------------------------------------------------- */
+
+// One value of a cache row, dequantized where it is read (no staging buffer).
+template <int TYPE> __device__ __forceinline__ float forge__kv_at(const uint8_t *row, uint32_t d) {
+    if (TYPE == FORGE_HIP_F32) return ((const float *)row)[d];
+    if (TYPE == FORGE_HIP_F16) return forge__f16(((const uint16_t *)row)[d]);
+    if (TYPE == FORGE_HIP_Q8_0) {
+        const uint8_t *b = row + (size_t)(d / 32) * 34;
+        return (float)(int8_t)b[2 + d % 32] * forge__f16(forge__ld16(b));
+    }
+    const uint8_t *b = row + (size_t)(d / 32) * 18; // Q4_0
+    const uint32_t j = d % 32, byte = b[2 + (j & 15)];
+    return (float)((int)(j < 16 ? byte & 0xfu : byte >> 4) - 8) * forge__f16(forge__ld16(b));
+}
+
+typedef struct forge_hip_attention_args {
+    const float *q;          // [n_tokens][n_head][head_dim]
+    float *out;              // [n_tokens][n_head][head_dim_v]
+    const void *cache_k;     // the layer's K rows: (pos * n_head_kv + kv_head) * row_k_bytes
+    const void *cache_v;     // the layer's V rows, likewise
+    uint32_t kv_type;        // GGUF id of the cache's storage: F32, F16, Q8_0 or Q4_0
+    uint32_t n_tokens;       // queries; token t sits at position pos0 + t and sees positions 0..pos0+t
+    uint32_t n_head, n_head_kv; // n_head a multiple of n_head_kv: query head h reads KV head h / (n_head / n_head_kv)
+    uint32_t head_dim, head_dim_v; // each <= FORGE_HIP_ATTENTION_MAX_HEAD_DIM; multiples of 32 for Q8_0/Q4_0
+    uint32_t pos0;
+    float scale;             // scores are q.k * scale; 0 means 1 / sqrt(head_dim)
+} forge_hip_attention_args;
+
+#define FORGE_HIP_ATTENTION_MAX_HEAD_DIM 512
+#define FORGE__ATT_THREADS 128
+#define FORGE__ATT_PER_LANE 16  // dims per lane: head_dim <= 16 * 32 on the narrowest wave
+#define FORGE__ATT_CHUNK 256    // positions per split when splitting a long context
+#define FORGE__ATT_MAX_SPLIT 32
+
+// Flash-style attention, one pass with online softmax. A block serves one (query head, token, split):
+// each wave walks its own positions of the split (wave w takes w, w + n_waves, ...), lane l holds dims
+// l, l + wave, ... of q and of its running output; a score is a wave-wide sum. Each wave keeps its
+// own running max m, denominator l and output; the waves merge through shared memory at the end.
+// Nothing grows with the context: the state is registers plus a fixed shared array.
+// With n_split == 1 the block writes the normalized output; otherwise it writes its unnormalized
+// (m, l, o) to `partial` and forge__k_attention_merge combines the splits (flash-decoding).
+template <int TYPE>
+__global__ void __launch_bounds__(FORGE__ATT_THREADS)
+forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t chunk,
+                   float *__restrict__ partial) {
+    __shared__ float wave_m[32], wave_l[32];
+    __shared__ float wave_o[FORGE__ATT_THREADS / 32][FORGE_HIP_ATTENTION_MAX_HEAD_DIM];
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, id = threadIdx.x / wave, n_waves = blockDim.x / wave;
+    const uint32_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
+    const uint32_t kv_head = h / (a.n_head / a.n_head_kv), hd = a.head_dim, hdv = a.head_dim_v;
+    const uint32_t kv_len = a.pos0 + t + 1, begin = split * chunk;
+    const uint32_t end = begin + chunk < kv_len ? begin + chunk : kv_len;
+    const float *q = a.q + ((size_t)t * a.n_head + h) * hd;
+    const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
+
+    float qv[FORGE__ATT_PER_LANE], o[FORGE__ATT_PER_LANE];
+#pragma unroll
+    for (int j = 0; j < FORGE__ATT_PER_LANE; j++) {
+        const uint32_t d = lane + j * wave;
+        qv[j] = d < hd ? q[d] * a.scale : 0.0f;
+        o[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (uint32_t p = begin + id; p < end; p += n_waves) {
+        const uint8_t *krow = ck + ((size_t)p * a.n_head_kv + kv_head) * row_k_bytes;
+        const uint8_t *vrow = cv + ((size_t)p * a.n_head_kv + kv_head) * row_v_bytes;
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < FORGE__ATT_PER_LANE; j++) {
+            const uint32_t d = lane + j * wave;
+            if (d < hd) s += qv[j] * forge__kv_at<TYPE>(krow, d);
+        }
+        s = forge__wave_sum(s);
+        const float m_new = fmaxf(m, s), shrink = expf(m - m_new), weight = expf(s - m_new); // expf(-inf) = 0
+        l = l * shrink + weight;
+#pragma unroll
+        for (int j = 0; j < FORGE__ATT_PER_LANE; j++) {
+            const uint32_t d = lane + j * wave;
+            if (d < hdv) o[j] = o[j] * shrink + weight * forge__kv_at<TYPE>(vrow, d);
+        }
+        m = m_new;
+    }
+    if (lane == 0) wave_m[id] = m, wave_l[id] = l;
+#pragma unroll
+    for (int j = 0; j < FORGE__ATT_PER_LANE; j++) {
+        const uint32_t d = lane + j * wave;
+        if (d < hdv) wave_o[id][d] = o[j];
+    }
+    __syncthreads();
+    float m_all = -INFINITY;
+    for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, wave_m[w]);
+    float l_all = 0.0f;
+    for (uint32_t w = 0; w < n_waves; w++)
+        if (wave_m[w] != -INFINITY) l_all += wave_l[w] * expf(wave_m[w] - m_all);
+    if (n_split == 1) {
+        float *out = a.out + ((size_t)t * a.n_head + h) * hdv;
+        for (uint32_t d = threadIdx.x; d < hdv; d += blockDim.x) {
+            float sum = 0.0f;
+            for (uint32_t w = 0; w < n_waves; w++)
+                if (wave_m[w] != -INFINITY) sum += wave_o[w][d] * expf(wave_m[w] - m_all);
+            out[d] = sum / l_all;
+        }
+    } else { // record (m, l, o[hdv]) of this split; an empty split records m = -inf, l = 0
+        float *rec = partial + (((size_t)t * a.n_head + h) * n_split + split) * (hdv + 2);
+        if (threadIdx.x == 0) rec[0] = m_all, rec[1] = l_all;
+        for (uint32_t d = threadIdx.x; d < hdv; d += blockDim.x) {
+            float sum = 0.0f;
+            for (uint32_t w = 0; w < n_waves; w++)
+                if (wave_m[w] != -INFINITY) sum += wave_o[w][d] * expf(wave_m[w] - m_all);
+            rec[2 + d] = sum;
+        }
+    }
+}
+
+// Combines the splits of one (head, token): the same rescaling as the waves' merge above.
+__global__ void forge__k_attention_merge(const float *__restrict__ partial, float *__restrict__ out, uint32_t n_head,
+                                         uint32_t hdv, uint32_t n_split) {
+    const uint32_t h = blockIdx.x, t = blockIdx.y;
+    const float *rec = partial + ((size_t)t * n_head + h) * n_split * (hdv + 2);
+    float m_all = -INFINITY, l_all = 0.0f;
+    for (uint32_t s = 0; s < n_split; s++) m_all = fmaxf(m_all, rec[s * (hdv + 2)]);
+    for (uint32_t s = 0; s < n_split; s++) {
+        const float m = rec[s * (hdv + 2)];
+        if (m != -INFINITY) l_all += rec[s * (hdv + 2) + 1] * expf(m - m_all);
+    }
+    for (uint32_t d = threadIdx.x; d < hdv; d += blockDim.x) {
+        float sum = 0.0f;
+        for (uint32_t s = 0; s < n_split; s++) {
+            const float m = rec[s * (hdv + 2)];
+            if (m != -INFINITY) sum += rec[s * (hdv + 2) + 2 + d] * expf(m - m_all);
+        }
+        out[((size_t)t * n_head + h) * hdv + d] = sum / l_all;
+    }
+}
+
+// Splits for a context of kv_len positions: one per FORGE__ATT_CHUNK, at most FORGE__ATT_MAX_SPLIT.
+static uint32_t forge__hip_attention_splits(uint32_t kv_len) {
+    uint32_t n = (kv_len + FORGE__ATT_CHUNK - 1) / FORGE__ATT_CHUNK;
+    return n < 1 ? 1 : n > FORGE__ATT_MAX_SPLIT ? FORGE__ATT_MAX_SPLIT : n;
+}
+
+extern "C" {
+
+// Keys k [n_tokens][n_head_kv][head_dim] and values v [n_tokens][n_head_kv][head_dim_v] (f32) into
+// the layer's cache at positions pos0.., encoded as kv_type (GGUF id F32, F16, Q8_0 or Q4_0) exactly
+// as forge__kv_encode does. cache_k / cache_v: the layer's K and V regions (see >>kv).
+int forge_hip_kv_store(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
+                       uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t pos0, void *stream,
+                       char *message, size_t message_bytes) {
+    if (!forge__hip_kv_row_bytes(kv_type, head_dim) || !forge__hip_kv_row_bytes(kv_type, head_dim_v)) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "kv_store: cache type %u with head dims %u/%u is not supported (F32, F16, Q8_0, Q4_0; "
+                     "quantized caches need multiples of 32)", kv_type, head_dim, head_dim_v);
+        return -1;
+    }
+    if (n_tokens == 0 || n_head_kv == 0) return 0;
+    forge__hip_kv_store_one(kv_type, k, cache_k, n_tokens, n_head_kv, head_dim, pos0, (hipStream_t)stream);
+    forge__hip_kv_store_one(kv_type, v, cache_v, n_tokens, n_head_kv, head_dim_v, pos0, (hipStream_t)stream);
+    return forge__hip_launched("kv_store launch", message, message_bytes);
+}
+
+// Scratch that lets forge_hip_attention split a context of up to n_ctx positions for batches of up to
+// n_tokens queries (flash-decoding); the plan reserves it once. Any smaller scratch (or none) also
+// works: the launcher then uses fewer splits, down to the single-pass kernel.
+size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v) {
+    const uint32_t n_split = forge__hip_attention_splits(n_ctx);
+    return n_split <= 1 ? 0 : (size_t)n_split * n_tokens * n_head * (head_dim_v + 2) * sizeof(float);
+}
+
+// out = causal softmax(q k^T * scale) v over the cache, for every query head and token (see the
+// args struct). scratch: device memory of scratch_bytes (may be NULL / 0), see above.
+int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, size_t scratch_bytes, void *stream,
+                        char *message, size_t message_bytes) {
+    forge_hip_attention_args a = *args;
+    const size_t row_k_bytes = forge__hip_kv_row_bytes(a.kv_type, a.head_dim), row_v_bytes = forge__hip_kv_row_bytes(a.kv_type, a.head_dim_v);
+    hipStream_t s = (hipStream_t)stream;
+    if (!row_k_bytes || !row_v_bytes || a.head_dim > FORGE_HIP_ATTENTION_MAX_HEAD_DIM || a.head_dim_v > FORGE_HIP_ATTENTION_MAX_HEAD_DIM ||
+        a.n_head == 0 || a.n_head_kv == 0 || a.n_head % a.n_head_kv != 0 || a.n_head > 65535u || a.n_tokens > 65535u) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "attention: unsupported shape (cache type %u, head dims %u/%u <= %d, %u heads over %u KV heads, %u tokens)",
+                     a.kv_type, a.head_dim, a.head_dim_v, FORGE_HIP_ATTENTION_MAX_HEAD_DIM, a.n_head, a.n_head_kv, a.n_tokens);
+        return -1;
+    }
+    if (a.n_tokens == 0) return 0;
+    if (a.scale == 0.0f) a.scale = (float)(1.0 / sqrt((double)a.head_dim));
+    const uint32_t max_len = a.pos0 + a.n_tokens;
+    uint32_t n_split = forge__hip_attention_splits(max_len);
+    const size_t per_split = (size_t)a.n_tokens * a.n_head * (a.head_dim_v + 2) * sizeof(float);
+    if ((size_t)a.n_tokens * a.n_head >= 256) n_split = 1; // enough blocks already to fill the device
+    if (!scratch || (size_t)n_split * per_split > scratch_bytes) n_split = scratch ? (uint32_t)(scratch_bytes / per_split) : 1;
+    if (n_split < 1) n_split = 1;
+    const uint32_t chunk = (max_len + n_split - 1) / n_split;
+    dim3 grid(a.n_head, a.n_tokens, n_split);
+    float *partial = (float *)scratch;
+    switch (a.kv_type) {
+    case FORGE_HIP_F32: forge__k_attention<FORGE_HIP_F32><<<grid, FORGE__ATT_THREADS, 0, s>>>(a, row_k_bytes, row_v_bytes, n_split, chunk, partial); break;
+    case FORGE_HIP_F16: forge__k_attention<FORGE_HIP_F16><<<grid, FORGE__ATT_THREADS, 0, s>>>(a, row_k_bytes, row_v_bytes, n_split, chunk, partial); break;
+    case FORGE_HIP_Q8_0: forge__k_attention<FORGE_HIP_Q8_0><<<grid, FORGE__ATT_THREADS, 0, s>>>(a, row_k_bytes, row_v_bytes, n_split, chunk, partial); break;
+    default: forge__k_attention<FORGE_HIP_Q4_0><<<grid, FORGE__ATT_THREADS, 0, s>>>(a, row_k_bytes, row_v_bytes, n_split, chunk, partial); break;
+    }
+    if (n_split > 1) forge__k_attention_merge<<<dim3(a.n_head, a.n_tokens), 128, 0, s>>>(partial, a.out, a.n_head, a.head_dim_v, n_split);
+    return forge__hip_launched("attention launch", message, message_bytes);
 }
 
 }  // extern "C"

@@ -38,6 +38,7 @@ run tokenizer   $B/test_tokenizer
 run tokenizer_san $B/test_tokenizer_san
 run matmul      $B/test_matmul
 run matmul_san  $B/test_matmul_san
+run smollm2     $B/test_smollm2
 run builds      sh tests/check_builds.sh
 run mkmodel     sh tests/test_mkmodel.sh
 run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"

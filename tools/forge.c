@@ -433,6 +433,10 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
     const char *opt = argv[*i];
     const char *value = *i + 1 < argc ? argv[*i + 1] : NULL;
     forge_error err;
+    if (!strcmp(opt, "--gpu") || !strcmp(opt, "--cpu")) {
+        desc->backend = !strcmp(opt, "--gpu") ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
+        return 1;
+    }
     if (strcmp(opt, "--ctx") && strcmp(opt, "-c") && strcmp(opt, "--kv") && strcmp(opt, "-ctk") &&
         strcmp(opt, "--mem-fraction") && strcmp(opt, "--batch") && strcmp(opt, "-b") && strcmp(opt, "--threads") &&
         strcmp(opt, "-t") && strcmp(opt, "--device"))
@@ -448,12 +452,9 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
     else if (!strcmp(opt, "--threads") || !strcmp(opt, "-t")) *bad |= !parse_u32(value, "--threads", &desc->n_threads);
     else if (!strcmp(opt, "--mem-fraction")) *bad |= !parse_fraction(value, &desc->mem_fraction);
     else if (!strcmp(opt, "--device")) {
-        uint32_t device;
+        uint32_t device = 0;
         *bad |= !parse_u32(value, "--device", &device);
-        if (!*bad && device != 0) {
-            fprintf(stderr, "forge: --device %u: this build has no GPU backend; the CPU is device 0\n", device);
-            *bad = 1;
-        }
+        desc->device = (int)device;
     } else if (forge_kv_type_parse(value, &desc->kv_type, &err) != FORGE_OK) {
         fprintf(stderr, "forge: %s\n", err.message);
         *bad = 1;
@@ -564,11 +565,7 @@ static int cmd_eval(int argc, char **argv) {
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) token_text = argv[++i];
         else if (!strcmp(argv[i], "--logits") && i + 1 < argc) out_path = argv[++i];
-        else if (!strcmp(argv[i], "--cpu")) continue;
-        else if (!strcmp(argv[i], "--gpu")) {
-            fprintf(stderr, "forge eval: --gpu: this build has no GPU backend\n");
-            return 1;
-        } else {
+        else {
             fprintf(stderr, "forge eval: unexpected '%s'\n", argv[i]);
             bad = 1;
         }
@@ -788,7 +785,6 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
         else if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-predict")) && i + 1 < argc) bad |= !parse_u32(argv[++i], "-n", &n_predict);
         else if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
         else if (!strcmp(argv[i], "--chat")) use_chat = 1;
-        else if (!strcmp(argv[i], "--cpu")) continue;
         else {
             fprintf(stderr, "forge %s: unexpected '%s'\n", chat_mode ? "chat" : "run", argv[i]);
             bad = 1;
@@ -927,6 +923,86 @@ done:
 
 #include "mkmodel.c"
 
+/* ---- forge bench ------------------------------------------------------------------------------ */
+
+/* Prompt processing (pp) and generation (tg) speed in the manner of llama-bench: pp = one batch of
+   n_prompt tokens, tg = n_gen single-token steps after it, each repeated and the median taken. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    const char *path = NULL;
+    uint32_t n_prompt = 512, n_gen = 128, reps = 5, depth = 0, r, t;
+    int bad = 0, i, status = 1;
+    forge_context_desc desc;
+    forge_model *model = NULL;
+    forge_context *ctx = NULL;
+    forge_error err;
+    int32_t *tokens = NULL;
+    double pp[64], tg[64];
+    memset(&desc, 0, sizeof desc);
+    for (i = 0; i < argc; i++) {
+        if (context_option(argc, argv, &i, &desc, &bad)) continue;
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "-p") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-p", &n_prompt);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-n", &n_gen);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-r", &reps);
+        else if (!strcmp(argv[i], "-d") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-d", &depth);
+        else bad = 1;
+    }
+    if (bad || !path || reps == 0 || reps > 64 || n_prompt == 0) {
+        fprintf(stderr, "usage: forge bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-r 5] [--kv TYPE] [--gpu|--cpu]\n");
+        return 1;
+    }
+    if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) goto fail;
+    if (!desc.n_ctx) desc.n_ctx = depth + n_prompt + n_gen;
+    if (!desc.n_batch) desc.n_batch = n_prompt;
+    if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) goto fail;
+    tokens = (int32_t *)malloc((size_t)(depth + n_prompt) * sizeof *tokens);
+    if (!tokens) goto done;
+    for (t = 0; t < depth + n_prompt; t++) tokens[t] = (int32_t)((t * 7919u + 13u) % forge_model_config(model)->n_vocab);
+    for (r = 0; r <= reps; r++) { /* run 0 warms up */
+        double t0, t1;
+        forge_context_reset(ctx);
+        if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
+        t0 = now_seconds();
+        if (forge_eval(ctx, tokens + depth, n_prompt, &err) != FORGE_OK) goto fail;
+        t1 = now_seconds();
+        if (r) pp[r - 1] = n_prompt / (t1 - t0);
+        forge_context_reset(ctx);
+        if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
+        t0 = now_seconds();
+        for (t = 0; t < n_gen; t++)
+            if (forge_eval(ctx, tokens + t % n_prompt, 1, &err) != FORGE_OK) goto fail;
+        t1 = now_seconds();
+        if (r) tg[r - 1] = n_gen / (t1 - t0);
+    }
+    qsort(pp, reps, sizeof pp[0], cmp_double);
+    qsort(tg, reps, sizeof tg[0], cmp_double);
+    {
+        const forge_plan *p = forge_context_plan(ctx);
+        printf("| model | backend | kv | test | t/s (median of %u) | min .. max | planned bytes |\n", reps);
+        printf("| --- | --- | --- | --- | ---: | ---: | ---: |\n");
+        printf("| %s | %s | %s | pp%u @ d%u | %.1f | %.1f .. %.1f | %llu |\n", path, p->backend == FORGE_BACKEND_GPU ? "GPU" : "CPU",
+               forge_kv_type_name(p->kv_type), n_prompt, depth, pp[reps / 2], pp[0], pp[reps - 1],
+               (unsigned long long)p->total_bytes);
+        printf("| %s | %s | %s | tg%u @ d%u | %.1f | %.1f .. %.1f | %llu |\n", path, p->backend == FORGE_BACKEND_GPU ? "GPU" : "CPU",
+               forge_kv_type_name(p->kv_type), n_gen, depth, tg[reps / 2], tg[0], tg[reps - 1],
+               (unsigned long long)p->total_bytes);
+    }
+    status = 0;
+    goto done;
+fail:
+    fprintf(stderr, "forge bench: %s\n", err.message);
+done:
+    free(tokens);
+    forge_context_destroy(ctx);
+    forge_model_close(model);
+    return status;
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
 static void usage(FILE *out) {
@@ -940,6 +1016,8 @@ static void usage(FILE *out) {
             "  run -m FILE -p PROMPT [--chat] [-n N] [--temp T] ...\n"
             "                       generate text (greedy unless sampling options are given)\n"
             "  chat -m FILE         talk with a chat model\n"
+            "  bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-r 5]\n"
+            "                       prompt and generation speed (median of the repetitions)\n"
             "  tokenize -m FILE TEXT  token ids of a text\n"
             "  mkmodel --shape NAME --type MIX -o FILE [--layers N] [--vocab N] [--seed S] [--dry-run]\n"
             "                       a synthetic GGUF with the exact shapes of a real model and random blocks\n"
@@ -959,6 +1037,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc - 2, argv + 2);
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2, 0);
+    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 2, argv + 2);
     if (strcmp(argv[1], "chat") == 0) return cmd_run(argc - 2, argv + 2, 1);
     if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc - 2, argv + 2);
     if (strcmp(argv[1], "mkmodel") == 0) return cmd_mkmodel(argc - 2, argv + 2);

@@ -1,0 +1,191 @@
+/* The GPU backend against the CPU backend, and the memory promises on a real device.
+
+   usage: test_gpu FIXTURES_DIR [BIG_MODEL.gguf]
+   - every runnable fixture in FIXTURES_DIR/models: logits of the fixture sequence on the GPU against
+     the CPU (normalized error), and 24 greedy tokens identical, for f16 and q8_0 KV caches;
+   - with BIG_MODEL (a few hundred MiB, e.g. from `forge mkmodel`): device memory taken by context
+     creation equals the plan within 2%; one device allocation per context and none while decoding;
+     free memory identical after 1000 decode steps; a plan larger than free memory is refused with
+     nothing taken; a failing device allocation leaves free memory where it was. */
+#define FORGE_IMPLEMENTATION
+#include "../forge.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+void forge_hip_fail_allocation_after(long k);
+#ifdef __cplusplus
+}
+#endif
+
+static const int32_t tokens[32] = {1,   300, 301, 512, 777, 1000, 5,   42,  259, 260, 1023, 3,   999, 100, 200, 17,
+                                   18,  19,  400, 401, 402, 650,  651, 652, 653, 10,  11,   12,  900, 901, 902, 1020};
+
+static int greedy(forge_context *ctx, int32_t *out, int n, const int32_t *prompt, uint32_t n_prompt, uint32_t n_vocab) {
+    int i;
+    uint32_t rows, v;
+    forge_context_reset(ctx);
+    if (forge_eval(ctx, prompt, n_prompt, NULL) != FORGE_OK) return 0;
+    for (i = 0; i < n; i++) {
+        const float *l = forge_context_logits(ctx, &rows);
+        int32_t best = 0;
+        l += (size_t)(rows - 1) * n_vocab;
+        for (v = 1; v < n_vocab; v++)
+            if (l[v] > l[best]) best = (int32_t)v;
+        out[i] = best;
+        if (forge_eval(ctx, &best, 1, NULL) != FORGE_OK) return 0;
+    }
+    return 1;
+}
+
+static void compare_fixture(const char *dir, const char *name, forge_kv_type kv) {
+    char path[1024], label[256];
+    forge_model *m = NULL;
+    forge_context *cpu = NULL, *gpu = NULL;
+    forge_context_desc d;
+    forge_error e;
+    const float *lc, *lg;
+    uint32_t rc = 0, rg = 0, n_vocab;
+    double num = 0.0, den = 0.0;
+    int32_t tc[24], tg[24];
+    size_t i;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    snprintf(label, sizeof label, "GPU vs CPU: %s, %s KV", name, forge_kv_type_name(kv));
+    TEST_CASE(label);
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    memset(&d, 0, sizeof d);
+    d.n_ctx = 64;
+    d.all_logits = 1;
+    d.kv_type = kv;
+    d.backend = FORGE_BACKEND_CPU;
+    CHECK(forge_context_create(m, &d, &cpu, &e) == FORGE_OK, "cpu: %s", e.message);
+    d.backend = FORGE_BACKEND_GPU;
+    CHECK(forge_context_create(m, &d, &gpu, &e) == FORGE_OK, "gpu: %s", e.message);
+    if (cpu && gpu) {
+        n_vocab = forge_model_config(m)->n_vocab;
+        CHECK(forge_eval(cpu, tokens, 32, &e) == FORGE_OK, "cpu eval: %s", e.message);
+        CHECK(forge_eval(gpu, tokens, 32, &e) == FORGE_OK, "gpu eval: %s", e.message);
+        lc = forge_context_logits(cpu, &rc);
+        lg = forge_context_logits(gpu, &rg);
+        if (CHECK(lc && lg && rc == 32 && rg == 32, "rows %u %u", rc, rg)) {
+            for (i = 0; i < (size_t)32 * n_vocab; i++) {
+                num += ((double)lg[i] - lc[i]) * ((double)lg[i] - lc[i]);
+                den += (double)lc[i] * lc[i];
+            }
+            /* both use f32 activations and differ by summation order only; a value that lands on the other
+               side of an f16 or q8_0 rounding step in the KV cache spreads that difference, so the bound
+               is 5e-4 (measured on H100: 8e-8 to 1.3e-4) */
+            CHECK(sqrt(num / den) < 5e-4, "normalized error %.3g", sqrt(num / den));
+            printf("  %-32s %-5s normalized error GPU vs CPU %.3g\n", name, forge_kv_type_name(kv), sqrt(num / den));
+        }
+        d.all_logits = 0;
+        if (CHECK(greedy(cpu, tc, 24, tokens, 8, n_vocab) && greedy(gpu, tg, 24, tokens, 8, n_vocab), "greedy runs"))
+            CHECK(memcmp(tc, tg, sizeof tc) == 0, "24 greedy tokens identical");
+    }
+    forge_context_destroy(cpu);
+    forge_context_destroy(gpu);
+    forge_model_close(m);
+}
+
+static void memory_promises(const char *path) {
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_context_desc d;
+    forge_error e;
+    forge_memory_reading before, after, later;
+    unsigned long allocations;
+    int32_t t = 42;
+    int i;
+    double taken;
+    TEST_CASE("memory: device memory taken equals the plan");
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message)) return;
+    memset(&d, 0, sizeof d);
+    d.backend = FORGE_BACKEND_GPU;
+    d.n_ctx = 4096;
+    forge_memory_query_gpu(0, &before, &e);
+    allocations = forge_gpu_allocation_count();
+    if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message)) return;
+    forge_memory_query_gpu(0, &after, &e);
+    taken = (double)before.free_bytes - (double)after.free_bytes;
+    printf("  plan %llu bytes, arena %llu, free memory fell by %.0f (%.3f of the plan)\n",
+           (unsigned long long)forge_context_plan(ctx)->total_bytes, (unsigned long long)forge_context_arena_bytes(ctx), taken,
+           taken / (double)forge_context_plan(ctx)->total_bytes);
+    CHECK(forge_context_arena_bytes(ctx) == forge_context_plan(ctx)->total_bytes, "arena == plan");
+    CHECK(fabs(taken - (double)forge_context_plan(ctx)->total_bytes) <= 0.02 * (double)forge_context_plan(ctx)->total_bytes,
+          "within 2%%: %.0f vs %llu", taken, (unsigned long long)forge_context_plan(ctx)->total_bytes);
+    CHECK(forge_gpu_allocation_count() == allocations + 1, "one device allocation: %lu", forge_gpu_allocation_count() - allocations);
+
+    TEST_CASE("memory: nothing allocated while decoding, free memory unchanged after 1000 steps");
+    CHECK(forge_eval(ctx, &t, 1, &e) == FORGE_OK, "eval: %s", e.message);
+    forge_memory_query_gpu(0, &after, &e);
+    for (i = 0; i < 1000 && forge_eval(ctx, &t, 1, &e) == FORGE_OK; i++) {
+    }
+    forge_memory_query_gpu(0, &later, &e);
+    CHECK(i == 1000, "1000 steps: %s", e.message);
+    CHECK(later.free_bytes == after.free_bytes, "free memory %llu then %llu", (unsigned long long)after.free_bytes,
+          (unsigned long long)later.free_bytes);
+    CHECK(forge_gpu_allocation_count() == allocations + 1, "still one allocation");
+    forge_context_destroy(ctx);
+    forge_memory_query_gpu(0, &later, &e);
+    CHECK(later.free_bytes == before.free_bytes, "destroy returns it all: %llu vs %llu", (unsigned long long)later.free_bytes,
+          (unsigned long long)before.free_bytes);
+
+    TEST_CASE("memory: a plan larger than free memory is refused with nothing taken");
+    d.n_ctx = 1u << 26; /* 64M positions: a KV cache of terabytes */
+    forge_memory_query_gpu(0, &before, &e);
+    ctx = NULL;
+    CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_ERR_BUDGET && ctx == NULL, "refused: %s", e.message);
+    forge_context_destroy(ctx);
+    ctx = NULL;
+    printf("  %s\n", e.message);
+    forge_memory_query_gpu(0, &after, &e);
+    CHECK(after.free_bytes == before.free_bytes && forge_gpu_allocation_count() == allocations + 1, "nothing taken");
+
+    TEST_CASE("memory: a failing device allocation leaves free memory where it was");
+    d.n_ctx = 4096;
+    forge_hip_fail_allocation_after(0);
+    CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_ERR_IO && ctx == NULL, "injected failure: %s", e.message);
+    forge_context_destroy(ctx);
+    forge_hip_fail_allocation_after(-1);
+    forge_memory_query_gpu(0, &after, &e);
+    CHECK(after.free_bytes == before.free_bytes, "free %llu vs %llu", (unsigned long long)after.free_bytes,
+          (unsigned long long)before.free_bytes);
+
+    TEST_CASE("memory: q8_0 KV cache below f16 at the same context");
+    {
+        forge_plan p16, p8;
+        d.n_ctx = 65536;
+        d.kv_type = FORGE_KV_F16;
+        forge_plan_compute(m, &d, &p16, &e);
+        d.kv_type = FORGE_KV_Q8_0;
+        forge_plan_compute(m, &d, &p8, &e);
+        CHECK(p8.kv_bytes < p16.kv_bytes && p8.total_bytes < p16.total_bytes, "q8_0 %llu < f16 %llu",
+              (unsigned long long)p8.total_bytes, (unsigned long long)p16.total_bytes);
+    }
+    forge_model_close(m);
+}
+
+int main(int argc, char **argv) {
+    static const char *const fixtures[] = {"tiny-llama-f16.gguf",   "tiny-llama-q4_0.gguf", "tiny-llama-q4_k_m.gguf",
+                                           "tiny-llama-q6_k.gguf",  "tiny-llama-iq4_xs.gguf", "tiny-qwen2-q8_0.gguf",
+                                           "tiny-qwen3-q4_k_m.gguf", "ext-llama2-tiny-random.gguf"};
+    size_t i;
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s FIXTURES_DIR [BIG_MODEL.gguf]\n", argv[0]);
+        return 2;
+    }
+    TEST_CASE("a GPU answers");
+    if (!CHECK(forge_gpu_available(), "no GPU")) return test_summary();
+    for (i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
+        compare_fixture(argv[1], fixtures[i], FORGE_KV_F16);
+        if (i + 1 < sizeof fixtures / sizeof fixtures[0]) /* the last has heads of 4: no q8_0 cache */
+            compare_fixture(argv[1], fixtures[i], FORGE_KV_Q8_0);
+    }
+    if (argc > 2) memory_promises(argv[2]);
+    return test_summary();
+}

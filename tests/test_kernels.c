@@ -1,0 +1,661 @@
+/* GPU kernel tests: every launcher of forge_kernels.hip against the CPU reference on fresh random
+   inputs, for every weight type and every KV cache type, on the first device. Each check is a
+   normalized error ||gpu - ref|| / ||ref|| against a documented threshold:
+
+     matmul / matvec, all weight types  1e-5   reference: forge_dequantize + double dot; the GPU
+                                                dequantizes exactly, only f32 summation order differs
+     embed                              1e-6   dequantize and scale: one or two roundings
+     rmsnorm, headnorm                  1e-5   float sum of squares on the GPU, double on the CPU
+     rope (NORM, NEOX, partial, factors) 1e-5  angles in double on both sides
+     kv_store                           bytes  must equal forge__kv_encode byte for byte
+     attention over the same cache      1e-5   every cache type; single pass and split-KV
+     attention vs unquantized f32 K/V   f32 1e-5, f16 2e-3, q8_0 3e-2, q4_0 3e-1: the cache's own
+                                                quantization noise, a sanity bound, not a kernel bound
+     add, swiglu                        1e-6   elementwise, expf differs by an ulp or two
+     argmax                             exact index, including ties (first wins)
+
+   Outputs are poisoned with NaN before each launch, so an unwritten element fails the check. Ends
+   with a short matvec bandwidth table (prints, never asserts) and "N passed, N failed".
+   Build: make GPU=nvidia test-gpu (the kernels with nvcc, this file with the C compiler). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime for the bandwidth table */
+#define FORGE_IMPLEMENTATION
+#include "../forge.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- the launchers (forge_kernels.hip); the struct must match the one there ---- */
+typedef struct forge_hip_device_info {
+    char name[256];
+    char arch[64];
+    int wave_size;
+    size_t total_bytes;
+    size_t free_bytes;
+} forge_hip_device_info;
+typedef struct forge_hip_attention_args {
+    const float *q;
+    float *out;
+    const void *cache_k, *cache_v;
+    uint32_t kv_type, n_tokens, n_head, n_head_kv, head_dim, head_dim_v, pos0;
+    float scale;
+} forge_hip_attention_args;
+int forge_hip_device_query(int device, forge_hip_device_info *info, char *message, size_t message_bytes);
+int forge_hip_arena_alloc(size_t bytes, void **out, char *message, size_t message_bytes);
+void forge_hip_arena_free(void *arena);
+int forge_hip_copy_to_device(void *device_dst, const void *host_src, size_t bytes, void *stream, char *message, size_t message_bytes);
+int forge_hip_copy_from_device(void *host_dst, const void *device_src, size_t bytes, void *stream, char *message, size_t message_bytes);
+int forge_hip_stream_sync(void *stream, char *message, size_t message_bytes);
+int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y, uint32_t n_tokens,
+                     const float *bias, void *stream, char *message, size_t message_bytes);
+int forge_hip_matvec(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y, const float *bias,
+                     void *stream, char *message, size_t message_bytes);
+int forge_hip_embed(uint32_t type, const void *table, uint32_t n_vocab, uint32_t n, const int32_t *tokens, uint32_t n_tokens,
+                    float scale, float *dst, void *stream, char *message, size_t message_bytes);
+int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *stream, char *message,
+                      size_t message_bytes);
+int forge_hip_headnorm(float *x, const float *w, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, float eps, void *stream,
+                       char *message, size_t message_bytes);
+int forge_hip_rope(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode, uint32_t pos0,
+                   float freq_base, float freq_scale, const float *freq_factors, void *stream, char *message, size_t message_bytes);
+int forge_hip_add(float *dst, const float *src, size_t n, void *stream, char *message, size_t message_bytes);
+int forge_hip_swiglu(float *gate, const float *up, size_t n, void *stream, char *message, size_t message_bytes);
+int forge_hip_argmax(const float *x, uint32_t n, int32_t *out_index, void *stream, char *message, size_t message_bytes);
+int forge_hip_kv_store(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
+                       uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t pos0, void *stream, char *message,
+                       size_t message_bytes);
+size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v);
+int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, size_t scratch_bytes, void *stream, char *message,
+                        size_t message_bytes);
+
+/* ---- helpers ---- */
+
+static char msg[512];
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint32_t rng_u32(void) { /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
+}
+static float rng_uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rng_u32() >> 8) / 16777216.0f; }
+
+static void put_half(uint8_t *p, float v) {
+    uint16_t h = forge_f32_to_f16(v);
+    p[0] = (uint8_t)(h & 0xff);
+    p[1] = (uint8_t)(h >> 8);
+}
+static float random_scale(void) {
+    float v = rng_uniform(0.002f, 0.2f);
+    return (rng_u32() & 1) ? -v : v;
+}
+
+/* Random bytes, then every f16/bf16/f32 field set to a finite value (offsets from forge.h's layouts). */
+static void random_blocks(uint32_t type, uint8_t *dst, uint64_t n_blocks) {
+    const forge_type_traits *t = forge_type_info(type);
+    uint64_t i, bytes = n_blocks * t->block_bytes;
+    for (i = 0; i < bytes; i++) dst[i] = (uint8_t)rng_u32();
+    for (i = 0; i < n_blocks; i++) {
+        uint8_t *b = dst + i * t->block_bytes;
+        switch (type) {
+        case FORGE_TYPE_F32: {
+            float v = rng_uniform(-1.0f, 1.0f);
+            memcpy(b, &v, 4);
+            break;
+        }
+        case FORGE_TYPE_F16: put_half(b, rng_uniform(-1.0f, 1.0f)); break;
+        case FORGE_TYPE_BF16: {
+            float v = rng_uniform(-1.0f, 1.0f);
+            uint32_t bits;
+            memcpy(&bits, &v, 4);
+            b[0] = (uint8_t)(bits >> 16);
+            b[1] = (uint8_t)(bits >> 24);
+            break;
+        }
+        case FORGE_TYPE_Q4_0: case FORGE_TYPE_Q5_0: case FORGE_TYPE_Q8_0: case FORGE_TYPE_IQ4_NL: case FORGE_TYPE_IQ4_XS:
+            put_half(b, random_scale());
+            break;
+        case FORGE_TYPE_Q4_1: case FORGE_TYPE_Q5_1: case FORGE_TYPE_Q4_K: case FORGE_TYPE_Q5_K:
+            put_half(b, random_scale());
+            put_half(b + 2, random_scale());
+            break;
+        case FORGE_TYPE_Q2_K:
+            put_half(b + 80, random_scale());
+            put_half(b + 82, random_scale());
+            break;
+        case FORGE_TYPE_Q3_K: put_half(b + 108, random_scale()); break;
+        case FORGE_TYPE_Q6_K: put_half(b + 208, random_scale()); break;
+        default: break;
+        }
+    }
+}
+
+static const uint32_t all_types[] = {FORGE_TYPE_F32,  FORGE_TYPE_F16,  FORGE_TYPE_BF16, FORGE_TYPE_Q4_0,   FORGE_TYPE_Q4_1,
+                                     FORGE_TYPE_Q5_0, FORGE_TYPE_Q5_1, FORGE_TYPE_Q8_0, FORGE_TYPE_Q2_K,   FORGE_TYPE_Q3_K,
+                                     FORGE_TYPE_Q4_K, FORGE_TYPE_Q5_K, FORGE_TYPE_Q6_K, FORGE_TYPE_IQ4_NL, FORGE_TYPE_IQ4_XS};
+#define N_TYPES (sizeof all_types / sizeof all_types[0])
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    return p;
+}
+
+/* Device buffer with a copy of host data (or NaN poison when host is NULL). Failures end the test:
+   nothing after them would mean anything. */
+static void *dev_alloc(size_t bytes, const void *host) {
+    void *d = NULL;
+    if (forge_hip_arena_alloc(bytes ? bytes : 4, &d, msg, sizeof msg)) {
+        printf("FATAL: %s\n", msg);
+        exit(2);
+    }
+    if (host) {
+        if (forge_hip_copy_to_device(d, host, bytes, NULL, msg, sizeof msg) || forge_hip_stream_sync(NULL, msg, sizeof msg)) {
+            printf("FATAL: %s\n", msg);
+            exit(2);
+        }
+    } else {
+        size_t i, n = bytes / 4;
+        float *poison = (float *)xmalloc(bytes);
+        for (i = 0; i < n; i++) poison[i] = NAN;
+        forge_hip_copy_to_device(d, poison, n * 4, NULL, msg, sizeof msg);
+        forge_hip_stream_sync(NULL, msg, sizeof msg);
+        free(poison);
+    }
+    return d;
+}
+
+/* Waits for the stream and copies back; returns 0 and records a failure when either step fails. */
+static int dev_fetch(void *host, const void *d, size_t bytes) {
+    if (forge_hip_stream_sync(NULL, msg, sizeof msg) || forge_hip_copy_from_device(host, d, bytes, NULL, msg, sizeof msg) ||
+        forge_hip_stream_sync(NULL, msg, sizeof msg)) {
+        CHECK(0, "device error: %s", msg);
+        return 0;
+    }
+    return 1;
+}
+
+/* ||gpu - ref|| / ||ref||; NaN or an infinite value anywhere in gpu gives +inf. */
+static double norm_error_d(const float *gpu, const double *ref, size_t n) {
+    double diff = 0.0, norm = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        if (!isfinite(gpu[i])) return INFINITY;
+        diff += (gpu[i] - ref[i]) * (gpu[i] - ref[i]);
+        norm += ref[i] * ref[i];
+    }
+    return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+}
+static double norm_error_f(const float *gpu, const float *ref, size_t n) {
+    double *r = (double *)xmalloc(n * sizeof(double));
+    size_t i;
+    double e;
+    for (i = 0; i < n; i++) r[i] = ref[i];
+    e = norm_error_d(gpu, r, n);
+    free(r);
+    return e;
+}
+
+static void random_floats(float *x, size_t n, float lo, float hi) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = rng_uniform(lo, hi);
+}
+
+/* ---- matmul ---- */
+
+static void check_matmul(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_bias) {
+    const forge_type_traits *t = forge_type_info(type);
+    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes;
+    uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
+    float *wf = (float *)xmalloc((size_t)n_rows * n_cols * sizeof(float));
+    float *x = (float *)xmalloc((size_t)n_tokens * n_cols * sizeof(float));
+    float *bias = (float *)xmalloc(n_rows * sizeof(float));
+    float *y = (float *)xmalloc((size_t)n_tokens * n_rows * sizeof(float));
+    double *ref = (double *)xmalloc((size_t)n_tokens * n_rows * sizeof(double));
+    void *dw, *dx, *dy, *db;
+    uint32_t r, c, k;
+    double err;
+    int rc;
+    random_blocks(type, w, (uint64_t)n_rows * (n_cols / t->block_elems));
+    forge_dequantize(type, w, wf, (uint64_t)n_rows * n_cols);
+    random_floats(x, (size_t)n_tokens * n_cols, -1.0f, 1.0f);
+    random_floats(bias, n_rows, -1.0f, 1.0f);
+    for (k = 0; k < n_tokens; k++)
+        for (r = 0; r < n_rows; r++) {
+            double s = with_bias ? bias[r] : 0.0;
+            for (c = 0; c < n_cols; c++) s += (double)wf[(size_t)r * n_cols + c] * x[(size_t)k * n_cols + c];
+            ref[(size_t)k * n_rows + r] = s;
+        }
+    dw = dev_alloc(row_bytes * n_rows, w);
+    dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
+    db = dev_alloc(n_rows * sizeof(float), bias);
+    dy = dev_alloc((size_t)n_tokens * n_rows * sizeof(float), NULL);
+    if (n_tokens == 1)
+        rc = forge_hip_matvec(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, with_bias ? (const float *)db : NULL, NULL,
+                              msg, sizeof msg);
+    else
+        rc = forge_hip_matmul(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens,
+                              with_bias ? (const float *)db : NULL, NULL, msg, sizeof msg);
+    CHECK(rc == 0, "%s launch: %s", t->name, msg);
+    if (dev_fetch(y, dy, (size_t)n_tokens * n_rows * sizeof(float))) {
+        err = norm_error_d(y, ref, (size_t)n_tokens * n_rows);
+        printf("  matmul %-6s %5u x %5u, %3u token%s%s: err %.2e\n", t->name, n_rows, n_cols, n_tokens, n_tokens > 1 ? "s" : " ",
+               with_bias ? " +bias" : "      ", err);
+        CHECK(err < 1e-5, "matmul %s %ux%u tokens %u: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err);
+    }
+    forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(db);
+    free(w), free(wf), free(x), free(bias), free(y), free(ref);
+}
+
+static void test_matmul(void) {
+    size_t i;
+    TEST_CASE("matmul / matvec, every weight type");
+    for (i = 0; i < N_TYPES; i++) {
+        uint32_t type = all_types[i];
+        check_matmul(type, 300, 1024, 1, 0);   /* decode; 300 rows: a partial block of rows */
+        check_matmul(type, 129, 2304, 1, 1);   /* decode with bias, 9 super-blocks a row */
+        check_matmul(type, 200, 1024, 37, 1);  /* prompt: partial row and token tiles */
+        check_matmul(type, 64, 256, 70, 0);
+    }
+    /* float types with rows that are not a multiple of 32 take the element path */
+    check_matmul(FORGE_TYPE_F32, 70, 100, 1, 1);
+    check_matmul(FORGE_TYPE_F16, 70, 100, 1, 0);
+    check_matmul(FORGE_TYPE_BF16, 70, 98, 5, 1);
+    check_matmul(FORGE_TYPE_F32, 33, 45, 9, 0);
+    /* refusals */
+    CHECK(forge_hip_matvec(FORGE_TYPE_Q4_K, NULL, 4, 100, NULL, NULL, NULL, NULL, msg, sizeof msg) == -1 && strstr(msg, "256"),
+          "a Q4_K row of 100 elements must be refused: %s", msg);
+    CHECK(forge_hip_matvec(9, NULL, 4, 64, NULL, NULL, NULL, NULL, msg, sizeof msg) == -1, "type 9 (Q8_1) must be refused");
+}
+
+/* ---- embed ---- */
+
+static void test_embed(void) {
+    size_t i;
+    TEST_CASE("embed, every weight type");
+    for (i = 0; i < N_TYPES; i++) {
+        const uint32_t type = all_types[i], n_vocab = 50, n_tokens = 7;
+        const forge_type_traits *t = forge_type_info(type);
+        const uint32_t n = (t->block_elems == 1) ? 100 : 512;
+        const size_t row_bytes = (size_t)n / t->block_elems * t->block_bytes;
+        uint8_t *table = (uint8_t *)xmalloc(row_bytes * n_vocab);
+        float *ref = (float *)xmalloc((size_t)n_tokens * n * sizeof(float)), *got = (float *)xmalloc((size_t)n_tokens * n * sizeof(float));
+        int32_t tokens[7];
+        void *dt, *dtok, *dy;
+        uint32_t k, j;
+        const float scale = 1.5f;
+        random_blocks(type, table, (uint64_t)n_vocab * (n / t->block_elems));
+        for (k = 0; k < n_tokens; k++) {
+            tokens[k] = (int32_t)(rng_u32() % n_vocab);
+            forge_dequantize(type, table + (size_t)tokens[k] * row_bytes, ref + (size_t)k * n, n);
+            for (j = 0; j < n; j++) ref[(size_t)k * n + j] *= scale;
+        }
+        dt = dev_alloc(row_bytes * n_vocab, table);
+        dtok = dev_alloc(sizeof tokens, tokens);
+        dy = dev_alloc((size_t)n_tokens * n * sizeof(float), NULL);
+        CHECK(forge_hip_embed(type, dt, n_vocab, n, (const int32_t *)dtok, n_tokens, scale, (float *)dy, NULL, msg, sizeof msg) == 0,
+              "%s embed: %s", t->name, msg);
+        if (dev_fetch(got, dy, (size_t)n_tokens * n * sizeof(float))) {
+            double err = norm_error_f(got, ref, (size_t)n_tokens * n);
+            printf("  embed  %-6s n %u: err %.2e\n", t->name, n, err);
+            CHECK(err < 1e-6, "embed %s: normalized error %.3e", t->name, err);
+        }
+        forge_hip_arena_free(dt), forge_hip_arena_free(dtok), forge_hip_arena_free(dy);
+        free(table), free(ref), free(got);
+    }
+}
+
+/* ---- rmsnorm, headnorm ---- */
+
+static void test_norms(void) {
+    const uint32_t rows = 5, n = 4096, heads = 8, head_dim = 128;
+    const float eps = 1e-5f;
+    float *x = (float *)xmalloc((size_t)rows * n * sizeof(float)), *w = (float *)xmalloc(n * sizeof(float));
+    float *ref = (float *)xmalloc((size_t)rows * n * sizeof(float)), *got = (float *)xmalloc((size_t)rows * n * sizeof(float));
+    void *dx, *dw, *dy;
+    uint32_t r;
+    double err;
+    TEST_CASE("rmsnorm and per-head norm");
+    random_floats(x, (size_t)rows * n, -2.0f, 2.0f);
+    random_floats(w, n, 0.5f, 1.5f);
+    for (r = 0; r < rows; r++) forge__rmsnorm_row(x + (size_t)r * n, w, ref + (size_t)r * n, n, eps);
+    dx = dev_alloc((size_t)rows * n * sizeof(float), x);
+    dw = dev_alloc(n * sizeof(float), w);
+    dy = dev_alloc((size_t)rows * n * sizeof(float), NULL);
+    CHECK(forge_hip_rmsnorm((const float *)dx, (const float *)dw, (float *)dy, rows, n, eps, NULL, msg, sizeof msg) == 0, "rmsnorm: %s", msg);
+    if (dev_fetch(got, dy, (size_t)rows * n * sizeof(float))) {
+        err = norm_error_f(got, ref, (size_t)rows * n);
+        printf("  rmsnorm %u x %u: err %.2e\n", rows, n, err);
+        CHECK(err < 1e-5, "rmsnorm: normalized error %.3e", err);
+    }
+    /* heads: rows of head_dim in place, weights of head_dim (the first head_dim of w) */
+    for (r = 0; r < rows * heads; r++) forge__rmsnorm_row(x + (size_t)r * head_dim, w, ref + (size_t)r * head_dim, head_dim, eps);
+    CHECK(forge_hip_headnorm((float *)dx, (const float *)dw, rows, heads, head_dim, eps, NULL, msg, sizeof msg) == 0, "headnorm: %s", msg);
+    if (dev_fetch(got, dx, (size_t)rows * heads * head_dim * sizeof(float))) {
+        err = norm_error_f(got, ref, (size_t)rows * heads * head_dim);
+        printf("  headnorm %u tokens x %u heads x %u: err %.2e\n", rows, heads, head_dim, err);
+        CHECK(err < 1e-5, "headnorm: normalized error %.3e", err);
+    }
+    forge_hip_arena_free(dx), forge_hip_arena_free(dw), forge_hip_arena_free(dy);
+    free(x), free(w), free(ref), free(got);
+}
+
+/* ---- rope ---- */
+
+/* forge__rope's arithmetic without a context */
+static void rope_ref(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int neox, uint32_t pos0,
+                     float base, float scale, const float *factors) {
+    uint32_t t, h, i, half = n_rot / 2;
+    for (t = 0; t < n_tokens; t++) {
+        double pos = (double)(pos0 + t);
+        for (i = 0; i < half; i++) {
+            double theta = pos * (double)scale * pow((double)base, -2.0 * i / n_rot) / (double)(factors ? factors[i] : 1.0f);
+            float cs = (float)cos(theta), sn = (float)sin(theta);
+            for (h = 0; h < n_heads; h++) {
+                float *v = x + ((size_t)t * n_heads + h) * head_dim;
+                uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * cs - x1 * sn;
+                v[b] = x0 * sn + x1 * cs;
+            }
+        }
+    }
+}
+
+static void test_rope(void) {
+    static const struct {
+        uint32_t head_dim, n_rot;
+        int mode;
+        uint32_t pos0;
+        float base, scale;
+        int factors;
+    } cases[] = {{128, 128, 0, 0, 10000.0f, 1.0f, 0},    {128, 128, 2, 1000, 10000.0f, 1.0f, 0}, {128, 64, 2, 4090, 1000000.0f, 0.25f, 0},
+                 {64, 32, 0, 77, 10000.0f, 1.0f, 0},      {128, 128, 2, 30000, 500000.0f, 1.0f, 1}, {256, 256, 2, 5, 10000.0f, 0.5f, 1}};
+    size_t c;
+    TEST_CASE("rope NORM / NEOX, partial, scaled, with factors");
+    for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const uint32_t n_tokens = 6, n_heads = 5, hd = cases[c].head_dim, n = n_tokens * n_heads * hd;
+        float *x = (float *)xmalloc(n * sizeof(float)), *ref = (float *)xmalloc(n * sizeof(float)), *got = (float *)xmalloc(n * sizeof(float));
+        float factors[128];
+        void *dx, *df = NULL;
+        random_floats(x, n, -1.0f, 1.0f);
+        random_floats(factors, 128, 1.0f, 8.0f);
+        memcpy(ref, x, n * sizeof(float));
+        rope_ref(ref, n_tokens, n_heads, hd, cases[c].n_rot, cases[c].mode == 2, cases[c].pos0, cases[c].base, cases[c].scale,
+                 cases[c].factors ? factors : NULL);
+        dx = dev_alloc(n * sizeof(float), x);
+        if (cases[c].factors) df = dev_alloc(sizeof factors, factors);
+        CHECK(forge_hip_rope((float *)dx, n_tokens, n_heads, hd, cases[c].n_rot, cases[c].mode, cases[c].pos0, cases[c].base,
+                             cases[c].scale, (const float *)df, NULL, msg, sizeof msg) == 0, "rope: %s", msg);
+        if (dev_fetch(got, dx, n * sizeof(float))) {
+            double err = norm_error_f(got, ref, n);
+            printf("  rope %s head_dim %u n_rot %u pos0 %u base %g scale %g%s: err %.2e\n", cases[c].mode == 2 ? "NEOX" : "NORM", hd,
+                   cases[c].n_rot, cases[c].pos0, cases[c].base, cases[c].scale, cases[c].factors ? " factors" : "", err);
+            CHECK(err < 1e-5, "rope case %zu: normalized error %.3e", c, err);
+        }
+        forge_hip_arena_free(dx), forge_hip_arena_free(df);
+        free(x), free(ref), free(got);
+    }
+    CHECK(forge_hip_rope(NULL, 1, 1, 64, 66, 0, 0, 1e4f, 1.0f, NULL, NULL, msg, sizeof msg) == -1, "n_rot > head_dim must be refused");
+}
+
+/* ---- KV cache: store and attention ---- */
+
+static const forge_kv_type kv_types[] = {FORGE_KV_F32, FORGE_KV_F16, FORGE_KV_Q8_0, FORGE_KV_Q4_0};
+
+static void test_kv_store(void) {
+    size_t i;
+    TEST_CASE("kv_store, every cache type, bytes equal to forge__kv_encode");
+    for (i = 0; i < 4; i++) {
+        const forge_kv_type kv = kv_types[i];
+        const uint32_t storage = forge__kv_storage_type(kv), n_ctx = 40, n_kv = 3, hd = 128, hdv = 64, n_tokens = 9, pos0 = 17;
+        const forge_type_traits *t = forge_type_info(storage);
+        const size_t rk = hd / t->block_elems * t->block_bytes, rv = hdv / t->block_elems * t->block_bytes;
+        const size_t kbytes = rk * n_kv * n_ctx, vbytes = rv * n_kv * n_ctx;
+        float *k = (float *)xmalloc((size_t)n_tokens * n_kv * hd * sizeof(float)), *v = (float *)xmalloc((size_t)n_tokens * n_kv * hdv * sizeof(float));
+        uint8_t *ek = (uint8_t *)xmalloc(kbytes), *ev = (uint8_t *)xmalloc(vbytes), *gk = (uint8_t *)xmalloc(kbytes), *gv = (uint8_t *)xmalloc(vbytes);
+        void *dk, *dv, *ck, *cv;
+        uint32_t tok, h;
+        size_t j, diff = 0;
+        random_floats(k, (size_t)n_tokens * n_kv * hd, -3.0f, 3.0f);
+        random_floats(v, (size_t)n_tokens * n_kv * hdv, -3.0f, 3.0f);
+        k[5] = 0.0f, v[7] = -3.0f; /* a zero and an exact extreme */
+        for (j = 0; j < 32; j++) k[hd + j] = 0.0f; /* an all-zero block: d = 0 */
+        memset(ek, 0xAB, kbytes), memset(ev, 0xAB, vbytes);
+        for (tok = 0; tok < n_tokens; tok++)
+            for (h = 0; h < n_kv; h++) {
+                forge__kv_encode(kv, k + ((size_t)tok * n_kv + h) * hd, hd, ek + ((size_t)(pos0 + tok) * n_kv + h) * rk);
+                forge__kv_encode(kv, v + ((size_t)tok * n_kv + h) * hdv, hdv, ev + ((size_t)(pos0 + tok) * n_kv + h) * rv);
+            }
+        dk = dev_alloc((size_t)n_tokens * n_kv * hd * sizeof(float), k);
+        dv = dev_alloc((size_t)n_tokens * n_kv * hdv * sizeof(float), v);
+        { /* the cache starts as the same 0xAB filler, so untouched rows must stay equal too */
+            uint8_t *fill = (uint8_t *)xmalloc(kbytes > vbytes ? kbytes : vbytes);
+            memset(fill, 0xAB, kbytes > vbytes ? kbytes : vbytes);
+            ck = dev_alloc(kbytes, fill);
+            cv = dev_alloc(vbytes, fill);
+            free(fill);
+        }
+        CHECK(forge_hip_kv_store(storage, (const float *)dk, (const float *)dv, ck, cv, n_tokens, n_kv, hd, hdv, pos0, NULL, msg, sizeof msg) == 0,
+              "kv_store %s: %s", t->name, msg);
+        if (dev_fetch(gk, ck, kbytes) && dev_fetch(gv, cv, vbytes)) {
+            for (j = 0; j < kbytes; j++) diff += gk[j] != ek[j];
+            for (j = 0; j < vbytes; j++) diff += gv[j] != ev[j];
+            printf("  kv_store %-4s: %zu of %zu bytes differ\n", t->name, diff, kbytes + vbytes);
+            CHECK(diff == 0, "kv_store %s: %zu bytes differ from forge__kv_encode", t->name, diff);
+        }
+        forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(ck), forge_hip_arena_free(cv);
+        free(k), free(v), free(ek), free(ev), free(gk), free(gv);
+    }
+}
+
+/* forge__attn_task's arithmetic without a context: double accumulation over dequantized rows.
+   kf/vf: dequantized cache [n_ctx][n_kv][dim]. */
+static void attention_ref(const float *q, const float *kf, const float *vf, double *out, uint32_t n_tokens, uint32_t n_head,
+                          uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t pos0) {
+    uint32_t t, h, p, i;
+    double *acc = (double *)xmalloc(hdv * sizeof(double));
+    const double scale = 1.0 / sqrt((double)hd);
+    for (t = 0; t < n_tokens; t++)
+        for (h = 0; h < n_head; h++) {
+            uint32_t kvh = h / (n_head / n_kv);
+            const float *qr = q + ((size_t)t * n_head + h) * hd;
+            double max = -INFINITY, sum = 0.0;
+            for (i = 0; i < hdv; i++) acc[i] = 0.0;
+            for (p = 0; p <= pos0 + t; p++) {
+                const float *kr = kf + ((size_t)p * n_kv + kvh) * hd, *vr = vf + ((size_t)p * n_kv + kvh) * hdv;
+                double s = 0.0, w;
+                for (i = 0; i < hd; i++) s += (double)qr[i] * kr[i];
+                s *= scale;
+                if (s > max) {
+                    double shrink = exp(max - s);
+                    for (i = 0; i < hdv; i++) acc[i] *= shrink;
+                    sum *= shrink;
+                    max = s;
+                }
+                w = exp(s - max);
+                sum += w;
+                for (i = 0; i < hdv; i++) acc[i] += w * vr[i];
+            }
+            for (i = 0; i < hdv; i++) out[((size_t)t * n_head + h) * hdv + i] = acc[i] / sum;
+        }
+    free(acc);
+}
+
+static void check_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t n_tokens, uint32_t pos0,
+                            int split) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_ctx = pos0 + n_tokens;
+    const forge_type_traits *t = forge_type_info(storage);
+    const size_t rk = hd / t->block_elems * t->block_bytes, rv = hdv / t->block_elems * t->block_bytes;
+    const size_t n_rows = (size_t)n_ctx * n_kv, n_out = (size_t)n_tokens * n_head * hdv;
+    float *kraw = (float *)xmalloc(n_rows * hd * sizeof(float)), *vraw = (float *)xmalloc(n_rows * hdv * sizeof(float));
+    float *kf = (float *)xmalloc(n_rows * hd * sizeof(float)), *vf = (float *)xmalloc(n_rows * hdv * sizeof(float));
+    float *q = (float *)xmalloc((size_t)n_tokens * n_head * hd * sizeof(float)), *got = (float *)xmalloc(n_out * sizeof(float));
+    uint8_t *ck = (uint8_t *)xmalloc(n_rows * rk), *cv = (uint8_t *)xmalloc(n_rows * rv);
+    double *ref = (double *)xmalloc(n_out * sizeof(double)), *ref_raw = (double *)xmalloc(n_out * sizeof(double));
+    size_t r, scratch_bytes = split ? forge_hip_attention_scratch_bytes(n_ctx, n_tokens, n_head, hdv) : 0;
+    void *dq, *dout, *dk, *dv, *scratch = NULL;
+    forge_hip_attention_args a;
+    /* keys with a spread that makes the softmax peaked in places, as trained models do */
+    random_floats(kraw, n_rows * hd, -1.0f, 1.0f);
+    random_floats(vraw, n_rows * hdv, -1.0f, 1.0f);
+    random_floats(q, (size_t)n_tokens * n_head * hd, -2.0f, 2.0f);
+    for (r = 0; r < n_rows; r++) {
+        forge__kv_encode(kv, kraw + r * hd, hd, ck + r * rk);
+        forge__kv_encode(kv, vraw + r * hdv, hdv, cv + r * rv);
+        forge_dequantize(storage, ck + r * rk, kf + r * hd, hd);
+        forge_dequantize(storage, cv + r * rv, vf + r * hdv, hdv);
+    }
+    attention_ref(q, kf, vf, ref, n_tokens, n_head, n_kv, hd, hdv, pos0);
+    attention_ref(q, kraw, vraw, ref_raw, n_tokens, n_head, n_kv, hd, hdv, pos0);
+    dq = dev_alloc((size_t)n_tokens * n_head * hd * sizeof(float), q);
+    dk = dev_alloc(n_rows * rk, ck);
+    dv = dev_alloc(n_rows * rv, cv);
+    dout = dev_alloc(n_out * sizeof(float), NULL);
+    if (scratch_bytes) scratch = dev_alloc(scratch_bytes, NULL);
+    memset(&a, 0, sizeof a);
+    a.q = (const float *)dq, a.out = (float *)dout, a.cache_k = dk, a.cache_v = dv;
+    a.kv_type = storage, a.n_tokens = n_tokens, a.n_head = n_head, a.n_head_kv = n_kv, a.head_dim = hd, a.head_dim_v = hdv, a.pos0 = pos0;
+    CHECK(forge_hip_attention(&a, scratch, scratch_bytes, NULL, msg, sizeof msg) == 0, "attention %s: %s", t->name, msg);
+    if (dev_fetch(got, dout, n_out * sizeof(float))) {
+        double err = norm_error_d(got, ref, n_out), err_raw = norm_error_d(got, ref_raw, n_out);
+        double bound = kv == FORGE_KV_F32 ? 1e-5 : kv == FORGE_KV_F16 ? 2e-3 : kv == FORGE_KV_Q8_0 ? 3e-2 : 3e-1;
+        printf("  attention %-4s heads %2u/%u dims %3u/%3u tokens %2u pos0 %4u %s: err %.2e (vs unquantized K/V %.2e)\n", t->name,
+               n_head, n_kv, hd, hdv, n_tokens, pos0, scratch_bytes ? "split " : "single", err, err_raw);
+        CHECK(err < 1e-5, "attention %s tokens %u pos0 %u: normalized error %.3e", t->name, n_tokens, pos0, err);
+        CHECK(err_raw < bound, "attention %s vs unquantized K/V: %.3e over the bound %.0e", t->name, err_raw, bound);
+    }
+    forge_hip_arena_free(dq), forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(dout), forge_hip_arena_free(scratch);
+    free(kraw), free(vraw), free(kf), free(vf), free(q), free(got), free(ck), free(cv), free(ref), free(ref_raw);
+}
+
+static void test_attention(void) {
+    size_t i;
+    TEST_CASE("attention, every cache type, single pass and split-KV");
+    for (i = 0; i < 4; i++) {
+        check_attention(kv_types[i], 8, 2, 128, 128, 1, 3000, 0);  /* decode, long context, one pass */
+        check_attention(kv_types[i], 8, 2, 128, 128, 1, 3000, 1);  /* the same, split over the context */
+        check_attention(kv_types[i], 8, 2, 128, 128, 20, 50, 0);   /* prompt continuing a context */
+        check_attention(kv_types[i], 4, 4, 64, 64, 3, 600, 1);     /* small heads, no grouping, split */
+        check_attention(kv_types[i], 6, 3, 192, 128, 5, 0, 0);     /* K and V of different widths, from 0 */
+        check_attention(kv_types[i], 16, 8, 256, 256, 2, 700, 1);  /* wide heads */
+    }
+    CHECK(forge_hip_attention_scratch_bytes(100, 1, 32, 128) == 0, "a short context needs no scratch");
+    CHECK(forge_hip_attention_scratch_bytes(32768, 1, 32, 128) == (size_t)32 * 32 * 130 * 4, "scratch of a long context");
+}
+
+/* ---- elementwise and argmax ---- */
+
+static void test_elementwise(void) {
+    const size_t n = 100003;
+    float *a = (float *)xmalloc(n * sizeof(float)), *b = (float *)xmalloc(n * sizeof(float)), *ref = (float *)xmalloc(n * sizeof(float));
+    float *got = (float *)xmalloc(n * sizeof(float));
+    void *da, *db, *dout;
+    int32_t index = -1;
+    size_t i;
+    TEST_CASE("add, swiglu, argmax");
+    random_floats(a, n, -8.0f, 8.0f);
+    random_floats(b, n, -2.0f, 2.0f);
+    da = dev_alloc(n * sizeof(float), a);
+    db = dev_alloc(n * sizeof(float), b);
+    for (i = 0; i < n; i++) ref[i] = a[i] + b[i];
+    CHECK(forge_hip_add((float *)da, (const float *)db, n, NULL, msg, sizeof msg) == 0, "add: %s", msg);
+    if (dev_fetch(got, da, n * sizeof(float))) {
+        double err = norm_error_f(got, ref, n);
+        printf("  add %zu: err %.2e\n", n, err);
+        CHECK(err < 1e-6, "add: normalized error %.3e", err);
+    }
+    forge_hip_copy_to_device(da, a, n * sizeof(float), NULL, msg, sizeof msg);
+    for (i = 0; i < n; i++) ref[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+    CHECK(forge_hip_swiglu((float *)da, (const float *)db, n, NULL, msg, sizeof msg) == 0, "swiglu: %s", msg);
+    if (dev_fetch(got, da, n * sizeof(float))) {
+        double err = norm_error_f(got, ref, n);
+        printf("  swiglu %zu: err %.2e\n", n, err);
+        CHECK(err < 1e-6, "swiglu: normalized error %.3e", err);
+    }
+    forge_hip_arena_free(da), forge_hip_arena_free(db);
+
+    { /* argmax over a vocabulary-sized vector: a planted maximum, then a tie (first wins), then all equal */
+        const uint32_t vocab = 151936;
+        float *logits = (float *)xmalloc(vocab * sizeof(float));
+        random_floats(logits, vocab, -10.0f, 10.0f);
+        logits[123457] = 11.0f;
+        da = dev_alloc(vocab * sizeof(float), logits);
+        dout = dev_alloc(sizeof(int32_t), NULL);
+        CHECK(forge_hip_argmax((const float *)da, vocab, (int32_t *)dout, NULL, msg, sizeof msg) == 0, "argmax: %s", msg);
+        if (dev_fetch(&index, dout, sizeof index)) CHECK(index == 123457, "argmax: %d, expected 123457", (int)index);
+        logits[99] = 11.0f;
+        forge_hip_copy_to_device(da, logits, vocab * sizeof(float), NULL, msg, sizeof msg);
+        forge_hip_argmax((const float *)da, vocab, (int32_t *)dout, NULL, msg, sizeof msg);
+        if (dev_fetch(&index, dout, sizeof index)) CHECK(index == 99, "argmax tie: %d, expected 99", (int)index);
+        for (i = 0; i < vocab; i++) logits[i] = -3.0f;
+        forge_hip_copy_to_device(da, logits, vocab * sizeof(float), NULL, msg, sizeof msg);
+        forge_hip_argmax((const float *)da, vocab, (int32_t *)dout, NULL, msg, sizeof msg);
+        if (dev_fetch(&index, dout, sizeof index)) CHECK(index == 0, "argmax all equal: %d, expected 0", (int)index);
+        forge_hip_argmax((const float *)da, 1000, (int32_t *)dout, NULL, msg, sizeof msg);
+        forge_hip_arena_free(da), forge_hip_arena_free(dout);
+        free(logits);
+    }
+    free(a), free(b), free(ref), free(got);
+}
+
+/* ---- a bandwidth table: prints, never asserts ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench_matvec(void) {
+    const uint32_t n_rows = 4096 * 4, n_cols = 4096, reps = 50;
+    size_t i;
+    printf("matvec %u x %u (weights from device memory, 50 launches, GB/s of weights):\n", n_rows, n_cols);
+    for (i = 0; i < N_TYPES; i++) {
+        const forge_type_traits *t = forge_type_info(all_types[i]);
+        const size_t bytes = (size_t)n_cols / t->block_elems * t->block_bytes * n_rows;
+        uint8_t *w = (uint8_t *)xmalloc(bytes);
+        float *x = (float *)xmalloc(n_cols * sizeof(float));
+        void *dw, *dx, *dy;
+        uint32_t k;
+        double t0, t1;
+        random_blocks(all_types[i], w, (uint64_t)n_rows * (n_cols / t->block_elems));
+        random_floats(x, n_cols, -1.0f, 1.0f);
+        dw = dev_alloc(bytes, w), dx = dev_alloc(n_cols * sizeof(float), x), dy = dev_alloc(n_rows * sizeof(float), NULL);
+        forge_hip_matvec(all_types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, NULL, NULL, msg, sizeof msg);
+        forge_hip_stream_sync(NULL, msg, sizeof msg);
+        t0 = now_s();
+        for (k = 0; k < reps; k++) forge_hip_matvec(all_types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, NULL, NULL, msg, sizeof msg);
+        forge_hip_stream_sync(NULL, msg, sizeof msg);
+        t1 = now_s();
+        printf("  %-6s %7.1f MiB  %7.1f us  %7.1f GB/s\n", t->name, bytes / 1048576.0, (t1 - t0) / reps * 1e6, bytes * reps / (t1 - t0) / 1e9);
+        forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy);
+        free(w), free(x);
+    }
+}
+
+int main(int argc, char **argv) {
+    forge_hip_device_info info;
+    (void)argv;
+    if (forge_hip_device_query(0, &info, msg, sizeof msg)) {
+        printf("no device: %s\n", msg);
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    printf("device: %s (%s), wave %d, %.1f GiB free\n", info.name, info.arch, info.wave_size, info.free_bytes / 1073741824.0);
+    test_matmul();
+    test_embed();
+    test_norms();
+    test_rope();
+    test_kv_store();
+    test_attention();
+    test_elementwise();
+    if (argc < 2) bench_matvec(); /* any argument skips the table */
+    return test_summary();
+}

@@ -1,0 +1,267 @@
+/* Greedy generation on the real SmolLM2-135M-Instruct (Q4_1, llama architecture, byte-level BPE
+   "smollm" tokenizer) against an independent engine: tests/data/smollm2_greedy.txt holds, for a few
+   plain-text prompts, llama.cpp's prompt token ids and its greedy continuation. This test checks
+   that forge tokenizes each prompt to the same ids and that its generator (forge_generator_prompt +
+   forge_generator_step with the default greedy sampler) produces the same first `agree` tokens.
+   llama.cpp quantizes activations to 8 bits inside its quantized products where forge keeps f32, so
+   the two paths may part where two logits nearly tie; the data file records how far they are
+   required to agree and keeps the reference's ids beyond that.
+
+   The model is a required input (CI fetches it before the tests): FORGE_SMOLLM2 names the file, else
+   $HOME/.cache/forge/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf. A missing model is a failure.
+   FORGE_SMOLLM2_DATA overrides the data file (default tests/data/smollm2_greedy.txt, from the
+   repository root). Also checked: the context allocates exactly the plan less the mapped weights,
+   and no step allocates. The generation speed is printed, not asserted. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#define FORGE_IMPLEMENTATION
+#include "../forge.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_CASES 16
+#define MAX_IDS 256
+#define MAX_TEXT 1024
+
+typedef struct greedy_case {
+    char prompt[MAX_TEXT];
+    size_t prompt_len;
+    int32_t prompt_ids[MAX_IDS];
+    size_t n_prompt_ids;
+    int32_t greedy_ids[MAX_IDS];
+    size_t n_greedy_ids;
+    long agree;
+    int line;
+} greedy_case;
+
+/* An allocator that counts its calls, so a test can say that a stretch of work allocated nothing. */
+typedef struct counting {
+    long calls, live;
+} counting;
+
+static void *counting_alloc(size_t size, void *user) {
+    counting *c = (counting *)user;
+    void *p = malloc(size);
+    c->calls++;
+    if (p) c->live++;
+    return p;
+}
+
+static void counting_free(void *ptr, void *user) {
+    counting *c = (counting *)user;
+    if (ptr) c->live--;
+    free(ptr);
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int hex_digit(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* C escapes: \\ \" \n \t \r \xHH (two digits). Returns 0 on a malformed escape or overflow. */
+static int unescape(const char *s, char *out, size_t capacity, size_t *len) {
+    size_t n = 0;
+    while (*s) {
+        int c = (unsigned char)*s++;
+        if (c == '\\') {
+            int e = (unsigned char)*s++;
+            if (e == 'n') c = '\n';
+            else if (e == 't') c = '\t';
+            else if (e == 'r') c = '\r';
+            else if (e == '\\' || e == '"') c = e;
+            else if (e == 'x' && hex_digit(s[0]) >= 0 && hex_digit(s[1]) >= 0) {
+                c = hex_digit(s[0]) * 16 + hex_digit(s[1]);
+                s += 2;
+            } else
+                return 0;
+        }
+        if (n + 1 >= capacity) return 0;
+        out[n++] = (char)c;
+    }
+    out[n] = 0;
+    *len = n;
+    return 1;
+}
+
+static int parse_ids(const char *s, int32_t *ids, size_t capacity, size_t *n) {
+    *n = 0;
+    for (;;) {
+        char *end;
+        long v;
+        while (*s == ' ' || *s == '\t') s++;
+        if (!*s) return 1;
+        v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > INT32_MAX || *n >= capacity) return 0;
+        ids[(*n)++] = (int32_t)v;
+        s = end;
+    }
+}
+
+/* Reads the data file: '#' comments, blank lines, and per prompt the lines prompt:, prompt_ids:,
+   greedy_ids: and agree:, in that order. Returns the number of cases, or -1 after a failed check. */
+static int load_cases(const char *path, greedy_case *cases, int max_cases) {
+    FILE *f = fopen(path, "rb");
+    char line[8192];
+    int n = 0, line_no = 0, ok = 1;
+    if (!CHECK(f != NULL, "cannot open the data file %s", path)) return -1;
+    while (ok && fgets(line, sizeof line, f)) {
+        size_t len = strlen(line);
+        greedy_case *c = n > 0 ? &cases[n - 1] : NULL;
+        line_no++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == 0 || line[0] == '#') continue;
+        if (strncmp(line, "prompt: ", 8) == 0) {
+            if (!(ok = CHECK(n < max_cases, "%s:%d: more than %d prompts", path, line_no, max_cases))) break;
+            c = &cases[n++];
+            memset(c, 0, sizeof *c);
+            c->agree = -1;
+            c->line = line_no;
+            ok = CHECK(unescape(line + 8, c->prompt, sizeof c->prompt, &c->prompt_len), "%s:%d: bad escape or too long",
+                       path, line_no);
+        } else if (strncmp(line, "prompt_ids:", 11) == 0) {
+            ok = CHECK(c != NULL && parse_ids(line + 11, c->prompt_ids, MAX_IDS, &c->n_prompt_ids) && c->n_prompt_ids > 0,
+                       "%s:%d: bad prompt_ids line", path, line_no);
+        } else if (strncmp(line, "greedy_ids:", 11) == 0) {
+            ok = CHECK(c != NULL && parse_ids(line + 11, c->greedy_ids, MAX_IDS, &c->n_greedy_ids) && c->n_greedy_ids > 0,
+                       "%s:%d: bad greedy_ids line", path, line_no);
+        } else if (strncmp(line, "agree:", 6) == 0) {
+            ok = CHECK(c != NULL, "%s:%d: agree before any prompt", path, line_no);
+            if (ok) c->agree = strtol(line + 6, NULL, 10);
+        } else {
+            ok = CHECK(0, "%s:%d: unknown line '%.60s'", path, line_no, line);
+        }
+    }
+    fclose(f);
+    return ok ? n : -1;
+}
+
+static void run_case(forge_generator *gen, const forge_tokenizer *tok, const greedy_case *c, double *seconds,
+                     long *tokens, counting *alloc_count) {
+    int32_t ids[MAX_IDS], got[MAX_IDS];
+    size_t n_ids = 0, i;
+    long n_got = 0, calls_before;
+    int done = 0, tokenized_ok;
+    forge_error e;
+    forge_step step;
+    double t0 = 0;
+
+    /* the tokenizer */
+    if (!CHECK(forge_tokenize(tok, c->prompt, c->prompt_len, 0, 0, ids, MAX_IDS, &n_ids, &e) == FORGE_OK,
+               "line %d: tokenize: %s", c->line, e.message))
+        return;
+    for (i = 0; i < n_ids && i < c->n_prompt_ids; i++)
+        if (ids[i] != c->prompt_ids[i]) break;
+    tokenized_ok = i == n_ids && i == c->n_prompt_ids;
+    if (!CHECK(tokenized_ok, "line %d: forge tokenizes the prompt to %lu ids, the reference to %lu (first difference at %lu)",
+               c->line, (unsigned long)n_ids, (unsigned long)c->n_prompt_ids, (unsigned long)i))
+        return;
+
+    /* the generator: prompt, then one token per step */
+    forge_generator_reset(gen);
+    if (!CHECK(forge_generator_prompt(gen, c->prompt, c->prompt_len, 0, &e) == FORGE_OK, "line %d: prompt: %s", c->line,
+               e.message))
+        return;
+    calls_before = alloc_count->calls;
+    while (n_got < c->agree && !done) {
+        if (!CHECK(forge_generator_step(gen, &step, &e) == FORGE_OK, "line %d: step: %s", c->line, e.message)) return;
+        if (step.token < 0) {
+            if (step.prompt_left == 0) t0 = now_seconds(); /* the prompt is read: time the generation */
+            continue;
+        }
+        got[n_got++] = step.token;
+        done = step.done;
+    }
+    *seconds += now_seconds() - t0;
+    *tokens += n_got;
+    CHECK(alloc_count->calls == calls_before, "line %d: the steps allocated %ld times", c->line,
+          alloc_count->calls - calls_before);
+    CHECK(n_got == c->agree, "line %d: generation ended after %ld tokens, %ld wanted", c->line, n_got, c->agree);
+    for (i = 0; i < (size_t)n_got; i++)
+        if (got[i] != c->greedy_ids[i]) break;
+    if (CHECK(i == (size_t)n_got, "line %d: greedy token %lu is %d, llama.cpp's is %d", c->line, (unsigned long)i,
+              i < (size_t)n_got ? got[i] : -1, i < (size_t)n_got ? c->greedy_ids[i] : -1))
+        printf("ok %.40s...: %ld greedy tokens agree\n", c->prompt, n_got);
+}
+
+int main(void) {
+    static greedy_case cases[MAX_CASES];
+    const char *model_path = getenv("FORGE_SMOLLM2");
+    const char *data_path = getenv("FORGE_SMOLLM2_DATA");
+    char default_path[1024];
+    forge_model *model = NULL;
+    forge_tokenizer *tok = NULL;
+    forge_context *ctx = NULL;
+    forge_generator *gen = NULL;
+    forge_context_desc desc;
+    forge_error e;
+    counting alloc_count = {0, 0};
+    double seconds = 0;
+    long tokens = 0;
+    int n_cases, i;
+
+    if (!model_path || !*model_path) {
+        const char *home = getenv("HOME");
+        snprintf(default_path, sizeof default_path, "%s/.cache/forge/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 home ? home : ".");
+        model_path = default_path;
+    }
+    if (!data_path || !*data_path) data_path = "tests/data/smollm2_greedy.txt";
+
+    TEST_CASE("data file");
+    n_cases = load_cases(data_path, cases, MAX_CASES);
+    CHECK(n_cases >= 3, "%s: %d prompts, at least 3 wanted", data_path, n_cases);
+    for (i = 0; i < n_cases; i++)
+        CHECK(cases[i].n_prompt_ids > 0 && cases[i].agree >= 32 && (size_t)cases[i].agree <= cases[i].n_greedy_ids,
+              "line %d: agree %ld with %lu greedy ids (32 to all of them wanted)", cases[i].line, cases[i].agree,
+              (unsigned long)cases[i].n_greedy_ids);
+
+    TEST_CASE("model");
+    if (!CHECK(forge_model_open(model_path, NULL, &model, &e) == FORGE_OK,
+               "the SmolLM2 model is required (fetch it with tools/fetch_model.sh smollm2, or set FORGE_SMOLLM2): "
+               "%s: %s", model_path, e.message))
+        return test_summary();
+    if (!CHECK(forge_tokenizer_create(forge_model_gguf(model), NULL, &tok, &e) == FORGE_OK, "tokenizer: %s", e.message))
+        goto out;
+    CHECK(strcmp(forge_tokenizer_pre_name(tok), "smollm") == 0, "pre-tokenizer %s", forge_tokenizer_pre_name(tok));
+    CHECK(forge_tokenizer_add_bos(tok) == 0, "SmolLM2 adds no BOS");
+
+    TEST_CASE("context inside the plan");
+    memset(&desc, 0, sizeof desc);
+    desc.n_ctx = 256;
+    desc.allocator.alloc = counting_alloc;
+    desc.allocator.free = counting_free;
+    desc.allocator.user_data = &alloc_count;
+    if (!CHECK(forge_context_create(model, &desc, &ctx, &e) == FORGE_OK, "context: %s", e.message)) goto out;
+    CHECK(forge_context_plan(ctx)->n_ctx == 256, "n_ctx %u", forge_context_plan(ctx)->n_ctx);
+    CHECK(forge_context_arena_bytes(ctx) == forge_context_plan(ctx)->total_bytes - forge_context_plan(ctx)->weights_bytes,
+          "arena %llu bytes, plan total %llu less weights %llu", (unsigned long long)forge_context_arena_bytes(ctx),
+          (unsigned long long)forge_context_plan(ctx)->total_bytes,
+          (unsigned long long)forge_context_plan(ctx)->weights_bytes);
+    if (!CHECK(forge_generator_create(ctx, tok, NULL, &gen, &e) == FORGE_OK, "generator: %s", e.message)) goto out;
+
+    TEST_CASE("greedy generation against llama.cpp");
+    for (i = 0; i < n_cases; i++) run_case(gen, tok, &cases[i], &seconds, &tokens, &alloc_count);
+    CHECK(forge_context_arena_bytes(ctx) == forge_context_plan(ctx)->total_bytes - forge_context_plan(ctx)->weights_bytes,
+          "the arena changed size while generating");
+    if (seconds > 0)
+        printf("generation speed: %ld tokens in %.2f s, %.1f tokens/s (n_ctx 256, f16 KV cache, all cores)\n", tokens,
+               seconds, (double)tokens / seconds);
+
+out:
+    forge_generator_destroy(gen);
+    forge_context_destroy(ctx);
+    CHECK(alloc_count.live == 0, "%ld blocks of the context's allocator still live", alloc_count.live);
+    forge_tokenizer_destroy(tok);
+    forge_model_close(model);
+    return test_summary();
+}
