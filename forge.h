@@ -635,9 +635,12 @@ typedef enum forge_log_level { FORGE_LOG_INFO = 0, FORGE_LOG_WARN = 1 } forge_lo
    (or a test) may supply its own reading through forge_context_desc.memory. */
 typedef struct forge_memory_reading {
     char device[64];          /* "CPU (host memory)", a GPU name, ... */
+    char arch[32];            /* GPU architecture ("sm_90", "gfx90a"); "" on the CPU */
     uint64_t total_bytes;
     uint64_t free_bytes;
     int adjusted;             /* 1 when a reading made no sense and was clamped */
+    int wave_size;            /* GPU: lanes per wave (32 or 64); 0 on the CPU */
+    int fp16, bf16;           /* GPU: half and bfloat16 arithmetic */
 } forge_memory_reading;
 
 /* Where a context runs. AUTO picks the GPU when forge was built with FORGE_HIP and a device answers. */
@@ -5773,6 +5776,8 @@ typedef struct forge_hip_device_info {
     int wave_size;
     size_t total_bytes;
     size_t free_bytes;
+    int fp16;
+    int bf16;
 } forge_hip_device_info;
 
 typedef struct forge_hip_attention_args {
@@ -5816,6 +5821,11 @@ int forge_hip_kv_store(uint32_t kv_type, const float *k, const float *v, void *c
 size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v);
 int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, size_t scratch_bytes, void *stream,
                         char *message, size_t message_bytes);
+int forge_hip_matvec(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                     const float *bias, void *stream, char *message, size_t message_bytes);
+int forge_hip_argmax(const float *x, uint32_t n, int32_t *out_index, void *stream, char *message, size_t message_bytes);
+int forge_hip_copy_device(void *dst, const void *src, size_t bytes, void *stream, char *message, size_t message_bytes);
+int forge_hip_memset(void *dst, int byte, size_t bytes, void *stream, char *message, size_t message_bytes);
 int forge_hip_add(float *dst, const float *src, size_t n, void *stream, char *message, size_t message_bytes);
 int forge_hip_swiglu(float *gate, const float *up, size_t n, void *stream, char *message, size_t message_bytes);
 unsigned long forge_hip_allocation_count(void);
@@ -5851,6 +5861,10 @@ FORGE_API forge_result forge_memory_query_gpu(int device, forge_memory_reading *
     if (forge_hip_device_query(device, &info, message, sizeof message) != 0)
         return forge__fail(error, FORGE_ERR_IO, "GPU %d: %s", device, message);
     snprintf(out->device, sizeof out->device, "%.40s (%.16s)", info.name, info.arch);
+    snprintf(out->arch, sizeof out->arch, "%.31s", info.arch);
+    out->wave_size = info.wave_size;
+    out->fp16 = info.fp16;
+    out->bf16 = info.bf16;
     out->total_bytes = info.total_bytes;
     out->free_bytes = info.free_bytes;
     if (out->total_bytes == 0 || out->free_bytes > out->total_bytes) { /* distrust: keep the smaller */

@@ -105,6 +105,8 @@ typedef struct forge_hip_device_info {
     int wave_size;        // 64 on CDNA, 32 on RDNA and NVIDIA: never assumed
     size_t total_bytes;
     size_t free_bytes;
+    int fp16;             // half-precision arithmetic
+    int bf16;             // bfloat16 arithmetic
 } forge_hip_device_info;
 
 // Fills info for device `device`; returns 0, or writes the runtime's message and returns -1.
@@ -126,8 +128,15 @@ int forge_hip_device_query(int device, forge_hip_device_info *info, char *messag
     snprintf(info->name, sizeof info->name, "%s", prop.name);
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
     snprintf(info->arch, sizeof info->arch, "%s", prop.gcnArchName);
+    // every GCN/CDNA/RDNA target computes in fp16; bf16 arithmetic came with CDNA2 (gfx90a), CDNA3 (gfx94x) and RDNA3 (gfx11)
+    info->fp16 = 1;
+    info->bf16 = strncmp(prop.gcnArchName, "gfx90a", 6) == 0 || strncmp(prop.gcnArchName, "gfx94", 5) == 0 ||
+                 strncmp(prop.gcnArchName, "gfx95", 5) == 0 || strncmp(prop.gcnArchName, "gfx11", 5) == 0 ||
+                 strncmp(prop.gcnArchName, "gfx12", 5) == 0;
 #else
     snprintf(info->arch, sizeof info->arch, "sm_%d%d", prop.major, prop.minor);
+    info->fp16 = prop.major > 5 || (prop.major == 5 && prop.minor >= 3); // sm_53 and later
+    info->bf16 = prop.major >= 8;                                         // Ampere and later
 #endif
     info->wave_size = prop.warpSize;
     return 0;

@@ -18,6 +18,7 @@
    with a short matvec bandwidth table (prints, never asserts) and "N passed, N failed".
    Build: make GPU=nvidia test-gpu (the kernels with nvcc, this file with the C compiler). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime for the bandwidth table */
+#define FORGE_HIP
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 #include "test.h"
@@ -27,48 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-/* ---- the launchers (forge_kernels.hip); the struct must match the one there ---- */
-typedef struct forge_hip_device_info {
-    char name[256];
-    char arch[64];
-    int wave_size;
-    size_t total_bytes;
-    size_t free_bytes;
-} forge_hip_device_info;
-typedef struct forge_hip_attention_args {
-    const float *q;
-    float *out;
-    const void *cache_k, *cache_v;
-    uint32_t kv_type, n_tokens, n_head, n_head_kv, head_dim, head_dim_v, pos0;
-    float scale;
-} forge_hip_attention_args;
-int forge_hip_device_query(int device, forge_hip_device_info *info, char *message, size_t message_bytes);
-int forge_hip_arena_alloc(size_t bytes, void **out, char *message, size_t message_bytes);
-void forge_hip_arena_free(void *arena);
-int forge_hip_copy_to_device(void *device_dst, const void *host_src, size_t bytes, void *stream, char *message, size_t message_bytes);
-int forge_hip_copy_from_device(void *host_dst, const void *device_src, size_t bytes, void *stream, char *message, size_t message_bytes);
-int forge_hip_stream_sync(void *stream, char *message, size_t message_bytes);
-int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y, uint32_t n_tokens,
-                     const float *bias, void *stream, char *message, size_t message_bytes);
-int forge_hip_matvec(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y, const float *bias,
-                     void *stream, char *message, size_t message_bytes);
-int forge_hip_embed(uint32_t type, const void *table, uint32_t n_vocab, uint32_t n, const int32_t *tokens, uint32_t n_tokens,
-                    float scale, float *dst, void *stream, char *message, size_t message_bytes);
-int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *stream, char *message,
-                      size_t message_bytes);
-int forge_hip_headnorm(float *x, const float *w, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, float eps, void *stream,
-                       char *message, size_t message_bytes);
-int forge_hip_rope(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode, uint32_t pos0,
-                   float freq_base, float freq_scale, const float *freq_factors, void *stream, char *message, size_t message_bytes);
-int forge_hip_add(float *dst, const float *src, size_t n, void *stream, char *message, size_t message_bytes);
-int forge_hip_swiglu(float *gate, const float *up, size_t n, void *stream, char *message, size_t message_bytes);
-int forge_hip_argmax(const float *x, uint32_t n, int32_t *out_index, void *stream, char *message, size_t message_bytes);
-int forge_hip_kv_store(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
-                       uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t pos0, void *stream, char *message,
-                       size_t message_bytes);
-size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v);
-int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, size_t scratch_bytes, void *stream, char *message,
-                        size_t message_bytes);
+/* the launchers are declared by forge.h's GPU section (FORGE_HIP), the one copy of their signatures */
 
 /* ---- helpers ---- */
 

@@ -505,6 +505,10 @@ static int cmd_plan(int argc, char **argv) {
                (unsigned long long)host.available_bytes);
         printf(", \"device\": {\"name\": ");
         json_cstr(stdout, v.memory.device);
+        printf(", \"arch\": ");
+        json_cstr(stdout, v.memory.arch);
+        printf(", \"wave_size\": %d, \"fp16\": %s, \"bf16\": %s", v.memory.wave_size, v.memory.fp16 ? "true" : "false",
+               v.memory.bf16 ? "true" : "false");
         printf(", \"total_bytes\": %llu, \"free_bytes\": %llu, \"reading_adjusted\": %s}", (unsigned long long)v.memory.total_bytes,
                (unsigned long long)v.memory.free_bytes, v.memory.adjusted ? "true" : "false");
         printf(", \"n_ctx\": %u, \"n_batch\": %u, \"kv_type\": \"%s\"", p->n_ctx, p->n_batch, forge_kv_type_name(p->kv_type));
