@@ -9,11 +9,14 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #if defined(__GNUC__) || defined(__clang__)
 #define TEST__PRINTF_LIKE(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
+#define TEST__MAYBE_UNUSED __attribute__((unused)) /* not every test program uses every helper */
 #else
 #define TEST__PRINTF_LIKE(fmt_index, first_arg)
+#define TEST__MAYBE_UNUSED
 #endif
 
 typedef struct test_state {
@@ -50,6 +53,34 @@ static int test_check(int ok, const char *file, int line, const char *expression
 /* The format is part of __VA_ARGS__ so that a message without arguments is still strict C99. */
 #define TEST_CASE(name) test_case(name)
 #define CHECK(cond, ...) test_check((cond) ? 1 : 0, __FILE__, __LINE__, #cond, __VA_ARGS__)
+
+/* A host allocator (the two functions of a forge_allocator, user data a test_counting) that counts
+   what it hands out and can refuse: once `allocs` allocations have succeeded and fail_after >= 0
+   of them is reached, every further allocation fails. live = allocated and not yet freed. */
+typedef struct test_counting {
+    long calls, allocs, frees, live, fail_after;
+} test_counting;
+
+TEST__MAYBE_UNUSED static void test_counting_init(test_counting *c, long fail_after) {
+    c->calls = c->allocs = c->frees = c->live = 0;
+    c->fail_after = fail_after;
+}
+
+TEST__MAYBE_UNUSED static void *test_counting_alloc(size_t size, void *user_data) {
+    test_counting *c = (test_counting *)user_data;
+    void *p;
+    c->calls++;
+    if (c->fail_after >= 0 && c->allocs >= c->fail_after) return NULL;
+    p = malloc(size);
+    if (p) c->allocs++, c->live++;
+    return p;
+}
+
+TEST__MAYBE_UNUSED static void test_counting_free(void *ptr, void *user_data) {
+    test_counting *c = (test_counting *)user_data;
+    if (ptr) c->frees++, c->live--;
+    free(ptr);
+}
 
 static int test_summary(void) {
     printf("%d cases\n", test__state.cases);

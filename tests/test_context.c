@@ -15,23 +15,6 @@ static const int32_t fixture_tokens[32] = {1,  300, 301, 512, 777, 1000, 5,   42
                                            3,  999, 100, 200, 17,  18,   19,  400, 401, 402, 650,
                                            651, 652, 653, 10, 11,  12,   900, 901, 902, 1020};
 
-/* An allocator that counts live blocks and fails its k-th allocation (k < 0: never). */
-typedef struct counting {
-    long live, calls, fail_at;
-} counting;
-
-static void *counting_alloc(size_t size, void *user) {
-    counting *c = (counting *)user;
-    if (c->fail_at >= 0 && c->calls++ == c->fail_at) return NULL;
-    c->live++;
-    return malloc(size);
-}
-
-static void counting_free(void *ptr, void *user) {
-    counting *c = (counting *)user;
-    if (ptr) c->live--;
-    free(ptr);
-}
 
 static forge_model *open_fixture(const char *name) {
     char path[512];
@@ -114,10 +97,11 @@ static void test_budget(forge_model *m) {
     forge_error e;
     forge_memory_reading r;
     forge_context *ctx = NULL;
-    counting count = {0, 0, -1};
+    test_counting count;
     uint64_t total;
     uint32_t k, expected_ctx = 0;
     int kv, expected_kv = FORGE_KV_DEFAULT;
+    test_counting_init(&count, -1);
 
     memset(&d, 0, sizeof d);
     d.n_ctx = 4096;
@@ -173,8 +157,8 @@ static void test_budget(forge_model *m) {
           "1 KiB: %s", v.message);
 
     TEST_CASE("budget: a refused context allocates nothing");
-    d.allocator.alloc = counting_alloc;
-    d.allocator.free = counting_free;
+    d.allocator.alloc = test_counting_alloc;
+    d.allocator.free = test_counting_free;
     d.allocator.user_data = &count;
     r = reading(total - 1);
     CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_ERR_BUDGET && ctx == NULL && e.result == FORGE_ERR_BUDGET,
@@ -193,7 +177,7 @@ static void test_allocation_failures(forge_model *m) {
     forge_context *ctx;
     forge_error e;
     forge_memory_reading r = reading(1ull << 40);
-    counting count;
+    test_counting count;
     long k;
     int failures = 0, leaks = 0;
     forge_result res = FORGE_ERR_HOST_MEMORY;
@@ -202,12 +186,10 @@ static void test_allocation_failures(forge_model *m) {
     d.n_ctx = 256;
     d.n_threads = 3;
     d.memory = &r;
-    d.allocator.alloc = counting_alloc;
-    d.allocator.free = counting_free;
+    d.allocator.alloc = test_counting_alloc;
+    d.allocator.free = test_counting_free;
     for (k = 0; k < 64 && res != FORGE_OK; k++) {
-        count.live = 0;
-        count.calls = 0;
-        count.fail_at = k;
+        test_counting_init(&count, k);
         d.allocator.user_data = &count;
         ctx = NULL;
         res = forge_context_create(m, &d, &ctx, &e);

@@ -13,30 +13,13 @@
 #define DRAWS 200000
 #define MAX_VOCAB 16
 
-/* counts every allocation and free so that a leak or a stray allocation shows */
-typedef struct counting {
-    long allocs, frees, fail_after; /* fail_after >= 0: refuse the allocation after that many */
-} counting;
 
-static void *counting_alloc(size_t size, void *user_data) {
-    counting *c = (counting *)user_data;
-    if (c->fail_after >= 0 && c->allocs >= c->fail_after) return NULL;
-    c->allocs++;
-    return malloc(size);
-}
-
-static void counting_free(void *ptr, void *user_data) {
-    ((counting *)user_data)->frees++;
-    free(ptr);
-}
-
-static forge_sampler_desc counted_desc(counting *c) {
+static forge_sampler_desc counted_desc(test_counting *c) {
     forge_sampler_desc d;
     memset(&d, 0, sizeof d);
-    memset(c, 0, sizeof *c);
-    c->fail_after = -1;
-    d.allocator.alloc = counting_alloc;
-    d.allocator.free = counting_free;
+    test_counting_init(c, -1);
+    d.allocator.alloc = test_counting_alloc;
+    d.allocator.free = test_counting_free;
     d.allocator.user_data = c;
     return d;
 }
@@ -450,7 +433,7 @@ static void test_repeat_penalty(void) {
 }
 
 static void test_invalid(void) {
-    counting c;
+    test_counting c;
     forge_sampler_desc d, base;
     forge_sampler *s = NULL;
     forge_error e;

@@ -37,23 +37,6 @@ typedef struct greedy_case {
 } greedy_case;
 
 /* An allocator that counts its calls, so a test can say that a stretch of work allocated nothing. */
-typedef struct counting {
-    long calls, live;
-} counting;
-
-static void *counting_alloc(size_t size, void *user) {
-    counting *c = (counting *)user;
-    void *p = malloc(size);
-    c->calls++;
-    if (p) c->live++;
-    return p;
-}
-
-static void counting_free(void *ptr, void *user) {
-    counting *c = (counting *)user;
-    if (ptr) c->live--;
-    free(ptr);
-}
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -146,7 +129,7 @@ static int load_cases(const char *path, greedy_case *cases, int max_cases) {
 }
 
 static void run_case(forge_generator *gen, const forge_tokenizer *tok, const greedy_case *c, double *seconds,
-                     long *tokens, counting *alloc_count) {
+                     long *tokens, test_counting *alloc_count) {
     int32_t ids[MAX_IDS], got[MAX_IDS];
     size_t n_ids = 0, i;
     long n_got = 0, calls_before;
@@ -204,10 +187,12 @@ int main(void) {
     forge_generator *gen = NULL;
     forge_context_desc desc;
     forge_error e;
-    counting alloc_count = {0, 0};
+    test_counting alloc_count;
     double seconds = 0;
     long tokens = 0;
     int n_cases, i;
+
+    test_counting_init(&alloc_count, -1);
 
     if (!model_path || !*model_path) {
         const char *home = getenv("HOME");
@@ -238,8 +223,8 @@ int main(void) {
     TEST_CASE("context inside the plan");
     memset(&desc, 0, sizeof desc);
     desc.n_ctx = 256;
-    desc.allocator.alloc = counting_alloc;
-    desc.allocator.free = counting_free;
+    desc.allocator.alloc = test_counting_alloc;
+    desc.allocator.free = test_counting_free;
     desc.allocator.user_data = &alloc_count;
     if (!CHECK(forge_context_create(model, &desc, &ctx, &e) == FORGE_OK, "context: %s", e.message)) goto out;
     CHECK(forge_context_plan(ctx)->n_ctx == 256, "n_ctx %u", forge_context_plan(ctx)->n_ctx);

@@ -22,21 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct counting {
-    long allocs, frees, fail_after;
-} counting;
-
-static void *counting_alloc(size_t size, void *user_data) {
-    counting *c = (counting *)user_data;
-    if (c->fail_after >= 0 && c->allocs >= c->fail_after) return NULL;
-    c->allocs++;
-    return malloc(size);
-}
-
-static void counting_free(void *ptr, void *user_data) {
-    ((counting *)user_data)->frees++;
-    free(ptr);
-}
 
 static char *read_all(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
@@ -529,12 +514,11 @@ static void test_hostile(void) {
 
     /* every allocation failure is reported and leaks nothing */
     for (k = 0; k < 40; k++) {
-        counting c;
+        test_counting c;
         forge_allocator a;
-        c.allocs = c.frees = 0;
-        c.fail_after = k;
-        a.alloc = counting_alloc;
-        a.free = counting_free;
+        test_counting_init(&c, k);
+        a.alloc = test_counting_alloc;
+        a.free = test_counting_free;
         a.user_data = &c;
         g = NULL;
         r = forge_gguf_parse(b.bytes, b.size, NULL, &g, &e);
