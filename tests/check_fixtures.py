@@ -523,6 +523,22 @@ def check_plan_cli(tally, forge, models_dir):
                 "--kv q8_0 at 4096" in doc["message"],
                 "plan: between the q8_0 and f16 plans the answer is --ctx %s or --kv %s (%s)" %
                 (doc.get("max_ctx_that_fits"), doc.get("kv_type_that_fits"), doc.get("message", "")[-60:]))
+    # forge bench: every (test, depth) row, and the bytes it reports planned are the plan's
+    proc = subprocess.run([forge, "bench", "-m", path, "--cpu", "-p", "16", "-n", "4", "-r", "2", "-d", "0,32",
+                           "-o", "json", "-ctk", "q8_0"], capture_output=True, text=True, timeout=120)
+    plan = subprocess.run([forge, "plan", path, "--ctx", "48", "--batch", "16", "--kv", "q8_0", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    try:
+        rows = json.loads(proc.stdout)
+        planned = json.loads(plan.stdout)["plan"]["total_bytes"]
+    except ValueError:
+        tally.fail("bench: output is not JSON: %r" % proc.stdout[:200])
+        rows, planned = [], None
+    tests = sorted((r.get("test"), r.get("depth")) for r in rows)
+    tally.check(proc.returncode == 0 and tests == [("pp16", 0), ("pp16", 32), ("tg4", 0), ("tg4", 32)] and
+                all(r["t_s"] > 0 and r["min"] <= r["t_s"] <= r["max"] and r["kv_type"] == "q8_0" and
+                    r["planned_bytes"] == planned and r["peak_bytes"] > 0 for r in rows),
+                "bench: json rows %s, planned bytes %s = plan %s" % (tests, rows[0]["planned_bytes"] if rows else None, planned))
     bad = subprocess.run([forge, "plan", path, "--kv", "q5_1"], capture_output=True, text=True, timeout=60)
     tally.check(bad.returncode == 1 and "q5_1" in bad.stderr, "plan: unknown KV type refused (%s)" % bad.stderr.strip()[:80])
 

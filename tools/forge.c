@@ -437,7 +437,7 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
         desc->backend = !strcmp(opt, "--gpu") ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
         return 1;
     }
-    if (strcmp(opt, "--ctx") && strcmp(opt, "-c") && strcmp(opt, "--kv") && strcmp(opt, "-ctk") &&
+    if (strcmp(opt, "--ctx") && strcmp(opt, "-c") && strcmp(opt, "--kv") &&
         strcmp(opt, "--mem-fraction") && strcmp(opt, "--batch") && strcmp(opt, "-b") && strcmp(opt, "--threads") &&
         strcmp(opt, "-t") && strcmp(opt, "--device"))
         return 0;
@@ -930,22 +930,44 @@ done:
 /* ---- forge bench ------------------------------------------------------------------------------ */
 
 /* Prompt processing (pp) and generation (tg) speed in the manner of llama-bench: pp = one batch of
-   n_prompt tokens, tg = n_gen single-token steps after it, each repeated and the median taken. */
+   n_prompt tokens, tg = n_gen single-token steps, both measured after `depth` tokens already in the
+   context; a warm-up run, then the median of the repetitions and their spread. Two columns
+   llama-bench lacks: the bytes the plan promised and the peak the process really took (device
+   memory on the GPU, the resident set on the CPU). */
+#include <sys/resource.h>
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
+typedef struct bench_row {
+    char test[48];
+    uint32_t depth;
+    double median, lo, hi;
+} bench_row;
+
+static uint64_t peak_host_bytes(void) {
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+    return (uint64_t)u.ru_maxrss * 1024; /* Linux reports KiB */
+}
+
 static int cmd_bench(int argc, char **argv) {
-    const char *path = NULL;
-    uint32_t n_prompt = 512, n_gen = 128, reps = 5, depth = 0, r, t;
-    int bad = 0, i, status = 1;
+    const char *path = NULL, *format = "md";
+    uint32_t n_prompt = 512, n_gen = 128, reps = 5, depths[16] = {0}, n_depths = 1, r, t, di, max_depth = 0;
+    int bad = 0, i, status = 1, gpu;
     forge_context_desc desc;
     forge_model *model = NULL;
     forge_context *ctx = NULL;
     forge_error err;
+    forge_memory_reading before, now;
     int32_t *tokens = NULL;
     double pp[64], tg[64];
+    bench_row rows[32];
+    uint32_t n_rows = 0;
+    uint64_t lowest_free = UINT64_MAX;
+    forge_kv_type ctk = FORGE_KV_DEFAULT, ctv = FORGE_KV_DEFAULT;
     memset(&desc, 0, sizeof desc);
     for (i = 0; i < argc; i++) {
         if (context_option(argc, argv, &i, &desc, &bad)) continue;
@@ -953,48 +975,114 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-p", &n_prompt);
         else if (!strcmp(argv[i], "-n") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-n", &n_gen);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-r", &reps);
-        else if (!strcmp(argv[i], "-d") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-d", &depth);
-        else bad = 1;
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc) format = argv[++i];
+        else if ((!strcmp(argv[i], "-ctk") || !strcmp(argv[i], "-ctv")) && i + 1 < argc) {
+            forge_kv_type *dst = !strcmp(argv[i], "-ctk") ? &ctk : &ctv;
+            if (forge_kv_type_parse(argv[++i], dst, &err) != FORGE_OK) {
+                fprintf(stderr, "forge bench: %s\n", err.message);
+                bad = 1;
+            }
+        } else if (!strcmp(argv[i], "-d") && i + 1 < argc) { /* a comma-separated list */
+            char *list = argv[++i], *end;
+            n_depths = 0;
+            while (*list && n_depths < 16) {
+                unsigned long v = strtoul(list, &end, 10);
+                if (end == list || v > 0x40000000UL) {
+                    bad = 1;
+                    break;
+                }
+                depths[n_depths++] = (uint32_t)v;
+                list = *end == ',' ? end + 1 : end;
+                if (*end && *end != ',') bad = 1;
+            }
+        } else bad = 1;
     }
-    if (bad || !path || reps == 0 || reps > 64 || n_prompt == 0) {
-        fprintf(stderr, "usage: forge bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-r 5] [--kv TYPE] [--gpu|--cpu]\n");
+    if (ctk != FORGE_KV_DEFAULT && ctv != FORGE_KV_DEFAULT && ctk != ctv) {
+        fprintf(stderr, "forge bench: forge keeps keys and values in one KV type (-ctk %s, -ctv %s)\n", forge_kv_type_name(ctk),
+                forge_kv_type_name(ctv));
         return 1;
     }
-    if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) goto fail;
-    if (!desc.n_ctx) desc.n_ctx = depth + n_prompt + n_gen;
-    if (!desc.n_batch) desc.n_batch = n_prompt;
-    if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) goto fail;
-    tokens = (int32_t *)malloc((size_t)(depth + n_prompt) * sizeof *tokens);
-    if (!tokens) goto done;
-    for (t = 0; t < depth + n_prompt; t++) tokens[t] = (int32_t)((t * 7919u + 13u) % forge_model_config(model)->n_vocab);
-    for (r = 0; r <= reps; r++) { /* run 0 warms up */
-        double t0, t1;
-        forge_context_reset(ctx);
-        if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
-        t0 = now_seconds();
-        if (forge_eval(ctx, tokens + depth, n_prompt, &err) != FORGE_OK) goto fail;
-        t1 = now_seconds();
-        if (r) pp[r - 1] = n_prompt / (t1 - t0);
-        forge_context_reset(ctx);
-        if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
-        t0 = now_seconds();
-        for (t = 0; t < n_gen; t++)
-            if (forge_eval(ctx, tokens + t % n_prompt, 1, &err) != FORGE_OK) goto fail;
-        t1 = now_seconds();
-        if (r) tg[r - 1] = n_gen / (t1 - t0);
+    if (ctk != FORGE_KV_DEFAULT || ctv != FORGE_KV_DEFAULT) desc.kv_type = ctk != FORGE_KV_DEFAULT ? ctk : ctv;
+    if (strcmp(format, "md") && strcmp(format, "csv") && strcmp(format, "json")) bad = 1;
+    if (bad || !path || reps == 0 || reps > 64 || n_prompt == 0 || n_depths == 0) {
+        fprintf(stderr, "usage: forge bench -m FILE [-p 512] [-n 128] [-d 0,16384,65536] [-r 5] [-ctk TYPE] [-ctv TYPE] "
+                        "[-o md|csv|json] [--gpu|--cpu] [--device N]\n");
+        return 1;
     }
-    qsort(pp, reps, sizeof pp[0], cmp_double);
-    qsort(tg, reps, sizeof tg[0], cmp_double);
+    for (di = 0; di < n_depths; di++) max_depth = depths[di] > max_depth ? depths[di] : max_depth;
+    if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) goto fail;
+    if (!desc.n_ctx) desc.n_ctx = max_depth + (n_prompt > n_gen ? n_prompt : n_gen);
+    if (!desc.n_batch) desc.n_batch = n_prompt;
+    memset(&before, 0, sizeof before);
+    gpu = desc.backend == FORGE_BACKEND_GPU || (desc.backend == FORGE_BACKEND_AUTO && forge_gpu_available());
+    if (gpu) forge_memory_query_gpu(desc.device, &before, NULL);
+    if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) goto fail;
+    tokens = (int32_t *)malloc((size_t)(max_depth + n_prompt) * sizeof *tokens);
+    if (!tokens) goto done;
+    for (t = 0; t < max_depth + n_prompt; t++) tokens[t] = (int32_t)((t * 7919u + 13u) % forge_model_config(model)->n_vocab);
+    for (di = 0; di < n_depths; di++) {
+        uint32_t depth = depths[di];
+        for (r = 0; r <= reps; r++) { /* run 0 warms up */
+            double t0, t1;
+            forge_context_reset(ctx);
+            if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
+            t0 = now_seconds();
+            if (forge_eval(ctx, tokens + depth, n_prompt, &err) != FORGE_OK) goto fail;
+            t1 = now_seconds();
+            if (r) pp[r - 1] = n_prompt / (t1 - t0);
+            forge_context_reset(ctx);
+            if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
+            t0 = now_seconds();
+            for (t = 0; t < n_gen; t++)
+                if (forge_eval(ctx, tokens + t % n_prompt, 1, &err) != FORGE_OK) goto fail;
+            t1 = now_seconds();
+            if (r) tg[r - 1] = n_gen / (t1 - t0);
+            if (gpu && forge_memory_query_gpu(desc.device, &now, NULL) == FORGE_OK && now.free_bytes < lowest_free)
+                lowest_free = now.free_bytes;
+        }
+        qsort(pp, reps, sizeof pp[0], cmp_double);
+        qsort(tg, reps, sizeof tg[0], cmp_double);
+        snprintf(rows[n_rows].test, sizeof rows[n_rows].test, "pp%u", n_prompt);
+        rows[n_rows].depth = depth, rows[n_rows].median = pp[reps / 2], rows[n_rows].lo = pp[0], rows[n_rows].hi = pp[reps - 1];
+        n_rows++;
+        if (n_gen) {
+            snprintf(rows[n_rows].test, sizeof rows[n_rows].test, "tg%u", n_gen);
+            rows[n_rows].depth = depth, rows[n_rows].median = tg[reps / 2], rows[n_rows].lo = tg[0], rows[n_rows].hi = tg[reps - 1];
+            n_rows++;
+        }
+    }
     {
         const forge_plan *p = forge_context_plan(ctx);
-        printf("| model | backend | kv | test | t/s (median of %u) | min .. max | planned bytes |\n", reps);
-        printf("| --- | --- | --- | --- | ---: | ---: | ---: |\n");
-        printf("| %s | %s | %s | pp%u @ d%u | %.1f | %.1f .. %.1f | %llu |\n", path, p->backend == FORGE_BACKEND_GPU ? "GPU" : "CPU",
-               forge_kv_type_name(p->kv_type), n_prompt, depth, pp[reps / 2], pp[0], pp[reps - 1],
-               (unsigned long long)p->total_bytes);
-        printf("| %s | %s | %s | tg%u @ d%u | %.1f | %.1f .. %.1f | %llu |\n", path, p->backend == FORGE_BACKEND_GPU ? "GPU" : "CPU",
-               forge_kv_type_name(p->kv_type), n_gen, depth, tg[reps / 2], tg[0], tg[reps - 1],
-               (unsigned long long)p->total_bytes);
+        const char *backend = p->backend == FORGE_BACKEND_GPU ? "GPU" : "CPU";
+        /* GPU: how far free device memory fell from before the context; CPU: the process's peak resident set */
+        uint64_t peak = gpu ? (lowest_free <= before.free_bytes ? before.free_bytes - lowest_free : 0) : peak_host_bytes();
+        const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        if (!strcmp(format, "md")) {
+            printf("| model | backend | kv | test | t/s | min .. max | planned bytes | peak bytes |\n");
+            printf("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
+        } else if (!strcmp(format, "csv")) {
+            printf("model,backend,kv,test,depth,t_s,min,max,repetitions,planned_bytes,peak_bytes\n");
+        } else {
+            printf("[");
+        }
+        for (t = 0; t < n_rows; t++) {
+            const bench_row *b = &rows[t];
+            if (!strcmp(format, "md"))
+                printf("| %s | %s | %s | %s @ d%u | %.1f | %.1f .. %.1f | %llu | %llu |\n", name, backend, forge_kv_type_name(p->kv_type),
+                       b->test, b->depth, b->median, b->lo, b->hi, (unsigned long long)p->total_bytes, (unsigned long long)peak);
+            else if (!strcmp(format, "csv"))
+                printf("%s,%s,%s,%s,%u,%.3f,%.3f,%.3f,%u,%llu,%llu\n", name, backend, forge_kv_type_name(p->kv_type), b->test, b->depth,
+                       b->median, b->lo, b->hi, reps, (unsigned long long)p->total_bytes, (unsigned long long)peak);
+            else {
+                printf("%s\n {\"model\": ", t ? "," : "");
+                json_cstr(stdout, name);
+                printf(", \"backend\": \"%s\", \"kv_type\": \"%s\", \"test\": \"%s\", \"depth\": %u, \"t_s\": %.3f, \"min\": %.3f, "
+                       "\"max\": %.3f, \"repetitions\": %u, \"planned_bytes\": %llu, \"peak_bytes\": %llu}",
+                       backend, forge_kv_type_name(p->kv_type), b->test, b->depth, b->median, b->lo, b->hi, reps,
+                       (unsigned long long)p->total_bytes, (unsigned long long)peak);
+            }
+        }
+        if (!strcmp(format, "json")) printf("\n]\n");
     }
     status = 0;
     goto done;
@@ -1020,8 +1108,8 @@ static void usage(FILE *out) {
             "  run -m FILE -p PROMPT [--chat] [-n N] [--temp T] ...\n"
             "                       generate text (greedy unless sampling options are given)\n"
             "  chat -m FILE         talk with a chat model\n"
-            "  bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-r 5]\n"
-            "                       prompt and generation speed (median of the repetitions)\n"
+            "  bench -m FILE [-p 512] [-n 128] [-d 0,16384] [-r 5] [-ctk TYPE] [-o md|csv|json]\n"
+            "                       prompt and generation speed, planned and peak memory\n"
             "  tokenize -m FILE TEXT  token ids of a text\n"
             "  mkmodel --shape NAME --type MIX -o FILE [--layers N] [--vocab N] [--seed S] [--dry-run]\n"
             "                       a synthetic GGUF with the exact shapes of a real model and random blocks\n"
