@@ -5879,15 +5879,24 @@ FORGE_API forge_result forge_memory_query_gpu(int device, forge_memory_reading *
 #endif
 }
 
-/* Vectors (norm weights, biases, rope factors) live as f32 on the device whatever their stored type. */
-static int forge__is_vector_use(const forge__schedule *s, const forge_gguf_tensor *t) {
+/* How a context reads a tensor: not at all, as a matrix (kept in its stored type), or as a vector
+   (a norm weight, a bias, the rope factors: f32 on the device whatever its stored type). The one
+   answer the plans and the GPU upload share. */
+typedef enum forge__use { FORGE__UNUSED = 0, FORGE__MATRIX, FORGE__VECTOR } forge__use;
+
+static forge__use forge__tensor_use(const forge__schedule *s, const forge_model *m, const forge_gguf_tensor *t) {
     uint32_t k;
+    forge__use use = FORGE__UNUSED;
+    if (m->config.has_rope_freqs && t == forge_gguf_find_tensor(m->gguf, "rope_freqs.weight")) return FORGE__VECTOR;
     for (k = 0; k < s->n_ops; k++) {
         const forge__op *op = &s->ops[k];
-        if (op->bias == t) return 1;
-        if (op->w == t && (op->kind == FORGE__OP_RMSNORM || op->kind == FORGE__OP_HEADNORM)) return 1;
+        if (op->bias == t) return FORGE__VECTOR;
+        if (op->w == t) {
+            if (op->kind == FORGE__OP_RMSNORM || op->kind == FORGE__OP_HEADNORM) return FORGE__VECTOR;
+            use = FORGE__MATRIX;
+        }
     }
-    return 0;
+    return use;
 }
 
 #define FORGE__GPU_ALIGN 256u
@@ -5900,13 +5909,8 @@ static uint64_t forge__gpu_weight_bytes(const forge__schedule *s, const forge_mo
     uint64_t total = 0, i;
     for (i = 0; i < forge_gguf_tensor_count(m->gguf); i++) {
         const forge_gguf_tensor *t = forge_gguf_tensor_at(m->gguf, i);
-        uint32_t k;
-        int used = t == forge_gguf_find_tensor(m->gguf, "rope_freqs.weight") && m->config.has_rope_freqs;
-        for (k = 0; k < s->n_ops && !used; k++) used = s->ops[k].w == t || s->ops[k].bias == t;
-        if (!used) continue;
-        total += forge__align_gpu(forge__is_vector_use(s, t) || t == forge_gguf_find_tensor(m->gguf, "rope_freqs.weight")
-                                      ? t->n_elements * sizeof(float)
-                                      : t->n_bytes);
+        forge__use use = forge__tensor_use(s, m, t);
+        if (use != FORGE__UNUSED) total += forge__align_gpu(use == FORGE__VECTOR ? t->n_elements * sizeof(float) : t->n_bytes);
     }
     return total;
 }
@@ -5990,18 +5994,12 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
     return FORGE_OK;
 }
 
-/* Weights the schedule reads: each tensor counted once, in its stored size. */
-static uint64_t forge__schedule_weight_bytes(const forge__schedule *s, const forge_gguf *g) {
+/* Weights a CPU context reads: each tensor counted once (a tied output is read twice), as stored. */
+static uint64_t forge__schedule_weight_bytes(const forge__schedule *s, const forge_model *m) {
     uint64_t total = 0, i;
-    /* a tensor may appear in several ops (tied output); mark by address through a sorted pass */
-    for (i = 0; i < forge_gguf_tensor_count(g); i++) {
-        const forge_gguf_tensor *t = forge_gguf_tensor_at(g, i);
-        uint32_t k;
-        for (k = 0; k < s->n_ops; k++)
-            if (s->ops[k].w == t || s->ops[k].bias == t) {
-                total += t->n_bytes;
-                break;
-            }
+    for (i = 0; i < forge_gguf_tensor_count(m->gguf); i++) {
+        const forge_gguf_tensor *t = forge_gguf_tensor_at(m->gguf, i);
+        if (forge__tensor_use(s, m, t) != FORGE__UNUSED) total += t->n_bytes;
     }
     return total;
 }
@@ -6028,7 +6026,7 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
         p->logits_bytes = forge__align_gpu((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
         p->reserve_bytes = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch);
     } else {
-        p->weights_bytes = forge__schedule_weight_bytes(s, m->gguf);
+        p->weights_bytes = forge__schedule_weight_bytes(s, m);
         p->scratch_bytes = scratch_bytes;
         p->logits_bytes = forge__align64((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
         /* the CPU backend's working memory: the matmul rows of every thread, and one vector (a norm's
@@ -6319,14 +6317,11 @@ static forge_result forge__gpu_context_init(forge_context *ctx, forge_error *err
     /* weights first, in file order, each at a 256-byte boundary: the layout the plan counted */
     for (i = 0; i < n_tensors; i++) {
         const forge_gguf_tensor *t = forge_gguf_tensor_at(g, i);
-        uint32_t k;
-        int used = t == rope && c->has_rope_freqs, vector;
+        forge__use use = forge__tensor_use(&ctx->sched, ctx->model, t);
         ctx->dev_weight[i] = UINT64_MAX;
-        for (k = 0; k < ctx->sched.n_ops && !used; k++) used = ctx->sched.ops[k].w == t || ctx->sched.ops[k].bias == t;
-        if (!used) continue;
-        vector = forge__is_vector_use(&ctx->sched, t) || t == rope;
+        if (use == FORGE__UNUSED) continue;
         ctx->dev_weight[i] = offset;
-        if (vector) {
+        if (use == FORGE__VECTOR) {
             if (t->n_elements > staging_elems) {
                 forge__free(&ctx->allocator, staging);
                 staging = (float *)forge__alloc(&ctx->allocator, (size_t)t->n_elements * sizeof(float));
