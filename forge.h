@@ -343,6 +343,7 @@ typedef struct forge_config {
     float rope_freq_base;
     float rope_freq_scale;        /* 1 / linear scaling factor */
     float rope_freq_base_swa;     /* base used on sliding-window layers */
+    float rope_freq_scale_swa;    /* frequency scale on sliding-window layers (gemma3: 1, unscaled) */
     int has_rope_freqs;           /* rope_freqs.weight present: per-dimension factors (llama3 style) */
     float rms_eps;
     uint32_t n_expert;            /* 0 for dense models */
@@ -351,6 +352,7 @@ typedef struct forge_config {
     uint32_t n_ff_shexp;          /* width of the shared expert, 0 when none */
     uint32_t n_swa;               /* sliding window size, 0 when every layer attends to the whole context */
     uint32_t swa_pattern;         /* every swa_pattern-th layer is global; 0 when n_swa is 0 */
+    float attn_scale;             /* attention scores are q.k * attn_scale: 1/sqrt(head_dim), or the family's rule */
     float attn_softcap;           /* 0 = none */
     float final_softcap;          /* 0 = none */
     float embd_scale;             /* multiplier applied to token embeddings (gemma: sqrt(n_embd)), else 1 */
@@ -602,10 +604,15 @@ typedef enum forge_kv_type {
 FORGE_API const char *forge_kv_type_name(forge_kv_type type); /* "f16", "q8_0", ... */
 /* Parses "f32", "f16", "q8_0" or "q4_0" (any case). */
 FORGE_API forge_result forge_kv_type_parse(const char *text, forge_kv_type *out, forge_error *error);
-/* Exact bytes of the KV cache for n_ctx positions: over every layer,
-   n_ctx x n_head_kv x (head_dim + head_dim_v) elements of the type, in whole blocks.
-   Llama-3-8B at 8192 positions of f16 is exactly 1 GiB; Qwen2.5-0.5B at 2048 is 24 MiB. */
-FORGE_API forge_result forge_kv_cache_bytes(const forge_config *config, uint32_t n_ctx, forge_kv_type type,
+/* Cache rows (positions held) of one layer: n_ctx, except on a sliding-window layer, which keeps only
+   what its window can still see while a batch of n_batch tokens is evaluated: at most
+   n_swa + n_batch - 1 rows, reused in a ring. n_batch 0 means no bound (every layer keeps n_ctx). */
+FORGE_API uint32_t forge_kv_layer_cells(const forge_config *config, uint32_t layer, uint32_t n_ctx, uint32_t n_batch);
+/* Exact bytes of the KV cache for n_ctx positions evaluated in batches of up to n_batch tokens: over
+   every layer, cells x n_head_kv x (head_dim + head_dim_v) elements of the type, in whole blocks
+   (cells from forge_kv_layer_cells). Llama-3-8B at 8192 positions of f16 is exactly 1 GiB;
+   Qwen2.5-0.5B at 2048 is 24 MiB. */
+FORGE_API forge_result forge_kv_cache_bytes(const forge_config *config, uint32_t n_ctx, uint32_t n_batch, forge_kv_type type,
                                             uint64_t *out_bytes, forge_error *error);
 
 /* Host memory as a process can use it: physical memory and what is available without swapping,
@@ -2475,9 +2482,16 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
         if (linear && factor > 0.0f) c->rope_freq_scale = 1.0f / factor;
     }
 
-    /* sliding windows: gemma2 alternates (even layers local), gemma3 has one global layer per pattern */
+    /* sliding windows: gemma2 alternates (even layers local), gemma3 has one global layer per pattern,
+       a llama file that declares a window (Mistral style) applies it on every layer */
     c->rope_freq_base_swa = c->rope_freq_base;
+    c->rope_freq_scale_swa = c->rope_freq_scale;
     c->embd_scale = 1.0f;
+    if (c->arch == FORGE_ARCH_LLAMA) {
+        if ((r = forge__arch_u32(&k, "attention.sliding_window", 0, 0, FORGE__MAX_CTX, &c->n_swa))) return r;
+        c->swa_pattern = c->n_swa > 0 ? 1 : 0;
+        for (il = 0; il < c->n_layer; il++) c->layer_is_swa[il] = (uint8_t)(c->n_swa > 0);
+    }
     if (c->arch == FORGE_ARCH_GEMMA2) n_swa_default = 4096;
     if (c->arch == FORGE_ARCH_GEMMA3) n_swa_default = 4096;
     if (c->arch == FORGE_ARCH_GEMMA2 || c->arch == FORGE_ARCH_GEMMA3) {
@@ -2487,6 +2501,7 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
             if ((r = forge__arch_u32(&k, "attention.sliding_window_pattern", 0, 6, FORGE_MAX_LAYERS, &c->swa_pattern)))
                 return r;
             if ((r = forge__arch_f32(&k, "rope.freq_base_swa", 0, 10000.0f, &c->rope_freq_base_swa))) return r;
+            c->rope_freq_scale_swa = 1.0f; /* local layers are never rope-scaled */
         }
         if (c->n_swa == 0) c->swa_pattern = 0;
         for (il = 0; il < c->n_layer; il++)
@@ -2503,6 +2518,14 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
         return forge__fail(error, FORGE_ERR_CONFIG, "soft-cap values must not be negative (%g, %g)", (double)c->attn_softcap,
                            (double)c->final_softcap);
     if (rules->gemma_family) c->embd_scale = (float)sqrt((double)c->n_embd);
+    if (!(c->rope_freq_base_swa > 0.0f))
+        return forge__fail(error, FORGE_ERR_CONFIG, "%s.rope.freq_base_swa is %g; it must be positive", k.arch,
+                           (double)c->rope_freq_base_swa);
+    /* the 27B Gemma 2 (46 layers) and Gemma 3 (62 layers) scale queries by n_embd / n_head instead of the
+       head size (query_pre_attn_scalar in their configurations) */
+    c->attn_scale = (float)(1.0 / sqrt((double)c->head_dim));
+    if ((c->arch == FORGE_ARCH_GEMMA2 && c->n_layer == 46) || (c->arch == FORGE_ARCH_GEMMA3 && c->n_layer == 62))
+        c->attn_scale = (float)(1.0 / sqrt((double)c->n_embd / c->layer_n_head[0]));
 
     if ((r = forge__derive_vocab(&k, c))) return r;
     if ((r = forge__derive_tensors(&k, rules, c))) return r;
@@ -5339,7 +5362,14 @@ static uint32_t forge__kv_storage_type(forge_kv_type type) {
     }
 }
 
-FORGE_API forge_result forge_kv_cache_bytes(const forge_config *c, uint32_t n_ctx, forge_kv_type type,
+FORGE_API uint32_t forge_kv_layer_cells(const forge_config *c, uint32_t layer, uint32_t n_ctx, uint32_t n_batch) {
+    uint64_t ring;
+    if (!c || layer >= c->n_layer || !c->layer_is_swa[layer] || c->n_swa == 0 || n_batch == 0) return n_ctx;
+    ring = (uint64_t)c->n_swa + n_batch - 1;
+    return ring < n_ctx ? (uint32_t)ring : n_ctx;
+}
+
+FORGE_API forge_result forge_kv_cache_bytes(const forge_config *c, uint32_t n_ctx, uint32_t n_batch, forge_kv_type type,
                                             uint64_t *out_bytes, forge_error *error) {
     uint32_t storage, il;
     uint64_t total = 0, row_k, row_v;
@@ -5359,7 +5389,8 @@ FORGE_API forge_result forge_kv_cache_bytes(const forge_config *c, uint32_t n_ct
     row_v = (uint64_t)c->head_dim_v / traits->block_elems * traits->block_bytes;
     for (il = 0; il < c->n_layer; il++) {
         uint64_t layer_bytes;
-        if (!forge__mul_u64((uint64_t)n_ctx * c->layer_n_head_kv[il], row_k + row_v, &layer_bytes) ||
+        if (!forge__mul_u64((uint64_t)forge_kv_layer_cells(c, il, n_ctx, n_batch) * c->layer_n_head_kv[il], row_k + row_v,
+                            &layer_bytes) ||
             !forge__add_u64(total, layer_bytes, &total))
             return forge__fail(error, FORGE_ERR_OVERFLOW, "a KV cache of %u positions overflows 64 bits", n_ctx);
     }
@@ -5559,6 +5590,8 @@ FORGE_API forge_result forge_host_memory_query(forge_host_memory *out, forge_err
    configuration. The planner sizes the values from it and packs their lifetimes; the CPU backend
    executes it; both read the same list, so the scratch the plan counts is the scratch used. */
 
+#define FORGE__MAX_EXPERTS 256
+
 typedef enum forge__op_kind {
     FORGE__OP_EMBED,     /* dst[t] = token_embd[tokens[t]] * embd_scale */
     FORGE__OP_RMSNORM,   /* dst = rmsnorm(src) * w, rows of width n */
@@ -5569,7 +5602,15 @@ typedef enum forge__op_kind {
     FORGE__OP_ATTENTION, /* dst = causal attention of queries src over the layer's cache */
     FORGE__OP_ADD,       /* dst += src */
     FORGE__OP_SWIGLU,    /* dst = silu(dst) * src */
-    FORGE__OP_LOGITS     /* logits = w src, on the last n_logits rows of src */
+    FORGE__OP_LOGITS,    /* logits = w src, on the last n_logits rows of src (soft-capped when the model says) */
+    FORGE__OP_GEGLU,     /* dst = gelu(dst) * src (tanh form) */
+    FORGE__OP_GLU_SPLIT, /* dst[t][i] = act(src[t][i]) * src[t][n + i]: a fused gate/up row; aux: 0 silu, 1 gelu */
+    FORGE__OP_COPY_COLS, /* dst[t][i] = src[t][aux + i], i < n: one part of a fused QKV row */
+    FORGE__OP_ROUTE,     /* dst = the chosen experts of router logits src (n experts): k ids, then k weights;
+                            aux: 1 to renormalize the chosen weights */
+    FORGE__OP_MATMUL_ID, /* dst[t][j] = w[expert j of route src2] src (aux 0) or src[t][j] (aux 1), n rows each */
+    FORGE__OP_MOE_SUM,   /* dst[t] = sum over j of weight j * src[t][j] (route src2), width n */
+    FORGE__OP_SIGMOID_SCALE /* dst[t] *= sigmoid(src[t][0]), width n */
 } forge__op_kind;
 
 typedef struct forge__op {
@@ -5578,6 +5619,7 @@ typedef struct forge__op {
     int32_t dst, src, src2;           /* value ids, -1 when unused */
     const forge_gguf_tensor *w, *bias;
     uint32_t n;                       /* width or head count, per op */
+    uint32_t aux;                     /* per kind, see above; 0 otherwise */
 } forge__op;
 
 typedef struct forge__value {
@@ -5630,10 +5672,12 @@ static void forge__sched_op(forge__schedule *s, forge__op_kind kind, uint32_t la
     op->w = w;
     op->bias = bias;
     op->n = n;
+    op->aux = 0;
     forge__sched_touch(s, dst, s->n_ops);
     forge__sched_touch(s, src, s->n_ops);
     forge__sched_touch(s, src2, s->n_ops);
-    if (kind == FORGE__OP_MATMUL || kind == FORGE__OP_LOGITS) s->max_cols = FORGE__MAX(s->max_cols, (uint32_t)w->ne[0]);
+    if (kind == FORGE__OP_MATMUL || kind == FORGE__OP_LOGITS || kind == FORGE__OP_MATMUL_ID)
+        s->max_cols = FORGE__MAX(s->max_cols, (uint32_t)w->ne[0]);
     if (kind == FORGE__OP_RMSNORM) s->max_vec = FORGE__MAX(s->max_vec, n);
     if (bias) s->max_vec = FORGE__MAX(s->max_vec, (uint32_t)bias->ne[0]);
     s->n_ops++;
@@ -5653,20 +5697,92 @@ static const forge_gguf_tensor *forge__layer_tensor(const forge_gguf *g, uint32_
     return forge_gguf_find_tensor(g, full);
 }
 
-/* The llama family (llama, qwen2, qwen3): pre-norm attention with grouped KV heads and a SwiGLU FFN. */
-static void forge__build_llama(forge__schedule *s, const forge_gguf *g, const forge_config *c) {
+/* The last op added gets its kind-specific parameter. */
+static void forge__sched_aux(forge__schedule *s, uint32_t aux) {
+    if (s->n_ops > 0 && !s->failed) s->ops[s->n_ops - 1].aux = aux;
+}
+
+/* dst = rmsnorm(src) * w: a new value */
+static int32_t forge__sched_norm(forge__schedule *s, uint32_t layer, int32_t src, const forge_gguf_tensor *w, uint32_t n) {
+    int32_t dst = forge__sched_value(s, n);
+    forge__sched_op(s, FORGE__OP_RMSNORM, layer, dst, src, -1, w, NULL, n);
+    return dst;
+}
+
+/* columns [offset, offset + n) of every row of src, as a new value */
+static int32_t forge__sched_cols(forge__schedule *s, uint32_t layer, int32_t src, uint32_t offset, uint32_t n) {
+    int32_t dst = forge__sched_value(s, n);
+    forge__sched_op(s, FORGE__OP_COPY_COLS, layer, dst, src, -1, NULL, NULL, n);
+    forge__sched_aux(s, offset);
+    return dst;
+}
+
+/* The routed experts of one layer (Mixtral, Qwen MoE): router, top-k, k expert FFNs, weighted sum;
+   plus the shared expert where the file has one. Returns the FFN output. */
+static int32_t forge__build_moe(forge__schedule *s, const forge_gguf *g, const forge_config *c, uint32_t il, int32_t xn) {
+    const uint32_t k = c->n_expert_used, fe = c->n_ff_exp;
+    int32_t logits, route, gate, up, down, out;
+    logits = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_gate_inp.weight"), NULL);
+    route = forge__sched_value(s, 2 * k);
+    forge__sched_op(s, FORGE__OP_ROUTE, il, route, logits, -1, NULL, NULL, c->n_expert);
+    /* Mixtral and Qwen3-MoE renormalize the chosen weights; Qwen2-MoE uses them as the softmax gave them */
+    forge__sched_aux(s, c->arch != FORGE_ARCH_QWEN2MOE);
+    gate = forge__sched_value(s, k * fe);
+    forge__sched_op(s, FORGE__OP_MATMUL_ID, il, gate, xn, route, forge__layer_tensor(g, il, "ffn_gate_exps.weight"), NULL, fe);
+    up = forge__sched_value(s, k * fe);
+    forge__sched_op(s, FORGE__OP_MATMUL_ID, il, up, xn, route, forge__layer_tensor(g, il, "ffn_up_exps.weight"), NULL, fe);
+    forge__sched_op(s, FORGE__OP_SWIGLU, il, gate, up, -1, NULL, NULL, k * fe);
+    down = forge__sched_value(s, k * c->n_embd);
+    forge__sched_op(s, FORGE__OP_MATMUL_ID, il, down, gate, route, forge__layer_tensor(g, il, "ffn_down_exps.weight"), NULL,
+                    c->n_embd);
+    forge__sched_aux(s, 1);
+    out = forge__sched_value(s, c->n_embd);
+    forge__sched_op(s, FORGE__OP_MOE_SUM, il, out, down, route, NULL, NULL, c->n_embd);
+    if (c->n_ff_shexp > 0) {
+        const forge_gguf_tensor *gate_inp = forge__layer_tensor(g, il, "ffn_gate_inp_shexp.weight");
+        int32_t sg = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_gate_shexp.weight"), NULL);
+        int32_t su = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_up_shexp.weight"), NULL);
+        int32_t sd;
+        forge__sched_op(s, FORGE__OP_SWIGLU, il, sg, su, -1, NULL, NULL, c->n_ff_shexp);
+        sd = forge__sched_matmul(s, il, sg, forge__layer_tensor(g, il, "ffn_down_shexp.weight"), NULL);
+        if (gate_inp) { /* the shared expert's output is scaled by a sigmoid gate of the input */
+            int32_t gs = forge__sched_matmul(s, il, xn, gate_inp, NULL);
+            forge__sched_op(s, FORGE__OP_SIGMOID_SCALE, il, sd, gs, -1, NULL, NULL, c->n_embd);
+        }
+        forge__sched_op(s, FORGE__OP_ADD, il, out, sd, -1, NULL, NULL, c->n_embd);
+    }
+    return out;
+}
+
+/* Every family forge runs is a pre-norm decoder; the configuration says where they differ:
+   fused QKV (phi3) or separate projections with optional biases (qwen2, glm4), per-head Q/K norms
+   (qwen3, gemma3), norms after attention and after the FFN (gemma2, gemma3, glm4), the FFN as
+   SwiGLU, GELU-gated (gemma family), fused gate/up (phi3, glm4) or routed experts (MoE). Rope bases,
+   sliding windows, soft-caps and the attention scale are per-layer parameters the backends read
+   from the configuration. */
+static void forge__build_decoder(forge__schedule *s, const forge_gguf *g, const forge_config *c) {
     uint32_t il;
     int32_t x = forge__sched_value(s, c->n_embd), xn;
     const forge_gguf_tensor *out = forge_gguf_find_tensor(g, c->tied_output ? "token_embd.weight" : "output.weight");
+    const int gelu = c->arch == FORGE_ARCH_GEMMA || c->arch == FORGE_ARCH_GEMMA2 || c->arch == FORGE_ARCH_GEMMA3;
     s->residual = x;
     forge__sched_op(s, FORGE__OP_EMBED, 0, x, -1, -1, forge_gguf_find_tensor(g, "token_embd.weight"), NULL, c->n_embd);
     for (il = 0; il < c->n_layer; il++) {
-        int32_t q, k, v, att, o, gate, up, down;
-        xn = forge__sched_value(s, c->n_embd);
-        forge__sched_op(s, FORGE__OP_RMSNORM, il, xn, x, -1, forge__layer_tensor(g, il, "attn_norm.weight"), NULL, c->n_embd);
-        q = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_q.weight"), forge__layer_tensor(g, il, "attn_q.bias"));
-        k = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_k.weight"), forge__layer_tensor(g, il, "attn_k.bias"));
-        v = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_v.weight"), forge__layer_tensor(g, il, "attn_v.bias"));
+        const uint32_t nq = c->layer_n_head[il] * c->head_dim, nk = c->layer_n_head_kv[il] * c->head_dim;
+        const uint32_t nv = c->layer_n_head_kv[il] * c->head_dim_v;
+        int32_t q, k, v, att, o, ffn;
+        xn = forge__sched_norm(s, il, x, forge__layer_tensor(g, il, "attn_norm.weight"), c->n_embd);
+        if (c->fused_qkv) {
+            int32_t qkv = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_qkv.weight"),
+                                              forge__layer_tensor(g, il, "attn_qkv.bias"));
+            q = forge__sched_cols(s, il, qkv, 0, nq);
+            k = forge__sched_cols(s, il, qkv, nq, nk);
+            v = forge__sched_cols(s, il, qkv, nq + nk, nv);
+        } else {
+            q = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_q.weight"), forge__layer_tensor(g, il, "attn_q.bias"));
+            k = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_k.weight"), forge__layer_tensor(g, il, "attn_k.bias"));
+            v = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_v.weight"), forge__layer_tensor(g, il, "attn_v.bias"));
+        }
         if (c->has_qk_norm) {
             forge__sched_op(s, FORGE__OP_HEADNORM, il, q, -1, -1, forge__layer_tensor(g, il, "attn_q_norm.weight"), NULL, c->layer_n_head[il]);
             forge__sched_op(s, FORGE__OP_HEADNORM, il, k, -1, -1, forge__layer_tensor(g, il, "attn_k_norm.weight"), NULL, c->layer_n_head_kv[il]);
@@ -5677,17 +5793,27 @@ static void forge__build_llama(forge__schedule *s, const forge_gguf *g, const fo
         att = forge__sched_value(s, c->layer_n_head[il] * c->head_dim_v);
         forge__sched_op(s, FORGE__OP_ATTENTION, il, att, q, -1, NULL, NULL, c->layer_n_head[il]);
         o = forge__sched_matmul(s, il, att, forge__layer_tensor(g, il, "attn_output.weight"), NULL);
+        if (c->has_post_norms) o = forge__sched_norm(s, il, o, forge__layer_tensor(g, il, "post_attention_norm.weight"), c->n_embd);
         forge__sched_op(s, FORGE__OP_ADD, il, x, o, -1, NULL, NULL, c->n_embd);
-        xn = forge__sched_value(s, c->n_embd);
-        forge__sched_op(s, FORGE__OP_RMSNORM, il, xn, x, -1, forge__layer_tensor(g, il, "ffn_norm.weight"), NULL, c->n_embd);
-        gate = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_gate.weight"), NULL);
-        up = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_up.weight"), NULL);
-        forge__sched_op(s, FORGE__OP_SWIGLU, il, gate, up, -1, NULL, NULL, c->layer_n_ff[il]);
-        down = forge__sched_matmul(s, il, gate, forge__layer_tensor(g, il, "ffn_down.weight"), NULL);
-        forge__sched_op(s, FORGE__OP_ADD, il, x, down, -1, NULL, NULL, c->n_embd);
+        xn = forge__sched_norm(s, il, x, forge__layer_tensor(g, il, "ffn_norm.weight"), c->n_embd);
+        if (c->n_expert > 0) {
+            ffn = forge__build_moe(s, g, c, il, xn);
+        } else if (c->fused_gate_up) {
+            int32_t gate_up = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_up.weight"), NULL);
+            int32_t h = forge__sched_value(s, c->layer_n_ff[il]);
+            forge__sched_op(s, FORGE__OP_GLU_SPLIT, il, h, gate_up, -1, NULL, NULL, c->layer_n_ff[il]);
+            forge__sched_aux(s, (uint32_t)gelu);
+            ffn = forge__sched_matmul(s, il, h, forge__layer_tensor(g, il, "ffn_down.weight"), NULL);
+        } else {
+            int32_t gate = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_gate.weight"), NULL);
+            int32_t up = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "ffn_up.weight"), NULL);
+            forge__sched_op(s, gelu ? FORGE__OP_GEGLU : FORGE__OP_SWIGLU, il, gate, up, -1, NULL, NULL, c->layer_n_ff[il]);
+            ffn = forge__sched_matmul(s, il, gate, forge__layer_tensor(g, il, "ffn_down.weight"), NULL);
+        }
+        if (c->has_post_norms) ffn = forge__sched_norm(s, il, ffn, forge__layer_tensor(g, il, "post_ffw_norm.weight"), c->n_embd);
+        forge__sched_op(s, FORGE__OP_ADD, il, x, ffn, -1, NULL, NULL, c->n_embd);
     }
-    xn = forge__sched_value(s, c->n_embd);
-    forge__sched_op(s, FORGE__OP_RMSNORM, c->n_layer, xn, x, -1, forge_gguf_find_tensor(g, "output_norm.weight"), NULL, c->n_embd);
+    xn = forge__sched_norm(s, c->n_layer, x, forge_gguf_find_tensor(g, "output_norm.weight"), c->n_embd);
     forge__sched_op(s, FORGE__OP_LOGITS, c->n_layer, -1, xn, -1, out, NULL, c->n_vocab);
     /* the residual stream is read until the final norm; nothing outlives the schedule */
 }
@@ -5700,15 +5826,10 @@ static forge_result forge__schedule_build(const forge_model *m, const forge_allo
     const forge_config *c = &m->config;
     size_t ops_bytes, values_bytes;
     memset(s, 0, sizeof *s);
-    if (c->arch != FORGE_ARCH_LLAMA && c->arch != FORGE_ARCH_QWEN2 && c->arch != FORGE_ARCH_QWEN3)
-        return forge__fail(e, FORGE_ERR_UNSUPPORTED,
-                           "forge reads '%s' files but cannot run them yet; it runs llama, qwen2 and qwen3", c->arch_name);
-    if (c->n_expert > 0)
-        return forge__fail(e, FORGE_ERR_UNSUPPORTED, "mixture-of-experts models (%u experts) cannot run yet", c->n_expert);
-    if (c->fused_qkv || c->fused_gate_up)
-        return forge__fail(e, FORGE_ERR_UNSUPPORTED, "fused QKV or gate/up tensors cannot run yet");
-    s->cap_ops = 24 * c->n_layer + 8;
-    s->cap_values = 12 * c->n_layer + 8;
+    if (c->n_expert > FORGE__MAX_EXPERTS)
+        return forge__fail(e, FORGE_ERR_UNSUPPORTED, "%u experts; forge routes among at most %d", c->n_expert, FORGE__MAX_EXPERTS);
+    s->cap_ops = 40 * c->n_layer + 8;
+    s->cap_values = 32 * c->n_layer + 8;
     ops_bytes = forge__align64((uint64_t)s->cap_ops * sizeof(forge__op));
     values_bytes = (size_t)s->cap_values * sizeof(forge__value);
     s->ops = (forge__op *)forge__alloc(a, ops_bytes + values_bytes);
@@ -5716,7 +5837,7 @@ static forge_result forge__schedule_build(const forge_model *m, const forge_allo
         return forge__fail(e, FORGE_ERR_HOST_MEMORY, "cannot allocate the op schedule (%llu bytes)",
                            (forge__ull)(ops_bytes + values_bytes));
     s->values = (forge__value *)(void *)((char *)s->ops + ops_bytes);
-    forge__build_llama(s, m->gguf, c);
+    forge__build_decoder(s, m->gguf, c);
     if (s->failed) {
         forge__free(a, s->ops);
         s->ops = NULL;
@@ -6017,7 +6138,7 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
     p->n_batch = r->n_batch;
     p->n_logits = r->n_logits;
     p->kv_type = r->kv_type;
-    if ((res = forge_kv_cache_bytes(&m->config, r->n_ctx, r->kv_type, &p->kv_bytes, e))) return res;
+    if ((res = forge_kv_cache_bytes(&m->config, r->n_ctx, r->n_batch, r->kv_type, &p->kv_bytes, e))) return res;
     p->backend = r->backend;
     p->capture_bytes = 0;
     if (r->backend == FORGE_BACKEND_GPU) { /* one device arena of 256-byte aligned regions, KV cache last */
@@ -6185,8 +6306,8 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
             uint64_t a = 0, b = 0;
             t = r;
             t.kv_type = (forge_kv_type)kvt;
-            if (forge_kv_cache_bytes(&m->config, 256, t.kv_type, &a, NULL) != FORGE_OK ||
-                forge_kv_cache_bytes(&m->config, 256, r.kv_type, &b, NULL) != FORGE_OK || a >= b)
+            if (forge_kv_cache_bytes(&m->config, 256, 0, t.kv_type, &a, NULL) != FORGE_OK ||
+                forge_kv_cache_bytes(&m->config, 256, 0, r.kv_type, &b, NULL) != FORGE_OK || a >= b)
                 continue;
             if (forge__plan_with(m, &t, &s, v->plan.scratch_bytes, threads, &p, NULL) == FORGE_OK &&
                 p.total_bytes <= v->budget_bytes) {
@@ -6252,6 +6373,7 @@ struct forge_context {
     uint64_t arena_bytes;
     uint8_t *kv;
     uint64_t kv_layer_offset[FORGE_MAX_LAYERS]; /* start of each layer's keys; values follow the keys */
+    uint32_t kv_cells[FORGE_MAX_LAYERS];        /* rows per layer: position p lives in row p % kv_cells */
     uint64_t row_k_bytes, row_v_bytes;
     float *scratch, *logits;
     void *work;
@@ -6374,7 +6496,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, forge_error *err
     }
     for (offset = 0, il = 0; il < c->n_layer; il++) {
         ctx->kv_layer_offset[il] = offset;
-        offset += (uint64_t)ctx->r.n_ctx * c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
+        ctx->kv_cells[il] = forge_kv_layer_cells(c, il, ctx->r.n_ctx, ctx->r.n_batch);
+        offset += (uint64_t)ctx->kv_cells[il] * c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
     }
     FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
     return FORGE_OK;
@@ -6413,12 +6536,13 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             break;
         case FORGE__OP_ROPE:
             FORGE__HIP(forge_hip_rope(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type,
-                                      ctx->pos, c->rope_freq_base, c->rope_freq_scale, ctx->dev_rope_factors, ctx->stream,
-                                      FORGE__MSG));
+                                      ctx->pos, c->layer_is_swa[op->layer] ? c->rope_freq_base_swa : c->rope_freq_base,
+                                      c->layer_is_swa[op->layer] ? c->rope_freq_scale_swa : c->rope_freq_scale,
+                                      ctx->dev_rope_factors, ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_KV_STORE: {
             uint8_t *layer = ctx->dev + ctx->dev_kv + ctx->kv_layer_offset[op->layer];
-            uint8_t *values = layer + (uint64_t)ctx->r.n_ctx * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
+            uint8_t *values = layer + (uint64_t)ctx->kv_cells[op->layer] * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
             FORGE__HIP(forge_hip_kv_store(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
                                           forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
                                           ctx->pos, ctx->stream, FORGE__MSG));
@@ -6430,7 +6554,7 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             args.q = forge__dev_val(ctx, op->src);
             args.out = forge__dev_val(ctx, op->dst);
             args.cache_k = layer;
-            args.cache_v = layer + (uint64_t)ctx->r.n_ctx * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
+            args.cache_v = layer + (uint64_t)ctx->kv_cells[op->layer] * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
             args.kv_type = forge__kv_storage_type(ctx->r.kv_type);
             args.n_tokens = n;
             args.n_head = op->n;
@@ -6438,7 +6562,10 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             args.head_dim = c->head_dim;
             args.head_dim_v = c->head_dim_v;
             args.pos0 = ctx->pos;
-            args.scale = 0.0f;
+            args.scale = c->attn_scale;
+            args.window = c->layer_is_swa[op->layer] ? c->n_swa : 0;
+            args.n_cells = ctx->kv_cells[op->layer];
+            args.softcap = c->attn_softcap;
             FORGE__HIP(forge_hip_attention(&args, ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes, ctx->stream, FORGE__MSG));
             break;
         }
@@ -6456,12 +6583,47 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
                                         forge__dev_val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd, dev_logits, rows, NULL,
                                         ctx->stream, FORGE__MSG));
+            if (c->final_softcap > 0.0f)
+                FORGE__HIP(forge_hip_softcap(dev_logits, (size_t)rows * op->n, c->final_softcap, ctx->stream, FORGE__MSG));
             FORGE__HIP(forge_hip_copy_from_device(ctx->logits, dev_logits, (size_t)rows * c->n_vocab * sizeof(float),
                                                   ctx->stream, FORGE__MSG));
             FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
             ctx->n_logit_rows = rows;
             break;
         }
+        case FORGE__OP_GEGLU:
+            FORGE__HIP(forge_hip_geglu(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), (size_t)n * op->n,
+                                       ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_GLU_SPLIT:
+            FORGE__HIP(forge_hip_glu_split(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), n, op->n, (int)op->aux,
+                                           ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_COPY_COLS:
+            FORGE__HIP(forge_hip_copy_cols(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), n,
+                                           ctx->sched.values[op->src].width, op->aux, op->n, ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_ROUTE:
+            FORGE__HIP(forge_hip_moe_route(forge__dev_val(ctx, op->src), n, op->n, ctx->sched.values[op->dst].width / 2,
+                                           (int)op->aux, forge__dev_val(ctx, op->dst), ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_MATMUL_ID:
+            FORGE__HIP(forge_hip_matmul_id(op->w->type, forge__dev_w(ctx, op->w), (size_t)(op->w->n_bytes / op->w->ne[2]), op->n,
+                                           (uint32_t)op->w->ne[0], forge__dev_val(ctx, op->src), (int)op->aux,
+                                           forge__dev_val(ctx, op->src2), ctx->sched.values[op->src2].width / 2, n,
+                                           forge__dev_val(ctx, op->dst), ctx->stream, FORGE__MSG));
+            break;
+        case FORGE__OP_MOE_SUM:
+            FORGE__HIP(forge_hip_moe_sum(forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->src2), n,
+                                         ctx->sched.values[op->src2].width / 2, op->n, forge__dev_val(ctx, op->dst), ctx->stream,
+                                         FORGE__MSG));
+            break;
+        case FORGE__OP_SIGMOID_SCALE:
+            if (ctx->sched.values[op->src].width != 1)
+                return forge__fail(error, FORGE_ERR_CONFIG, "GPU: a sigmoid gate must be one value per token");
+            FORGE__HIP(forge_hip_sigmoid_scale(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), n, op->n,
+                                               ctx->stream, FORGE__MSG));
+            break;
         }
     }
     return FORGE_OK;
@@ -6554,7 +6716,8 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     ctx->row_v_bytes = (uint64_t)ctx->c->head_dim_v / kvt->block_elems * kvt->block_bytes;
     for (offset = 0, il = 0; il < ctx->c->n_layer; il++) {
         ctx->kv_layer_offset[il] = offset;
-        offset += (uint64_t)ctx->r.n_ctx * ctx->c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
+        ctx->kv_cells[il] = forge_kv_layer_cells(ctx->c, il, ctx->r.n_ctx, ctx->r.n_batch);
+        offset += (uint64_t)ctx->kv_cells[il] * ctx->c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
     }
     for (il = 0; il < FORGE__MAX_HEAD_DIM / 2; il++) ctx->rope_factors[il] = 1.0f;
     if (ctx->c->has_rope_freqs) {
@@ -6602,13 +6765,14 @@ static float *forge__val(forge_context *ctx, int32_t v) {
     return (float *)(void *)((uint8_t *)ctx->scratch + ctx->sched.values[v].offset);
 }
 
-/* KV cache rows: keys of layer l, position p, KV head h; values follow all keys of the layer. */
+/* KV cache rows: keys of layer l, position p, KV head h; values follow all keys of the layer.
+   A sliding-window layer holds fewer rows than positions: position p lives in row p % kv_cells. */
 static uint8_t *forge__k_row(forge_context *ctx, uint32_t l, uint32_t p, uint32_t h) {
-    return ctx->kv + ctx->kv_layer_offset[l] + ((uint64_t)p * ctx->c->layer_n_head_kv[l] + h) * ctx->row_k_bytes;
+    return ctx->kv + ctx->kv_layer_offset[l] + ((uint64_t)(p % ctx->kv_cells[l]) * ctx->c->layer_n_head_kv[l] + h) * ctx->row_k_bytes;
 }
 static uint8_t *forge__v_row(forge_context *ctx, uint32_t l, uint32_t p, uint32_t h) {
-    return ctx->kv + ctx->kv_layer_offset[l] + (uint64_t)ctx->r.n_ctx * ctx->c->layer_n_head_kv[l] * ctx->row_k_bytes +
-           ((uint64_t)p * ctx->c->layer_n_head_kv[l] + h) * ctx->row_v_bytes;
+    return ctx->kv + ctx->kv_layer_offset[l] + (uint64_t)ctx->kv_cells[l] * ctx->c->layer_n_head_kv[l] * ctx->row_k_bytes +
+           ((uint64_t)(p % ctx->kv_cells[l]) * ctx->c->layer_n_head_kv[l] + h) * ctx->row_v_bytes;
 }
 
 /* f32 -> the KV cache's storage type (round to nearest; blocks of 32 for the quantized types) */
@@ -6680,20 +6844,24 @@ static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32
     uint32_t layer = job->op->layer, n_head = job->op->n, n_kv = c->layer_n_head_kv[layer];
     uint32_t t = task / n_head, h = task % n_head, kv_head = h / (n_head / n_kv), p, i;
     uint32_t pos = ctx->pos + t, hd = c->head_dim, hdv = c->head_dim_v;
+    /* a sliding-window layer sees the last n_swa positions, this one included */
+    uint32_t first = c->layer_is_swa[layer] && pos >= c->n_swa ? pos - c->n_swa + 1 : 0;
+    const double cap = (double)c->attn_softcap;
     uint32_t kv_type = forge__kv_storage_type(ctx->r.kv_type);
     const float *q = job->q + (uint64_t)t * n_head * hd + (uint64_t)h * hd;
     float *out = job->out + (uint64_t)t * n_head * hdv + (uint64_t)h * hdv;
     float krow[FORGE__MAX_HEAD_DIM], vrow[FORGE__MAX_HEAD_DIM];
     double acc[FORGE__MAX_HEAD_DIM], max = -INFINITY, sum = 0.0;
-    const double scale = 1.0 / sqrt((double)hd);
+    const double scale = (double)c->attn_scale;
     (void)n_tasks;
     (void)thread;
     for (i = 0; i < hdv; i++) acc[i] = 0.0;
-    for (p = 0; p <= pos; p++) {
+    for (p = first; p <= pos; p++) {
         double s = 0.0, w;
         forge_dequantize(kv_type, forge__k_row(ctx, layer, p, kv_head), krow, hd);
         for (i = 0; i < hd; i++) s += (double)q[i] * krow[i];
         s *= scale;
+        if (cap > 0.0) s = cap * tanh(s / cap);
         if (s > max) { /* rescale what was accumulated under the old maximum */
             double shrink = exp(max - s);
             for (i = 0; i < hdv; i++) acc[i] *= shrink;
@@ -6708,14 +6876,17 @@ static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32
     for (i = 0; i < hdv; i++) out[i] = (float)(acc[i] / sum);
 }
 
-static void forge__rope(forge_context *ctx, float *x, uint32_t n_heads) {
+/* Rotary embedding of n_heads heads of every token; sliding-window layers may use their own base
+   and scale (gemma3). */
+static void forge__rope(forge_context *ctx, float *x, uint32_t n_heads, uint32_t layer) {
     const forge_config *c = ctx->c;
     uint32_t t, h, i, half = c->n_rot / 2;
+    const double base = (double)(c->layer_is_swa[layer] ? c->rope_freq_base_swa : c->rope_freq_base);
+    const double freq_scale = (double)(c->layer_is_swa[layer] ? c->rope_freq_scale_swa : c->rope_freq_scale);
     for (t = 0; t < ctx->n_tokens; t++) {
         double pos = (double)(ctx->pos + t);
         for (i = 0; i < half; i++) {
-            double theta = pos * (double)c->rope_freq_scale * pow((double)c->rope_freq_base, -2.0 * i / c->n_rot) /
-                           (double)ctx->rope_factors[i];
+            double theta = pos * freq_scale * pow(base, -2.0 * i / c->n_rot) / (double)ctx->rope_factors[i];
             float cs = (float)cos(theta), sn = (float)sin(theta);
             for (h = 0; h < n_heads; h++) {
                 float *v = x + ((uint64_t)t * n_heads + h) * c->head_dim;
@@ -6727,6 +6898,35 @@ static void forge__rope(forge_context *ctx, float *x, uint32_t n_heads) {
             }
         }
     }
+}
+
+/* GELU in its tanh form, as the Gemma models were trained with */
+static float forge__gelu(float x) {
+    const double u = 0.7978845608028654 * ((double)x + 0.044715 * (double)x * x * x);
+    return (float)(0.5 * x * (1.0 + tanh(u)));
+}
+
+/* The k experts of largest router probability (softmax of the logits; ties go to the lower index),
+   in descending order: route[0..k) the ids (as floats), route[k..2k) their probabilities, divided
+   by their sum when renorm is set. */
+static void forge__route(const float *logits, uint32_t n_expert, uint32_t k, uint32_t renorm, float *route) {
+    double p[FORGE__MAX_EXPERTS], max = -INFINITY, sum = 0.0, chosen = 0.0;
+    uint8_t taken[FORGE__MAX_EXPERTS];
+    uint32_t e, j;
+    for (e = 0; e < n_expert; e++) max = logits[e] > max ? logits[e] : max;
+    for (e = 0; e < n_expert; e++) sum += p[e] = exp((double)logits[e] - max);
+    for (e = 0; e < n_expert; e++) p[e] /= sum, taken[e] = 0;
+    for (j = 0; j < k; j++) {
+        uint32_t best = UINT32_MAX;
+        for (e = 0; e < n_expert; e++)
+            if (!taken[e] && (best == UINT32_MAX || p[e] > p[best])) best = e;
+        taken[best] = 1;
+        route[j] = (float)best;
+        route[k + j] = (float)p[best];
+        chosen += p[best];
+    }
+    if (renorm)
+        for (j = 0; j < k; j++) route[k + j] = (float)(p[(uint32_t)route[j]] / chosen);
 }
 
 static void forge__load_vector(const forge_gguf_tensor *t, float *out) {
@@ -6784,7 +6984,7 @@ static void forge__run_schedule(forge_context *ctx) {
                 }
             break;
         }
-        case FORGE__OP_ROPE: forge__rope(ctx, forge__val(ctx, op->dst), op->n); break;
+        case FORGE__OP_ROPE: forge__rope(ctx, forge__val(ctx, op->dst), op->n, op->layer); break;
         case FORGE__OP_KV_STORE: {
             const float *kx = forge__val(ctx, op->src), *vx = forge__val(ctx, op->src2);
             uint32_t h;
@@ -6825,7 +7025,81 @@ static void forge__run_schedule(forge_context *ctx) {
             const float *x = forge__val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd;
             forge__matmul(ctx->pool, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n,
                           (uint32_t)op->w->ne[0], x, ctx->logits, rows, ctx->work);
+            if (c->final_softcap > 0.0f) {
+                uint64_t total = (uint64_t)rows * op->n, j;
+                for (j = 0; j < total; j++) ctx->logits[j] = c->final_softcap * tanhf(ctx->logits[j] / c->final_softcap);
+            }
             ctx->n_logit_rows = rows;
+            break;
+        }
+        case FORGE__OP_GEGLU: {
+            float *g = forge__val(ctx, op->dst);
+            const float *u = forge__val(ctx, op->src);
+            uint64_t total = (uint64_t)n * op->n, j;
+            for (j = 0; j < total; j++) g[j] = forge__gelu(g[j]) * u[j];
+            break;
+        }
+        case FORGE__OP_GLU_SPLIT: {
+            float *y = forge__val(ctx, op->dst);
+            const float *x = forge__val(ctx, op->src);
+            for (t = 0; t < n; t++) {
+                const float *a = x + (uint64_t)t * 2 * op->n, *b = a + op->n;
+                float *row = y + (uint64_t)t * op->n;
+                for (i = 0; i < op->n; i++) row[i] = (op->aux ? forge__gelu(a[i]) : a[i] / (1.0f + expf(-a[i]))) * b[i];
+            }
+            break;
+        }
+        case FORGE__OP_COPY_COLS: {
+            float *y = forge__val(ctx, op->dst);
+            const float *x = forge__val(ctx, op->src);
+            uint32_t width = ctx->sched.values[op->src].width;
+            for (t = 0; t < n; t++) memcpy(y + (uint64_t)t * op->n, x + (uint64_t)t * width + op->aux, op->n * sizeof(float));
+            break;
+        }
+        case FORGE__OP_ROUTE: {
+            uint32_t k = ctx->sched.values[op->dst].width / 2;
+            for (t = 0; t < n; t++)
+                forge__route(forge__val(ctx, op->src) + (uint64_t)t * op->n, op->n, k, op->aux,
+                             forge__val(ctx, op->dst) + (uint64_t)t * 2 * k);
+            break;
+        }
+        case FORGE__OP_MATMUL_ID: {
+            const float *route = forge__val(ctx, op->src2), *x = forge__val(ctx, op->src);
+            float *y = forge__val(ctx, op->dst);
+            uint32_t k = ctx->sched.values[op->src2].width / 2, j, cols = (uint32_t)op->w->ne[0];
+            uint64_t expert_bytes = op->w->n_bytes / op->w->ne[2], row_bytes = expert_bytes / op->w->ne[1];
+            for (t = 0; t < n; t++)
+                for (j = 0; j < k; j++) {
+                    uint32_t e = (uint32_t)route[(uint64_t)t * 2 * k + j];
+                    if (e >= op->w->ne[2]) e = 0; /* cannot happen: forge__route writes the ids */
+                    const float *in = x + (op->aux ? ((uint64_t)t * k + j) * cols : (uint64_t)t * cols);
+                    forge__matmul(ctx->pool, op->w->type, op->w->data + e * expert_bytes, row_bytes, op->n, cols, in,
+                                  y + ((uint64_t)t * k + j) * op->n, 1, ctx->work);
+                }
+            break;
+        }
+        case FORGE__OP_MOE_SUM: {
+            const float *route = forge__val(ctx, op->src2), *x = forge__val(ctx, op->src);
+            float *y = forge__val(ctx, op->dst);
+            uint32_t k = ctx->sched.values[op->src2].width / 2, j;
+            for (t = 0; t < n; t++) {
+                float *row = y + (uint64_t)t * op->n;
+                for (i = 0; i < op->n; i++) row[i] = 0.0f;
+                for (j = 0; j < k; j++) {
+                    const float w = route[(uint64_t)t * 2 * k + k + j], *part = x + ((uint64_t)t * k + j) * op->n;
+                    for (i = 0; i < op->n; i++) row[i] += w * part[i];
+                }
+            }
+            break;
+        }
+        case FORGE__OP_SIGMOID_SCALE: {
+            float *y = forge__val(ctx, op->dst);
+            const float *gs = forge__val(ctx, op->src);
+            uint32_t width = ctx->sched.values[op->src].width;
+            for (t = 0; t < n; t++) {
+                const float gate = 1.0f / (1.0f + expf(-gs[(uint64_t)t * width]));
+                for (i = 0; i < op->n; i++) y[(uint64_t)t * op->n + i] *= gate;
+            }
             break;
         }
         }

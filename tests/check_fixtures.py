@@ -148,7 +148,10 @@ FLOAT_FIELDS = [
     ("f_norm_rms_eps", "rms_eps", RMS_EPS_REL_TOL, True),
     ("freq_base_train", "rope_freq_base", FREQ_REL_TOL, True),
     ("freq_base_swa", "rope_freq_base_swa", FREQ_REL_TOL, False),  # printed for SWA models only
+    ("freq_scale_swa", "rope_freq_scale_swa", FREQ_REL_TOL, False),
 ]
+# llama.cpp prints f_attn_scale with two digits, and 0 where it uses the default 1/sqrt(head size)
+ATTN_SCALE_REL_TOL = 1e-2
 STRING_FIELDS = [
     ("arch", "arch"),
     ("vocab type", "vocab_type"),
@@ -212,6 +215,11 @@ def compare_config(peer, config):
         got = config[key]
         if not is_number(got) or abs(got - want) > rel_tol * abs(want):
             bad.append("%s: forge %r != llama.cpp %s" % (key, got, peer[peer_key]))
+
+    if float(peer.get("f_attn_scale", "0")) != 0.0 and not missing("f_attn_scale", "attn_scale"):
+        want, got = float(peer["f_attn_scale"]), config["attn_scale"]
+        if not is_number(got) or abs(got - want) > ATTN_SCALE_REL_TOL * abs(want):
+            bad.append("attn_scale: forge %r != llama.cpp %s" % (got, peer["f_attn_scale"]))
 
     for peer_key, key in STRING_FIELDS:
         if peer_key not in peer:
@@ -425,23 +433,26 @@ def check_tokenizer_file(tally, forge, path):
 
 # ---------------------------------------------------------------------------------------------
 
-# Architectures the CPU backend runs today; the others must be refused clearly, not mis-computed.
-RUNNABLE = {"llama", "qwen2", "qwen3"}
+# Architectures the CPU backend runs; any other must be refused clearly, not mis-computed.
+RUNNABLE = {"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "qwen2moe", "qwen3moe", "glm4"}
 
 
-def check_logits_file(tally, forge, models_dir, name, entry, tokens, tmp_dir):
+def check_logits_file(tally, forge, models_dir, name, entry, tokens, tmp_dir, extra=()):
     """(d) forge's logits for tokens.txt against the float64 reference, within the fixture's
-    tolerance; the distance to llama.cpp's own logits is printed beside it."""
+    tolerance; the distance to llama.cpp's own logits is printed beside it. `extra`: more options
+    for forge eval (small batches, which make sliding-window layers reuse their cache rows)."""
     path = os.path.join(models_dir, name)
     hp = entry["peer_hparams"]
     out = os.path.join(tmp_dir, name + ".logits.f32")
-    cmd = [forge, "eval", "-m", path, "--tokens", ",".join(str(t) for t in tokens), "--logits", out, "--cpu"]
+    cmd = [forge, "eval", "-m", path, "--tokens", ",".join(str(t) for t in tokens), "--logits", out, "--cpu"] + list(extra)
+    if extra:
+        name = "%s [%s]" % (name, " ".join(extra))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         tally.fail("logits %s: forge eval timed out" % name)
         return
-    runnable = hp["arch"] in RUNNABLE and int(hp.get("n_expert", "0")) == 0
+    runnable = hp["arch"] in RUNNABLE
     if not runnable:
         # until the family lands, the refusal must say so
         tally.check(proc.returncode != 0 and "cannot run" in proc.stderr,
@@ -475,6 +486,12 @@ def check_logits(tally, forge, models_dir, index):
     with tempfile.TemporaryDirectory() as tmp_dir:
         for name in sorted(index["files"]):
             check_logits_file(tally, forge, models_dir, name, index["files"][name], tokens, tmp_dir)
+        # windows of 8 over 32 tokens: in batches of 1 and 3 a local layer keeps 8 and 10 rows and
+        # overwrites them in a ring; the logits must not change
+        for name in ("tiny-gemma2-f16.gguf", "tiny-gemma3-f16.gguf", "tiny-gemma3-q4_k_m.gguf"):
+            for batch in ("1", "3"):
+                check_logits_file(tally, forge, models_dir, name, index["files"][name], tokens, tmp_dir,
+                                  ("--batch", batch, "--ctx", "64"))
 
 
 def check_plan_cli(tally, forge, models_dir):

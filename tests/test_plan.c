@@ -20,14 +20,14 @@ static forge_config *shape(forge_config *c, uint32_t n_layer, uint32_t n_head_kv
 static uint64_t kv(const forge_config *c, uint32_t n_ctx, forge_kv_type t) {
     uint64_t bytes = 0;
     forge_error e;
-    forge_result r = forge_kv_cache_bytes(c, n_ctx, t, &bytes, &e);
+    forge_result r = forge_kv_cache_bytes(c, n_ctx, 0, t, &bytes, &e);
     CHECK(r == FORGE_OK, "kv_cache_bytes: %s", e.message);
     return bytes;
 }
 
 static void test_kv(void) {
     static forge_config c;
-    uint64_t bytes;
+    uint64_t bytes = 0;
     forge_error e;
     forge_kv_type t;
 
@@ -58,14 +58,33 @@ static void test_kv(void) {
     c.head_dim_v = 128;
     CHECK(kv(&c, 10, FORGE_KV_F16) == 2ull * 10 * 2 * (192 + 128) * 2, "keys 192, values 128");
 
+    TEST_CASE("KV cache: sliding-window layers keep window + batch - 1 rows (Gemma 3 270M shape)");
+    shape(&c, 18, 1, 256); /* 18 layers, one KV head of 256; every 6th layer global, window 512 */
+    c.n_swa = 512;
+    {
+        uint32_t il, local = 0;
+        for (il = 0; il < 18; il++) local += c.layer_is_swa[il] = (uint8_t)(il % 6 < 5);
+        CHECK(local == 15, "15 local layers");
+        CHECK(forge_kv_layer_cells(&c, 0, 32768, 512) == 1023, "a local layer at 32K, batch 512: 1023 rows");
+        CHECK(forge_kv_layer_cells(&c, 5, 32768, 512) == 32768, "a global layer keeps the context");
+        CHECK(forge_kv_layer_cells(&c, 0, 600, 512) == 600, "never more rows than the context");
+        CHECK(forge_kv_layer_cells(&c, 0, 32768, 0) == 32768, "batch 0: no bound");
+        CHECK(forge_kv_layer_cells(&c, 18, 32768, 512) == 32768, "a layer out of range: the context");
+        /* (15 x 1023 + 3 x 32768) rows x 1 head x (256 + 256) x 2 bytes */
+        CHECK(forge_kv_cache_bytes(&c, 32768, 512, FORGE_KV_F16, &bytes, &e) == FORGE_OK &&
+                  bytes == (15ull * 1023 + 3ull * 32768) * 512 * 2,
+              "f16 at 32K: %llu bytes", (unsigned long long)bytes);
+        CHECK(kv(&c, 32768, FORGE_KV_F16) == 18ull * 32768 * 512 * 2, "unbounded: every layer holds 32K");
+    }
+
     TEST_CASE("KV cache: refusals");
     shape(&c, 32, 32, 80); /* a head size of 80 is not a whole number of 32-element blocks */
-    CHECK(forge_kv_cache_bytes(&c, 2048, FORGE_KV_Q8_0, &bytes, &e) == FORGE_ERR_UNSUPPORTED && strstr(e.message, "80"),
+    CHECK(forge_kv_cache_bytes(&c, 2048, 0, FORGE_KV_Q8_0, &bytes, &e) == FORGE_ERR_UNSUPPORTED && strstr(e.message, "80"),
           "q8_0 with head size 80: %s", e.message);
-    CHECK(forge_kv_cache_bytes(&c, 2048, FORGE_KV_F16, &bytes, &e) == FORGE_OK && bytes == 32ull * 2048 * 32 * 160 * 2,
+    CHECK(forge_kv_cache_bytes(&c, 2048, 0, FORGE_KV_F16, &bytes, &e) == FORGE_OK && bytes == 32ull * 2048 * 32 * 160 * 2,
           "f16 with head size 80");
-    CHECK(forge_kv_cache_bytes(&c, 0, FORGE_KV_F16, &bytes, &e) == FORGE_ERR_ARGUMENT, "zero context");
-    CHECK(forge_kv_cache_bytes(&c, 16, (forge_kv_type)99, &bytes, &e) == FORGE_ERR_ARGUMENT, "bad type");
+    CHECK(forge_kv_cache_bytes(&c, 0, 0, FORGE_KV_F16, &bytes, &e) == FORGE_ERR_ARGUMENT, "zero context");
+    CHECK(forge_kv_cache_bytes(&c, 16, 0, (forge_kv_type)99, &bytes, &e) == FORGE_ERR_ARGUMENT, "bad type");
 
     TEST_CASE("KV type names");
     CHECK(forge_kv_type_parse("Q8_0", &t, &e) == FORGE_OK && t == FORGE_KV_Q8_0, "Q8_0");

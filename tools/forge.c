@@ -170,6 +170,10 @@ static void print_config_json(FILE *out, const forge_gguf *g, const forge_config
     json_float(out, c->rope_freq_scale);
     fprintf(out, ", \"rope_freq_base_swa\": ");
     json_float(out, c->rope_freq_base_swa);
+    fprintf(out, ", \"rope_freq_scale_swa\": ");
+    json_float(out, c->rope_freq_scale_swa);
+    fprintf(out, ", \"attn_scale\": ");
+    json_float(out, c->attn_scale);
     fprintf(out, ", \"rms_eps\": ");
     json_float(out, c->rms_eps);
     fprintf(out,
