@@ -5259,6 +5259,8 @@ struct forge_model {
     forge_config config;
 };
 
+static forge_result forge__check_tensors_read(const forge_model *m, forge_error *e);
+
 static forge_result forge__model_init(const void *bytes, size_t size, const forge_model_desc *desc, forge_model **out,
                                       forge_file *file, forge_error *error) {
     const forge_allocator *a = desc ? &desc->allocator : NULL;
@@ -5267,7 +5269,8 @@ static forge_result forge__model_init(const void *bytes, size_t size, const forg
     if (!m) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the model object (%u bytes)", (unsigned)sizeof *m);
     memset(m, 0, sizeof *m);
     if (a) m->allocator = *a;
-    if ((r = forge_gguf_parse(bytes, size, a, &m->gguf, error)) || (r = forge_config_derive(m->gguf, &m->config, error))) {
+    if ((r = forge_gguf_parse(bytes, size, a, &m->gguf, error)) || (r = forge_config_derive(m->gguf, &m->config, error)) ||
+        (r = forge__check_tensors_read(m, error))) {
         forge_gguf_free(m->gguf);
         forge__free(a, m);
         return r;
@@ -5912,6 +5915,9 @@ typedef struct forge_hip_attention_args {
     uint32_t head_dim, head_dim_v;
     uint32_t pos0;
     float scale;
+    uint32_t window;  /* 0: full causal; else position P sees only p with P - p < window */
+    uint32_t n_cells; /* cache rows, a ring: position p in row p % n_cells; 0: no wrap */
+    float softcap;    /* 0: none; else scores s become softcap * tanh(s / softcap) */
 } forge_hip_attention_args;
 
 #ifdef __cplusplus
@@ -5937,8 +5943,8 @@ int forge_hip_rope(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_
                    uint32_t pos0, float freq_base, float freq_scale, const float *freq_factors, void *stream,
                    char *message, size_t message_bytes);
 int forge_hip_kv_store(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
-                       uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t pos0, void *stream,
-                       char *message, size_t message_bytes);
+                       uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t pos0, uint32_t n_cells,
+                       void *stream, char *message, size_t message_bytes);
 size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v);
 int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, size_t scratch_bytes, void *stream,
                         char *message, size_t message_bytes);
@@ -5949,6 +5955,21 @@ int forge_hip_copy_device(void *dst, const void *src, size_t bytes, void *stream
 int forge_hip_memset(void *dst, int byte, size_t bytes, void *stream, char *message, size_t message_bytes);
 int forge_hip_add(float *dst, const float *src, size_t n, void *stream, char *message, size_t message_bytes);
 int forge_hip_swiglu(float *gate, const float *up, size_t n, void *stream, char *message, size_t message_bytes);
+int forge_hip_geglu(float *gate, const float *up, size_t n, void *stream, char *message, size_t message_bytes);
+int forge_hip_glu_split(float *dst, const float *src, uint32_t n_tokens, uint32_t n, int act, void *stream, char *message,
+                        size_t message_bytes);
+int forge_hip_copy_cols(float *dst, const float *src, uint32_t n_tokens, uint32_t src_width, uint32_t offset, uint32_t n,
+                        void *stream, char *message, size_t message_bytes);
+int forge_hip_softcap(float *x, size_t n, float cap, void *stream, char *message, size_t message_bytes);
+int forge_hip_sigmoid_scale(float *x, const float *s, uint32_t n_tokens, uint32_t n, void *stream, char *message,
+                            size_t message_bytes);
+int forge_hip_moe_route(const float *logits, uint32_t n_tokens, uint32_t n_expert, uint32_t k, int renorm, float *route,
+                        void *stream, char *message, size_t message_bytes);
+int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint32_t n_rows, uint32_t n_cols, const float *x,
+                        int x_per_slot, const float *route, uint32_t k, uint32_t n_tokens, float *y, void *stream, char *message,
+                        size_t message_bytes);
+int forge_hip_moe_sum(const float *src, const float *route, uint32_t n_tokens, uint32_t k, uint32_t n, float *dst, void *stream,
+                      char *message, size_t message_bytes);
 unsigned long forge_hip_allocation_count(void);
 #ifdef __cplusplus
 }
@@ -6018,6 +6039,27 @@ static forge__use forge__tensor_use(const forge__schedule *s, const forge_model 
         }
     }
     return use;
+}
+
+/* A tensor the schedule would not read is something forge does not implement (long-rope factors, an
+   attention variant, a vision tower): the model is refused when it opens, naming the tensor, rather
+   than computed without it. */
+static forge_result forge__check_tensors_read(const forge_model *m, forge_error *e) {
+    forge__schedule s;
+    forge_result r;
+    uint64_t i;
+    if ((r = forge__schedule_build(m, &m->allocator, &s, e))) return r;
+    for (i = 0; i < forge_gguf_tensor_count(m->gguf); i++) {
+        const forge_gguf_tensor *t = forge_gguf_tensor_at(m->gguf, i);
+        if (forge__tensor_use(&s, m, t) == FORGE__UNUSED) {
+            r = forge__fail(e, FORGE_ERR_UNSUPPORTED, "tensor '%.*s' (%s) is not something forge's %s models use; the file "
+                            "needs a feature forge does not implement", FORGE__STR_ARGS(t->name),
+                            forge_type_info(t->type) ? forge_type_info(t->type)->name : "?", m->config.arch_name);
+            break;
+        }
+    }
+    forge__schedule_free(&s, &m->allocator);
+    return r;
 }
 
 #define FORGE__GPU_ALIGN 256u
@@ -6545,7 +6587,7 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             uint8_t *values = layer + (uint64_t)ctx->kv_cells[op->layer] * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
             FORGE__HIP(forge_hip_kv_store(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
                                           forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
-                                          ctx->pos, ctx->stream, FORGE__MSG));
+                                          ctx->pos, 0, ctx->stream, FORGE__MSG));
             break;
         }
         case FORGE__OP_ATTENTION: {

@@ -248,6 +248,7 @@ typedef struct gw_model_options {
     const char *reshape_tensor;             /* this tensor is written with the shape below instead */
     uint32_t reshape_n_dims;
     uint64_t reshape_ne[4];
+    const char *extra_tensor;               /* when set: one more F32 vector of n_embd under this name */
     /* Appends extra kvs (after the model's own) and returns how many it wrote. */
     uint64_t (*write_extra_kvs)(gw_buffer *kvs, void *user_data);
     void *user_data;
@@ -426,6 +427,7 @@ static inline void gw__plan_tensors(gw__model_builder *builder) {
 
     gw__add_tensor(builder, "token_embd.weight", 2, o->n_embd, o->n_vocab);
     gw__add_tensor(builder, "output_norm.weight", 1, o->n_embd, 1);
+    if (o->extra_tensor) gw__add_tensor(builder, o->extra_tensor, 1, o->n_embd, 1);
     if (!o->tied_output) gw__add_tensor(builder, "output.weight", 2, o->n_embd, o->n_vocab);
     for (layer = 0; layer < o->n_layer; layer++) {
         uint32_t n_head_kv = o->layer_n_head_kv ? o->layer_n_head_kv[layer] : o->n_head_kv;

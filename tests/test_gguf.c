@@ -1037,6 +1037,41 @@ static void test_arguments(void) {
 
 /* ---- configuration refused ---- */
 
+/* A tensor no schedule reads means a feature forge lacks: the model must not open, and the message
+   names the tensor; the configuration itself derives. */
+static void test_unread_tensor(void) {
+    gw_model_options options;
+    parsed_model m;
+    forge_model *model = NULL;
+    forge_error error;
+    forge_result result;
+    static const char *const names[] = {"rope_factors_long.weight", "blk.0.attn_rot_embd", "v.patch_embd.weight"};
+    size_t i;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char label[128];
+        snprintf(label, sizeof label, "model: unread tensor '%s' is refused at open", names[i]);
+        TEST_CASE(label);
+        gw_model_options_init(&options);
+        options.extra_tensor = names[i];
+        parsed_model_open(&m, &options);
+        CHECK(m.parse_result == FORGE_OK && m.config_result == FORGE_OK, "parses and derives: %s", m.error.message);
+        reset_error(&error);
+        result = forge_model_from_memory(m.bytes, m.file.size, NULL, &model, &error);
+        CHECK(result == FORGE_ERR_UNSUPPORTED && model == NULL, "refused: %s", forge_result_name(result));
+        CHECK(message_has(&error, names[i]), "message names the tensor: %s", error.message);
+        forge_model_close(model);
+        model = NULL;
+        parsed_model_close(&m);
+    }
+    TEST_CASE("model: the same file without the extra tensor opens");
+    gw_model_options_init(&options);
+    parsed_model_open(&m, &options);
+    result = forge_model_from_memory(m.bytes, m.file.size, NULL, &model, &error);
+    CHECK(result == FORGE_OK, "opens: %s", error.message);
+    forge_model_close(model);
+    parsed_model_close(&m);
+}
+
 static void test_config_errors(void) {
     gw_model_options options;
     kv_edits edits;
@@ -1662,6 +1697,7 @@ int main(void) {
     test_duplicates();
     test_arguments();
     test_config_errors();
+    test_unread_tensor();
     test_truncation_generated();
     test_truncation_fixture();
 

@@ -7,12 +7,20 @@
      embed                              1e-6   dequantize and scale: one or two roundings
      rmsnorm, headnorm                  1e-5   float sum of squares on the GPU, double on the CPU
      rope (NORM, NEOX, partial, factors) 1e-5  angles in double on both sides
-     kv_store                           bytes  must equal forge__kv_encode byte for byte
-     attention over the same cache      1e-5   every cache type; single pass and split-KV
+     kv_store                           bytes  must equal forge__kv_encode byte for byte, also into a
+                                                ring of cells (position p in cell p % n_cells)
+     attention over the same cache      1e-5   every cache type; single pass and split-KV; sliding
+                                                window, ring of cells (unused cells poisoned), soft-cap
      attention vs unquantized f32 K/V   f32 1e-5, f16 2e-3, q8_0 3e-2, q4_0 3e-1: the cache's own
                                                 quantization noise, a sanity bound, not a kernel bound
-     add, swiglu                        1e-6   elementwise, expf differs by an ulp or two
+     add, swiglu, geglu, glu_split,     1e-6   elementwise, expf / tanhf differ by an ulp or two
+     softcap, sigmoid_scale
+     copy_cols                          exact
      argmax                             exact index, including ties (first wins)
+     moe_route                          ids exact where p ties exactly (lower index first), else equal
+                                                up to 1e-6 relative in p; weights 1e-6
+     matmul_id, all weight types        1e-5   as matmul; per-pair matvec and the gathered tiled path
+     moe_sum                            1e-6
 
    Outputs are poisoned with NaN before each launch, so an unwritten element fails the check. Ends
    with a short matvec bandwidth table (prints, never asserts) and "N passed, N failed".
@@ -369,50 +377,61 @@ static void test_rope(void) {
 
 static const forge_kv_type kv_types[] = {FORGE_KV_F32, FORGE_KV_F16, FORGE_KV_Q8_0, FORGE_KV_Q4_0};
 
+/* n_cells 0: a cache of n_ctx rows, position p in row p; else a ring of n_cells rows, p in p % n_cells */
+static void check_kv_store(forge_kv_type kv, uint32_t n_cells) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_ctx = 40, n_kv = 3, hd = 128, hdv = 64, n_tokens = 9, pos0 = 17;
+    const uint32_t n_rows = n_cells ? n_cells : n_ctx;
+    const forge_type_traits *t = forge_type_info(storage);
+    const size_t rk = hd / t->block_elems * t->block_bytes, rv = hdv / t->block_elems * t->block_bytes;
+    const size_t kbytes = rk * n_kv * n_rows, vbytes = rv * n_kv * n_rows;
+    float *k = (float *)xmalloc((size_t)n_tokens * n_kv * hd * sizeof(float)), *v = (float *)xmalloc((size_t)n_tokens * n_kv * hdv * sizeof(float));
+    uint8_t *ek = (uint8_t *)xmalloc(kbytes), *ev = (uint8_t *)xmalloc(vbytes), *gk = (uint8_t *)xmalloc(kbytes), *gv = (uint8_t *)xmalloc(vbytes);
+    void *dk, *dv, *ck, *cv;
+    uint32_t tok, h;
+    size_t j, diff = 0;
+    random_floats(k, (size_t)n_tokens * n_kv * hd, -3.0f, 3.0f);
+    random_floats(v, (size_t)n_tokens * n_kv * hdv, -3.0f, 3.0f);
+    k[5] = 0.0f, v[7] = -3.0f; /* a zero and an exact extreme */
+    for (j = 0; j < 32; j++) k[hd + j] = 0.0f; /* an all-zero block: d = 0 */
+    memset(ek, 0xAB, kbytes), memset(ev, 0xAB, vbytes);
+    for (tok = 0; tok < n_tokens; tok++)
+        for (h = 0; h < n_kv; h++) {
+            const uint32_t cell = (pos0 + tok) % n_rows;
+            forge__kv_encode(kv, k + ((size_t)tok * n_kv + h) * hd, hd, ek + ((size_t)cell * n_kv + h) * rk);
+            forge__kv_encode(kv, v + ((size_t)tok * n_kv + h) * hdv, hdv, ev + ((size_t)cell * n_kv + h) * rv);
+        }
+    dk = dev_alloc((size_t)n_tokens * n_kv * hd * sizeof(float), k);
+    dv = dev_alloc((size_t)n_tokens * n_kv * hdv * sizeof(float), v);
+    { /* the cache starts as the same 0xAB filler, so untouched rows must stay equal too */
+        uint8_t *fill = (uint8_t *)xmalloc(kbytes > vbytes ? kbytes : vbytes);
+        memset(fill, 0xAB, kbytes > vbytes ? kbytes : vbytes);
+        ck = dev_alloc(kbytes, fill);
+        cv = dev_alloc(vbytes, fill);
+        free(fill);
+    }
+    CHECK(forge_hip_kv_store(storage, (const float *)dk, (const float *)dv, ck, cv, n_tokens, n_kv, hd, hdv, pos0, n_cells, NULL, msg,
+                             sizeof msg) == 0,
+          "kv_store %s: %s", t->name, msg);
+    if (dev_fetch(gk, ck, kbytes) && dev_fetch(gv, cv, vbytes)) {
+        for (j = 0; j < kbytes; j++) diff += gk[j] != ek[j];
+        for (j = 0; j < vbytes; j++) diff += gv[j] != ev[j];
+        printf("  kv_store %-4s %s %2u rows: %zu of %zu bytes differ\n", t->name, n_cells ? "ring of" : "cache  ", n_rows, diff,
+               kbytes + vbytes);
+        CHECK(diff == 0, "kv_store %s (n_cells %u): %zu bytes differ from forge__kv_encode", t->name, n_cells, diff);
+    }
+    forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(ck), forge_hip_arena_free(cv);
+    free(k), free(v), free(ek), free(ev), free(gk), free(gv);
+}
+
 static void test_kv_store(void) {
     size_t i;
-    TEST_CASE("kv_store, every cache type, bytes equal to forge__kv_encode");
+    TEST_CASE("kv_store, every cache type, bytes equal to forge__kv_encode, plain and ring");
     for (i = 0; i < 4; i++) {
-        const forge_kv_type kv = kv_types[i];
-        const uint32_t storage = forge__kv_storage_type(kv), n_ctx = 40, n_kv = 3, hd = 128, hdv = 64, n_tokens = 9, pos0 = 17;
-        const forge_type_traits *t = forge_type_info(storage);
-        const size_t rk = hd / t->block_elems * t->block_bytes, rv = hdv / t->block_elems * t->block_bytes;
-        const size_t kbytes = rk * n_kv * n_ctx, vbytes = rv * n_kv * n_ctx;
-        float *k = (float *)xmalloc((size_t)n_tokens * n_kv * hd * sizeof(float)), *v = (float *)xmalloc((size_t)n_tokens * n_kv * hdv * sizeof(float));
-        uint8_t *ek = (uint8_t *)xmalloc(kbytes), *ev = (uint8_t *)xmalloc(vbytes), *gk = (uint8_t *)xmalloc(kbytes), *gv = (uint8_t *)xmalloc(vbytes);
-        void *dk, *dv, *ck, *cv;
-        uint32_t tok, h;
-        size_t j, diff = 0;
-        random_floats(k, (size_t)n_tokens * n_kv * hd, -3.0f, 3.0f);
-        random_floats(v, (size_t)n_tokens * n_kv * hdv, -3.0f, 3.0f);
-        k[5] = 0.0f, v[7] = -3.0f; /* a zero and an exact extreme */
-        for (j = 0; j < 32; j++) k[hd + j] = 0.0f; /* an all-zero block: d = 0 */
-        memset(ek, 0xAB, kbytes), memset(ev, 0xAB, vbytes);
-        for (tok = 0; tok < n_tokens; tok++)
-            for (h = 0; h < n_kv; h++) {
-                forge__kv_encode(kv, k + ((size_t)tok * n_kv + h) * hd, hd, ek + ((size_t)(pos0 + tok) * n_kv + h) * rk);
-                forge__kv_encode(kv, v + ((size_t)tok * n_kv + h) * hdv, hdv, ev + ((size_t)(pos0 + tok) * n_kv + h) * rv);
-            }
-        dk = dev_alloc((size_t)n_tokens * n_kv * hd * sizeof(float), k);
-        dv = dev_alloc((size_t)n_tokens * n_kv * hdv * sizeof(float), v);
-        { /* the cache starts as the same 0xAB filler, so untouched rows must stay equal too */
-            uint8_t *fill = (uint8_t *)xmalloc(kbytes > vbytes ? kbytes : vbytes);
-            memset(fill, 0xAB, kbytes > vbytes ? kbytes : vbytes);
-            ck = dev_alloc(kbytes, fill);
-            cv = dev_alloc(vbytes, fill);
-            free(fill);
-        }
-        CHECK(forge_hip_kv_store(storage, (const float *)dk, (const float *)dv, ck, cv, n_tokens, n_kv, hd, hdv, pos0, NULL, msg, sizeof msg) == 0,
-              "kv_store %s: %s", t->name, msg);
-        if (dev_fetch(gk, ck, kbytes) && dev_fetch(gv, cv, vbytes)) {
-            for (j = 0; j < kbytes; j++) diff += gk[j] != ek[j];
-            for (j = 0; j < vbytes; j++) diff += gv[j] != ev[j];
-            printf("  kv_store %-4s: %zu of %zu bytes differ\n", t->name, diff, kbytes + vbytes);
-            CHECK(diff == 0, "kv_store %s: %zu bytes differ from forge__kv_encode", t->name, diff);
-        }
-        forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(ck), forge_hip_arena_free(cv);
-        free(k), free(v), free(ek), free(ev), free(gk), free(gv);
+        check_kv_store(kv_types[i], 0);
+        check_kv_store(kv_types[i], 12); /* positions 17..25 wrap: cells 5..11, then 0..1 */
     }
+    CHECK(forge_hip_kv_store(FORGE_TYPE_F16, NULL, NULL, NULL, NULL, 13, 2, 64, 64, 0, 12, NULL, msg, sizeof msg) == -1 && strstr(msg, "12"),
+          "13 tokens into a ring of 12 cells must be refused: %s", msg);
 }
 
 /* forge__attn_task's arithmetic without a context: double accumulation over dequantized rows.
