@@ -653,6 +653,55 @@ typedef struct forge_memory_reading {
 /* Where a context runs. AUTO picks the GPU when forge was built with FORGE_HIP and a device answers. */
 typedef enum forge_backend { FORGE_BACKEND_AUTO = 0, FORGE_BACKEND_CPU, FORGE_BACKEND_GPU } forge_backend;
 
+/* Hidden-state capture: activations of chosen layers at chosen points of the forward pass, copied
+   out after every batch (a "chunk") a context evaluates. Names follow the usual hook style. */
+typedef enum forge_capture_point {
+    FORGE_CAPTURE_RESID_PRE = 0, /* blocks.L.hook_resid_pre: the residual stream entering layer L */
+    FORGE_CAPTURE_ATTN_OUT,      /* blocks.L.hook_attn_out: what attention adds to the stream (after the output
+                                    projection, and after the post-attention norm in families that have one) */
+    FORGE_CAPTURE_MLP_OUT,       /* blocks.L.hook_mlp_out: what the FFN (or the experts) adds to the stream */
+    FORGE_CAPTURE_RESID_POST,    /* blocks.L.hook_resid_post: the stream leaving layer L (resid_pre + attn_out + mlp_out) */
+    FORGE_CAPTURE_FINAL,         /* ln_final.hook_normalized: the final norm's output, the head's input (no layer) */
+    FORGE_CAPTURE_POINT_COUNT
+} forge_capture_point;
+
+/* Element type of captured rows. BF16 and F16 are rounded to nearest even from f32 by forge itself,
+   so every device and the CPU produce them. */
+typedef enum forge_capture_dtype { FORGE_CAPTURE_F32 = 0, FORGE_CAPTURE_F16, FORGE_CAPTURE_BF16 } forge_capture_dtype;
+
+#define FORGE_MAX_CAPTURES 256
+
+typedef struct forge_capture {
+    uint32_t layer;            /* 0 .. n_layer - 1; ignored (0) for FORGE_CAPTURE_FINAL */
+    forge_capture_point point;
+} forge_capture;
+
+/* One chunk of captured rows: tokens pos .. pos + n_tokens - 1. data[i] holds n_tokens rows of
+   width[i] values of dtype for captures[i]. The memory belongs to the context: it is valid during
+   the callback and until the next forge_eval; copy what must be kept. */
+typedef struct forge_capture_chunk {
+    uint32_t pos, n_tokens;
+    uint32_t n_captures;
+    const forge_capture *captures;
+    const void *const *data;
+    const uint32_t *width;
+    forge_capture_dtype dtype;
+} forge_capture_chunk;
+
+typedef void (*forge_capture_fn)(void *user_data, const forge_capture_chunk *chunk);
+
+/* Fills out[0 .. *n_out) from a layer list crossed with a point list, or from hook names.
+   layers: "0,12,-1" (negative counts from the end), ranges "4-7", "all"; NULL or "" when points
+   holds only hook names. points: "resid_pre,attn_out,mlp_out,resid_post,final", or hook names
+   ("blocks.5.hook_resid_post", "blocks.-1.hook_mlp_out", "ln_final.hook_normalized"), mixed freely.
+   Repeats are dropped; the order is layer by layer, then the hook names as given. */
+FORGE_API forge_result forge_capture_parse(const forge_config *config, const char *layers, const char *points,
+                                           forge_capture *out, uint32_t capacity, uint32_t *n_out, forge_error *error);
+/* "blocks.5.hook_resid_post", "ln_final.hook_normalized"; returns out. */
+FORGE_API const char *forge_capture_name(const forge_capture *capture, char *out, size_t out_bytes);
+FORGE_API const char *forge_capture_dtype_name(forge_capture_dtype dtype); /* "f32", "f16", "bf16" */
+FORGE_API forge_result forge_capture_dtype_parse(const char *text, forge_capture_dtype *out, forge_error *error);
+
 /* Zero means default everywhere. */
 typedef struct forge_context_desc {
     forge_backend backend;        /* 0 = AUTO */
@@ -669,6 +718,12 @@ typedef struct forge_context_desc {
     forge_allocator allocator;    /* host allocations of the context */
     void (*log)(void *user_data, forge_log_level level, const char *message);
     void *log_user_data;
+    /* hidden-state capture (see forge_capture_parse); the staging is part of the plan */
+    const forge_capture *captures;
+    uint32_t n_captures;              /* at most FORGE_MAX_CAPTURES */
+    forge_capture_dtype capture_dtype;
+    forge_capture_fn on_capture;      /* called after every chunk; NULL: read forge_context_captures */
+    void *capture_user_data;
 } forge_context_desc;
 
 /* The whole bill, in bytes. What the plan says is what the context allocates. */
@@ -681,7 +736,7 @@ typedef struct forge_plan {
     uint64_t kv_bytes;       /* forge_kv_cache_bytes */
     uint64_t scratch_bytes;  /* activations of the op schedule, lifetimes packed, for n_batch tokens */
     uint64_t logits_bytes;   /* n_logits x n_vocab floats */
-    uint64_t capture_bytes;  /* hidden-state capture staging (0 until captures are requested) */
+    uint64_t capture_bytes;  /* hidden-state capture staging: n_batch rows of every capture */
     uint64_t reserve_bytes;  /* the backend's own working memory (CPU: per-thread matmul rows) */
     uint64_t total_bytes;    /* the sum */
 } forge_plan;
@@ -746,6 +801,9 @@ FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uin
 FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows);
 FORGE_API uint32_t forge_context_pos(const forge_context *ctx);
 FORGE_API void forge_context_reset(forge_context *ctx); /* forget the sequence */
+/* The captures of the last chunk evaluated (n_tokens 0 before any); returns 0 when the context
+   captures nothing. */
+FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chunk *out);
 
 /* >>generate ----------------------------------------------------------------------------------- */
 
@@ -5613,7 +5671,8 @@ typedef enum forge__op_kind {
                             aux: 1 to renormalize the chosen weights */
     FORGE__OP_MATMUL_ID, /* dst[t][j] = w[expert j of route src2] src (aux 0) or src[t][j] (aux 1), n rows each */
     FORGE__OP_MOE_SUM,   /* dst[t] = sum over j of weight j * src[t][j] (route src2), width n */
-    FORGE__OP_SIGMOID_SCALE /* dst[t] *= sigmoid(src[t][0]), width n */
+    FORGE__OP_SIGMOID_SCALE, /* dst[t] *= sigmoid(src[t][0]), width n */
+    FORGE__OP_CAPTURE    /* capture aux <- src (width n), converted to the capture type */
 } forge__op_kind;
 
 typedef struct forge__op {
@@ -5638,6 +5697,9 @@ typedef struct forge__schedule {
     int32_t residual;     /* the residual stream value */
     uint32_t max_cols;    /* widest matmul input (sizes the CPU matmul rows) */
     uint32_t max_vec;     /* widest norm weight or bias (sizes the vector region) */
+    const forge_capture *captures; /* what the context captures, the capture ops' aux indexing it */
+    uint32_t n_captures;
+    uint32_t capture_width[FORGE_MAX_CAPTURES];
     int failed;
 } forge__schedule;
 
@@ -5698,6 +5760,17 @@ static const forge_gguf_tensor *forge__layer_tensor(const forge_gguf *g, uint32_
     char full[96];
     snprintf(full, sizeof full, "blk.%u.%s", layer, name);
     return forge_gguf_find_tensor(g, full);
+}
+
+/* A capture op for every requested capture of this layer and point. */
+static void forge__sched_capture(forge__schedule *s, uint32_t layer, forge_capture_point point, int32_t v, uint32_t width) {
+    uint32_t i;
+    for (i = 0; i < s->n_captures; i++)
+        if (s->captures[i].point == point && (point == FORGE_CAPTURE_FINAL || s->captures[i].layer == layer)) {
+            forge__sched_op(s, FORGE__OP_CAPTURE, layer, -1, v, -1, NULL, NULL, width);
+            if (s->n_ops > 0 && !s->failed) s->ops[s->n_ops - 1].aux = i;
+            s->capture_width[i] = width;
+        }
 }
 
 /* The last op added gets its kind-specific parameter. */
@@ -5774,6 +5847,7 @@ static void forge__build_decoder(forge__schedule *s, const forge_gguf *g, const 
         const uint32_t nq = c->layer_n_head[il] * c->head_dim, nk = c->layer_n_head_kv[il] * c->head_dim;
         const uint32_t nv = c->layer_n_head_kv[il] * c->head_dim_v;
         int32_t q, k, v, att, o, ffn;
+        forge__sched_capture(s, il, FORGE_CAPTURE_RESID_PRE, x, c->n_embd);
         xn = forge__sched_norm(s, il, x, forge__layer_tensor(g, il, "attn_norm.weight"), c->n_embd);
         if (c->fused_qkv) {
             int32_t qkv = forge__sched_matmul(s, il, xn, forge__layer_tensor(g, il, "attn_qkv.weight"),
@@ -5797,6 +5871,7 @@ static void forge__build_decoder(forge__schedule *s, const forge_gguf *g, const 
         forge__sched_op(s, FORGE__OP_ATTENTION, il, att, q, -1, NULL, NULL, c->layer_n_head[il]);
         o = forge__sched_matmul(s, il, att, forge__layer_tensor(g, il, "attn_output.weight"), NULL);
         if (c->has_post_norms) o = forge__sched_norm(s, il, o, forge__layer_tensor(g, il, "post_attention_norm.weight"), c->n_embd);
+        forge__sched_capture(s, il, FORGE_CAPTURE_ATTN_OUT, o, c->n_embd);
         forge__sched_op(s, FORGE__OP_ADD, il, x, o, -1, NULL, NULL, c->n_embd);
         xn = forge__sched_norm(s, il, x, forge__layer_tensor(g, il, "ffn_norm.weight"), c->n_embd);
         if (c->n_expert > 0) {
@@ -5814,9 +5889,12 @@ static void forge__build_decoder(forge__schedule *s, const forge_gguf *g, const 
             ffn = forge__sched_matmul(s, il, gate, forge__layer_tensor(g, il, "ffn_down.weight"), NULL);
         }
         if (c->has_post_norms) ffn = forge__sched_norm(s, il, ffn, forge__layer_tensor(g, il, "post_ffw_norm.weight"), c->n_embd);
+        forge__sched_capture(s, il, FORGE_CAPTURE_MLP_OUT, ffn, c->n_embd);
         forge__sched_op(s, FORGE__OP_ADD, il, x, ffn, -1, NULL, NULL, c->n_embd);
+        forge__sched_capture(s, il, FORGE_CAPTURE_RESID_POST, x, c->n_embd);
     }
     xn = forge__sched_norm(s, c->n_layer, x, forge_gguf_find_tensor(g, "output_norm.weight"), c->n_embd);
+    forge__sched_capture(s, c->n_layer, FORGE_CAPTURE_FINAL, xn, c->n_embd);
     forge__sched_op(s, FORGE__OP_LOGITS, c->n_layer, -1, xn, -1, out, NULL, c->n_vocab);
     /* the residual stream is read until the final norm; nothing outlives the schedule */
 }
@@ -5825,13 +5903,26 @@ static size_t forge__align64(uint64_t n) { return (size_t)((n + 63) & ~(uint64_t
 
 /* Builds the schedule for a configuration into memory from the allocator. */
 static forge_result forge__schedule_build(const forge_model *m, const forge_allocator *a, forge__schedule *s,
-                                          forge_error *e) {
+                                          const forge_capture *captures, uint32_t n_captures, forge_error *e) {
     const forge_config *c = &m->config;
     size_t ops_bytes, values_bytes;
+    uint32_t i;
     memset(s, 0, sizeof *s);
+    if (n_captures > FORGE_MAX_CAPTURES)
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "%u captures; forge takes at most %d", n_captures, FORGE_MAX_CAPTURES);
+    if (n_captures && !captures) return forge__fail(e, FORGE_ERR_ARGUMENT, "%u captures but no capture list", n_captures);
+    for (i = 0; i < n_captures; i++) {
+        if ((unsigned)captures[i].point >= FORGE_CAPTURE_POINT_COUNT)
+            return forge__fail(e, FORGE_ERR_ARGUMENT, "capture %u: point %d is not a forge_capture_point", i, (int)captures[i].point);
+        if (captures[i].point != FORGE_CAPTURE_FINAL && captures[i].layer >= c->n_layer)
+            return forge__fail(e, FORGE_ERR_ARGUMENT, "capture %u: layer %u, but the model has %u layers (0 .. %u)", i,
+                               captures[i].layer, c->n_layer, c->n_layer - 1);
+    }
+    s->captures = captures;
+    s->n_captures = n_captures;
     if (c->n_expert > FORGE__MAX_EXPERTS)
         return forge__fail(e, FORGE_ERR_UNSUPPORTED, "%u experts; forge routes among at most %d", c->n_expert, FORGE__MAX_EXPERTS);
-    s->cap_ops = 40 * c->n_layer + 8;
+    s->cap_ops = 40 * c->n_layer + 8 + n_captures;
     s->cap_values = 32 * c->n_layer + 8;
     ops_bytes = forge__align64((uint64_t)s->cap_ops * sizeof(forge__op));
     values_bytes = (size_t)s->cap_values * sizeof(forge__value);
@@ -6048,7 +6139,7 @@ static forge_result forge__check_tensors_read(const forge_model *m, forge_error 
     forge__schedule s;
     forge_result r;
     uint64_t i;
-    if ((r = forge__schedule_build(m, &m->allocator, &s, e))) return r;
+    if ((r = forge__schedule_build(m, &m->allocator, &s, NULL, 0, e))) return r;
     for (i = 0; i < forge_gguf_tensor_count(m->gguf); i++) {
         const forge_gguf_tensor *t = forge_gguf_tensor_at(m->gguf, i);
         if (forge__tensor_use(&s, m, t) == FORGE__UNUSED) {
@@ -6119,6 +6210,7 @@ typedef struct forge__resolved {
     forge_kv_type kv_type;
     forge_backend backend; /* CPU or GPU, never AUTO */
     int device;
+    forge_capture_dtype capture_dtype;
 } forge__resolved;
 
 static forge_result forge__resolve_desc(const forge_model *m, const forge_context_desc *d, forge__resolved *r,
@@ -6138,6 +6230,9 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
     if (d->mem_fraction < 0.0 || d->mem_fraction > 1.0 || d->mem_fraction != d->mem_fraction)
         return forge__fail(e, FORGE_ERR_ARGUMENT, "memory fraction %g is outside (0, 1]", d->mem_fraction);
     r->n_logits = d->all_logits ? r->n_batch : 1;
+    r->capture_dtype = d->capture_dtype;
+    if ((unsigned)d->capture_dtype > FORGE_CAPTURE_BF16)
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "capture type %d is not a forge_capture_dtype", (int)d->capture_dtype);
     r->n_threads = d->n_threads;
     if (r->n_threads > 1024) return forge__fail(e, FORGE_ERR_ARGUMENT, "%u threads is above forge's limit of 1024", r->n_threads);
     r->device = d->device;
@@ -6172,6 +6267,22 @@ static uint64_t forge__cpu_work_bytes(uint32_t n_threads, uint32_t max_cols) {
     return forge__align64((uint64_t)n_threads * forge__matmul_slot_bytes(max_cols) + FORGE__WORK_ALIGN);
 }
 
+/* Bytes of one element of a capture type. */
+static uint32_t forge__capture_elem_bytes(forge_capture_dtype t) { return t == FORGE_CAPTURE_F32 ? 4u : 2u; }
+
+/* The capture staging: n_batch rows of each capture, each region aligned for the backend. offsets
+   (optional) receives where each capture's region starts. */
+static uint64_t forge__capture_bytes(const forge__schedule *s, const forge__resolved *r, uint64_t *offsets) {
+    uint64_t total = 0, align = r->backend == FORGE_BACKEND_GPU ? 256 : 64;
+    uint32_t i;
+    for (i = 0; i < s->n_captures; i++) {
+        uint64_t bytes = (uint64_t)r->n_batch * s->capture_width[i] * forge__capture_elem_bytes(r->capture_dtype);
+        if (offsets) offsets[i] = total;
+        total += (bytes + align - 1) / align * align;
+    }
+    return total;
+}
+
 static forge_result forge__plan_with(const forge_model *m, const forge__resolved *r, const forge__schedule *s,
                                      uint64_t scratch_bytes, uint32_t n_threads, forge_plan *p, forge_error *e) {
     forge_result res;
@@ -6182,7 +6293,7 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
     p->kv_type = r->kv_type;
     if ((res = forge_kv_cache_bytes(&m->config, r->n_ctx, r->n_batch, r->kv_type, &p->kv_bytes, e))) return res;
     p->backend = r->backend;
-    p->capture_bytes = 0;
+    p->capture_bytes = forge__capture_bytes(s, r, NULL);
     if (r->backend == FORGE_BACKEND_GPU) { /* one device arena of 256-byte aligned regions, KV cache last */
         p->weights_bytes = forge__gpu_weight_bytes(s, m);
         p->scratch_bytes = forge__align_gpu(scratch_bytes);
@@ -6218,7 +6329,7 @@ FORGE_API forge_result forge_plan_compute(const forge_model *m, const forge_cont
         desc = &zero;
     }
     if ((res = forge__resolve_desc(m, desc, &r, error))) return res;
-    if ((res = forge__schedule_build(m, &desc->allocator, &s, error))) return res;
+    if ((res = forge__schedule_build(m, &desc->allocator, &s, desc->captures, desc->n_captures, error))) return res;
     scratch = forge__schedule_pack(&s, r.n_batch);
     res = forge__plan_with(m, &r, &s, scratch, r.n_threads ? r.n_threads : forge_cpu_count(), out, error);
     forge__schedule_free(&s, &desc->allocator);
@@ -6294,7 +6405,7 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     forge__schedule s;
     forge_result res;
     uint32_t threads;
-    char need[16], weights[16], kv[16], scratch[16], reserve[16], budget[16], free_text[16];
+    char need[16], weights[16], kv[16], scratch[16], reserve[16], budget[16], free_text[16], captures[48];
     int kvt;
 
     if (!m || !v) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_plan_check: null argument");
@@ -6317,7 +6428,7 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     v->budget_bytes = forge__budget_of(v->memory.free_bytes, v->mem_fraction, v->mem_headroom_bytes);
     threads = r.n_threads ? r.n_threads : forge_cpu_count();
 
-    if ((res = forge__schedule_build(m, &desc->allocator, &s, error))) return res;
+    if ((res = forge__schedule_build(m, &desc->allocator, &s, desc->captures, desc->n_captures, error))) return res;
     res = forge__plan_with(m, &r, &s, forge__schedule_pack(&s, r.n_batch), threads, &v->plan, error);
     if (res) {
         forge__schedule_free(&s, &desc->allocator);
@@ -6370,13 +6481,19 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
         forge__in_unit(weights, sizeof weights, v->plan.weights_bytes, plan_div);
         forge__in_unit(kv, sizeof kv, v->plan.kv_bytes, plan_div);
         forge__in_unit(scratch, sizeof scratch, v->plan.scratch_bytes + v->plan.logits_bytes, plan_div);
-        forge__in_unit(reserve, sizeof reserve, v->plan.reserve_bytes + v->plan.capture_bytes, plan_div);
+        forge__in_unit(reserve, sizeof reserve, v->plan.reserve_bytes, plan_div);
+        captures[0] = '\0';
+        if (v->plan.capture_bytes) {
+            char amount[32];
+            forge__in_unit(amount, sizeof amount, v->plan.capture_bytes, plan_div);
+            snprintf(captures, sizeof captures, ", captures %s", amount);
+        }
         forge__in_unit(budget, sizeof budget, v->budget_bytes, budget_div);
         forge__in_unit(free_text, sizeof free_text, v->memory.free_bytes, free_div);
         used = snprintf(v->message, sizeof v->message,
-                        "model needs %s %s (weights %s, KV cache %s at %u tokens %s, scratch %s, reserve %s) %s "
+                        "model needs %s %s (weights %s, KV cache %s at %u tokens %s, scratch %s%s, reserve %s) %s "
                         "%s %s (%.3g%% of %s %s free on %s%s%s)",
-                        need, plan_unit, weights, kv, r.n_ctx, forge_kv_type_name(r.kv_type), scratch, reserve,
+                        need, plan_unit, weights, kv, r.n_ctx, forge_kv_type_name(r.kv_type), scratch, captures, reserve,
                         v->fits ? "within the budget of" : "but the budget is", budget, budget_unit, v->mem_fraction * 100.0, free_text,
                         free_unit, v->memory.device, v->mem_headroom_bytes ? ", less headroom" : "",
                         v->memory.adjusted ? ", reading adjusted" : "");
@@ -6429,13 +6546,24 @@ struct forge_context {
     uint8_t *dev;
     uint64_t *dev_weight; /* device offset of each tensor of the file, UINT64_MAX when not uploaded */
     void *stream;
-    uint64_t dev_scratch, dev_logits, dev_attn, dev_attn_bytes, dev_tokens, dev_kv;
+    uint64_t dev_scratch, dev_logits, dev_attn, dev_attn_bytes, dev_tokens, dev_kv, dev_capture;
     const float *dev_rope_factors;
+    /* captures: each one's region in the staging (the CPU arena's, or the device's, mirrored on the
+       host), and the chunk last delivered */
+    uint8_t *capture;         /* CPU: in the arena; GPU: a host mirror of the device staging */
+    forge_capture captures[FORGE_MAX_CAPTURES]; /* the caller's list, copied */
+    uint64_t capture_offset[FORGE_MAX_CAPTURES];
+    const void *capture_data[FORGE_MAX_CAPTURES];
+    uint32_t capture_pos, capture_tokens;
+    forge_capture_fn on_capture;
+    void *capture_user_data;
 };
 
 /* >>impl-gpu-context */
 
 #ifdef FORGE_HIP
+/* n floats of src into dst as the capture type (0 f32, 1 f16, 2 bf16), rounded as forge__capture_store. */
+int forge_hip_capture_store(void *dst, const float *src, size_t n, int dtype, void *stream, char *message, size_t message_bytes);
 #define FORGE__HIP(call)                                                                                              \
     do {                                                                                                              \
         char hip_message_[256];                                                                                       \
@@ -6525,6 +6653,15 @@ static forge_result forge__gpu_context_init(forge_context *ctx, forge_error *err
     offset += ctx->dev_attn_bytes;
     ctx->dev_tokens = offset;
     offset += forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(int32_t));
+    ctx->dev_capture = offset;
+    forge__capture_bytes(&ctx->sched, &ctx->r, ctx->capture_offset);
+    offset += ctx->plan.capture_bytes;
+    if (ctx->plan.capture_bytes) { /* the host side of the staging, where the chunks are delivered */
+        ctx->capture = (uint8_t *)forge__alloc(&ctx->allocator, (size_t)ctx->plan.capture_bytes);
+        if (!ctx->capture)
+            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate %llu bytes of host capture staging",
+                               (forge__ull)ctx->plan.capture_bytes);
+    }
     ctx->dev_kv = offset;
     if (offset + ctx->plan.kv_bytes != ctx->plan.total_bytes)
         return forge__fail(error, FORGE_ERR_CONFIG, "the GPU arena layout (%llu bytes) differs from the plan (%llu)",
@@ -6587,7 +6724,7 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             uint8_t *values = layer + (uint64_t)ctx->kv_cells[op->layer] * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
             FORGE__HIP(forge_hip_kv_store(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
                                           forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
-                                          ctx->pos, 0, ctx->stream, FORGE__MSG));
+                                          ctx->pos, ctx->kv_cells[op->layer], ctx->stream, FORGE__MSG));
             break;
         }
         case FORGE__OP_ATTENTION: {
@@ -6660,6 +6797,10 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
                                          ctx->sched.values[op->src2].width / 2, op->n, forge__dev_val(ctx, op->dst), ctx->stream,
                                          FORGE__MSG));
             break;
+        case FORGE__OP_CAPTURE:
+            FORGE__HIP(forge_hip_capture_store(ctx->dev + ctx->dev_capture + ctx->capture_offset[op->aux], forge__dev_val(ctx, op->src),
+                                               (size_t)n * op->n, (int)ctx->r.capture_dtype, ctx->stream, FORGE__MSG));
+            break;
         case FORGE__OP_SIGMOID_SCALE:
             if (ctx->sched.values[op->src].width != 1)
                 return forge__fail(error, FORGE_ERR_CONFIG, "GPU: a sigmoid gate must be one value per token");
@@ -6667,6 +6808,13 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
                                                ctx->stream, FORGE__MSG));
             break;
         }
+    }
+    if (ctx->sched.n_captures) { /* this chunk's rows of every capture, to the host */
+        for (k = 0; k < ctx->sched.n_captures; k++)
+            FORGE__HIP(forge_hip_copy_from_device(ctx->capture + ctx->capture_offset[k], ctx->dev + ctx->dev_capture + ctx->capture_offset[k],
+                                                  (size_t)n * ctx->sched.capture_width[k] * forge__capture_elem_bytes(ctx->r.capture_dtype),
+                                                  ctx->stream, FORGE__MSG));
+        FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
     }
     return FORGE_OK;
 #else
@@ -6711,8 +6859,13 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     ctx->model = m;
     ctx->c = &m->config;
     ctx->allocator = *a;
+    ctx->on_capture = desc->on_capture;
+    ctx->capture_user_data = desc->capture_user_data;
     if ((res = forge__resolve_desc(m, desc, &ctx->r, error))) goto fail;
-    if ((res = forge__schedule_build(m, a, &ctx->sched, error))) goto fail;
+    if (desc->captures && desc->n_captures <= FORGE_MAX_CAPTURES)
+        memcpy(ctx->captures, desc->captures, desc->n_captures * sizeof *desc->captures);
+    if ((res = forge__schedule_build(m, a, &ctx->sched, desc->captures ? ctx->captures : NULL, desc->n_captures, error)))
+        goto fail;
     if (ctx->r.backend == FORGE_BACKEND_GPU) {
         /* the values' offsets in the scratch region come from packing, as the plan counted them */
         if ((res = forge__plan_with(m, &ctx->r, &ctx->sched, forge__schedule_pack(&ctx->sched, ctx->r.n_batch), 1,
@@ -6750,6 +6903,9 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     offset += forge__cpu_work_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols);
     ctx->vec = (float *)(void *)(ctx->arena + offset);
     offset += forge__align64((uint64_t)ctx->sched.max_vec * sizeof(float));
+    ctx->capture = ctx->arena + offset;
+    forge__capture_bytes(&ctx->sched, &ctx->r, ctx->capture_offset);
+    offset += ctx->plan.capture_bytes;
     ctx->kv = ctx->arena + offset;
 
     storage = forge__kv_storage_type(ctx->r.kv_type);
@@ -6783,6 +6939,7 @@ FORGE_API void forge_context_destroy(forge_context *ctx) {
     forge_hip_arena_free(ctx->dev);
 #endif
     forge__free(&a, ctx->dev_weight);
+    if (ctx->r.backend == FORGE_BACKEND_GPU) forge__free(&a, ctx->capture); /* on the CPU it is in the arena */
     forge__pool_destroy(ctx->pool);
     forge__free(&a, ctx->arena);
     forge__schedule_free(&ctx->sched, &a);
@@ -6796,6 +6953,7 @@ FORGE_API void forge_context_reset(forge_context *ctx) {
     if (!ctx) return;
     ctx->pos = 0;
     ctx->n_logit_rows = 0;
+    ctx->capture_pos = ctx->capture_tokens = 0;
 }
 
 FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows) {
@@ -6939,6 +7097,28 @@ static void forge__rope(forge_context *ctx, float *x, uint32_t n_heads, uint32_t
                 v[b] = x0 * sn + x1 * cs;
             }
         }
+    }
+}
+
+/* f32 -> bf16 bits, rounded to nearest even; NaN stays NaN */
+static uint16_t forge__f32_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+/* n floats into a capture region as the capture type (little-endian halves) */
+static void forge__capture_store(forge_capture_dtype t, const float *x, uint64_t n, uint8_t *dst) {
+    uint64_t i;
+    if (t == FORGE_CAPTURE_F32) {
+        memcpy(dst, x, (size_t)n * sizeof(float));
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        uint16_t h = t == FORGE_CAPTURE_F16 ? forge_f32_to_f16(x[i]) : forge__f32_to_bf16(x[i]);
+        dst[2 * i] = (uint8_t)(h & 0xff);
+        dst[2 * i + 1] = (uint8_t)(h >> 8);
     }
 }
 
@@ -7144,6 +7324,10 @@ static void forge__run_schedule(forge_context *ctx) {
             }
             break;
         }
+        case FORGE__OP_CAPTURE:
+            forge__capture_store(ctx->r.capture_dtype, forge__val(ctx, op->src), (uint64_t)n * op->n,
+                                 ctx->capture + ctx->capture_offset[op->aux]);
+            break;
         }
     }
 }
@@ -7169,9 +7353,196 @@ FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uin
         } else {
             forge__run_schedule(ctx);
         }
+        if (ctx->sched.n_captures) {
+            forge_capture_chunk chunk;
+            ctx->capture_pos = ctx->pos;
+            ctx->capture_tokens = ctx->n_tokens;
+            if (ctx->on_capture && forge_context_captures(ctx, &chunk)) ctx->on_capture(ctx->capture_user_data, &chunk);
+        }
         ctx->pos += ctx->n_tokens;
         done += ctx->n_tokens;
     }
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chunk *out) {
+    uint32_t i;
+    forge_context *c = (forge_context *)(uintptr_t)ctx; /* the data pointers are filled on demand */
+    if (!ctx || !out || ctx->sched.n_captures == 0) return 0;
+    for (i = 0; i < ctx->sched.n_captures; i++) c->capture_data[i] = ctx->capture + ctx->capture_offset[i];
+    out->pos = ctx->capture_pos;
+    out->n_tokens = ctx->capture_tokens;
+    out->n_captures = ctx->sched.n_captures;
+    out->captures = ctx->sched.captures;
+    out->data = ctx->capture_data;
+    out->width = ctx->sched.capture_width;
+    out->dtype = ctx->r.capture_dtype;
+    return 1;
+}
+
+/* >>impl-capture */
+
+static const char *const forge__capture_points[FORGE_CAPTURE_POINT_COUNT] = {"resid_pre", "attn_out", "mlp_out",
+                                                                             "resid_post", "final"};
+
+FORGE_API const char *forge_capture_name(const forge_capture *capture, char *out, size_t out_bytes) {
+    if (!out || out_bytes == 0) return out;
+    if (!capture || (unsigned)capture->point >= FORGE_CAPTURE_POINT_COUNT) snprintf(out, out_bytes, "?");
+    else if (capture->point == FORGE_CAPTURE_FINAL) snprintf(out, out_bytes, "ln_final.hook_normalized");
+    else snprintf(out, out_bytes, "blocks.%u.hook_%s", capture->layer, forge__capture_points[capture->point]);
+    return out;
+}
+
+FORGE_API const char *forge_capture_dtype_name(forge_capture_dtype dtype) {
+    return dtype == FORGE_CAPTURE_F16 ? "f16" : dtype == FORGE_CAPTURE_BF16 ? "bf16" : "f32";
+}
+
+FORGE_API forge_result forge_capture_dtype_parse(const char *text, forge_capture_dtype *out, forge_error *error) {
+    if (!text || !out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_capture_dtype_parse: null argument");
+    if (forge__ieq(text, "f32")) *out = FORGE_CAPTURE_F32;
+    else if (forge__ieq(text, "f16")) *out = FORGE_CAPTURE_F16;
+    else if (forge__ieq(text, "bf16")) *out = FORGE_CAPTURE_BF16;
+    else return forge__fail(error, FORGE_ERR_ARGUMENT, "capture type '%.40s' is not one of f32, f16, bf16", text);
+    return FORGE_OK;
+}
+
+/* A signed decimal integer filling [p, end) exactly. */
+static int forge__parse_int(const char *p, const char *end, long *out) {
+    long v = 0;
+    int neg = 0;
+    if (p < end && (*p == '-' || *p == '+')) neg = *p++ == '-';
+    if (p == end) return 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9' || v > 100000000L) return 0;
+        v = v * 10 + (*p - '0');
+    }
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* A layer index, negative ones counting from the end. */
+static forge_result forge__capture_layer(const forge_config *c, long v, const char *item, int len, uint32_t *out,
+                                         forge_error *e) {
+    long layer = v < 0 ? (long)c->n_layer + v : v;
+    if (layer < 0 || layer >= (long)c->n_layer)
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "layer '%.*s' is outside the model's %u layers (0 .. %u, or -1 .. -%u)", len,
+                           item, c->n_layer, c->n_layer - 1, c->n_layer);
+    *out = (uint32_t)layer;
+    return FORGE_OK;
+}
+
+static forge_result forge__capture_add(forge_capture *out, uint32_t capacity, uint32_t *n, uint32_t layer,
+                                       forge_capture_point point, forge_error *e) {
+    uint32_t i;
+    if (point == FORGE_CAPTURE_FINAL) layer = 0;
+    for (i = 0; i < *n; i++)
+        if (out[i].layer == layer && out[i].point == point) return FORGE_OK;
+    if (*n >= capacity || *n >= FORGE_MAX_CAPTURES)
+        return forge__fail(e, FORGE_ERR_LIMIT, "more than %u captures requested", FORGE__MIN(capacity, (uint32_t)FORGE_MAX_CAPTURES));
+    out[*n].layer = layer;
+    out[*n].point = point;
+    (*n)++;
+    return FORGE_OK;
+}
+
+/* Point name ("resid_post") to its id, -1 when unknown. */
+static int forge__capture_point_of(const char *p, size_t len) {
+    int i;
+    for (i = 0; i < FORGE_CAPTURE_POINT_COUNT; i++)
+        if (strlen(forge__capture_points[i]) == len && memcmp(p, forge__capture_points[i], len) == 0) return i;
+    return -1;
+}
+
+FORGE_API forge_result forge_capture_parse(const forge_config *c, const char *layers, const char *points,
+                                           forge_capture *out, uint32_t capacity, uint32_t *n_out, forge_error *error) {
+    uint32_t layer_list[FORGE_MAX_LAYERS], n_layers = 0, n = 0, li = 0;
+    const char *p, *end;
+    forge_result r;
+    int pass;
+    if (!c || !points || !out || !n_out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_capture_parse: null argument");
+    *n_out = 0;
+    /* the layers, in the order given */
+    for (p = layers ? layers : ""; *p;) {
+        const char *dash;
+        long a, b;
+        for (end = p; *end && *end != ','; end++) {}
+        dash = NULL;
+        if (end - p == 3 && memcmp(p, "all", 3) == 0) {
+            for (li = 0; li < c->n_layer && n_layers < FORGE_MAX_LAYERS; li++) layer_list[n_layers++] = li;
+        } else {
+            const char *q;
+            for (q = p + 1; q < end; q++) /* a range: "A-B", the dash after the first character */
+                if (*q == '-' && q[-1] >= '0' && q[-1] <= '9') dash = q;
+            if (dash ? !forge__parse_int(p, dash, &a) || !forge__parse_int(dash + 1, end, &b) : !forge__parse_int(p, end, &a))
+                return forge__fail(error, FORGE_ERR_ARGUMENT, "'%.*s' is not a layer, a range A-B or 'all'", (int)(end - p), p);
+            if (!dash) b = a;
+            if ((r = forge__capture_layer(c, a, p, (int)(end - p), &li, error))) return r;
+            {
+                uint32_t last = 0;
+                if ((r = forge__capture_layer(c, b, p, (int)(end - p), &last, error))) return r;
+                if (last < li)
+                    return forge__fail(error, FORGE_ERR_ARGUMENT, "layer range '%.*s' runs backwards", (int)(end - p), p);
+                for (; li <= last && n_layers < FORGE_MAX_LAYERS; li++) layer_list[n_layers++] = li;
+            }
+        }
+        p = *end ? end + 1 : end;
+    }
+    /* pass 0: plain point names, crossed with the layers; pass 1: hook names */
+    for (pass = 0; pass < 2; pass++) {
+        if (pass == 0) {
+            for (li = 0; li < n_layers; li++)
+                for (p = points; *p;) {
+                    int point;
+                    for (end = p; *end && *end != ','; end++) {}
+                    point = forge__capture_point_of(p, (size_t)(end - p));
+                    if (point >= 0 && point != FORGE_CAPTURE_FINAL && (r = forge__capture_add(out, capacity, &n, layer_list[li], (forge_capture_point)point, error)))
+                        return r;
+                    p = *end ? end + 1 : end;
+                }
+            for (p = points; *p;) { /* "final" needs no layer */
+                for (end = p; *end && *end != ','; end++) {}
+                if (forge__capture_point_of(p, (size_t)(end - p)) == FORGE_CAPTURE_FINAL &&
+                    (r = forge__capture_add(out, capacity, &n, 0, FORGE_CAPTURE_FINAL, error)))
+                    return r;
+                p = *end ? end + 1 : end;
+            }
+            continue;
+        }
+        for (p = points; *p;) {
+            size_t len;
+            int point;
+            for (end = p; *end && *end != ','; end++) {}
+            len = (size_t)(end - p);
+            point = forge__capture_point_of(p, len);
+            if (point >= 0) {
+                if (point != FORGE_CAPTURE_FINAL && n_layers == 0)
+                    return forge__fail(error, FORGE_ERR_ARGUMENT, "point '%.*s' needs layers (e.g. 0,12,-1 or all)", (int)len, p);
+            } else if ((len == 24 && memcmp(p, "ln_final.hook_normalized", 24) == 0)) {
+                if ((r = forge__capture_add(out, capacity, &n, 0, FORGE_CAPTURE_FINAL, error))) return r;
+            } else if (len > 7 && memcmp(p, "blocks.", 7) == 0) {
+                const char *dot = p + 7;
+                long v;
+                uint32_t layer = 0;
+                while (dot < end && *dot != '.') dot++;
+                if (dot == end || !forge__parse_int(p + 7, dot, &v) || (size_t)(end - dot) < 6 || memcmp(dot, ".hook_", 6) != 0 ||
+                    (point = forge__capture_point_of(dot + 6, (size_t)(end - dot - 6))) < 0 || point == FORGE_CAPTURE_FINAL)
+                    return forge__fail(error, FORGE_ERR_ARGUMENT,
+                                       "'%.*s' is not a hook name (blocks.L.hook_resid_pre, _attn_out, _mlp_out, _resid_post)",
+                                       (int)len, p);
+                if ((r = forge__capture_layer(c, v, p, (int)len, &layer, error)) ||
+                    (r = forge__capture_add(out, capacity, &n, layer, (forge_capture_point)point, error)))
+                    return r;
+            } else {
+                return forge__fail(error, FORGE_ERR_ARGUMENT,
+                                   "'%.*s' is not a capture point (resid_pre, attn_out, mlp_out, resid_post, final) or hook name",
+                                   (int)len, p);
+            }
+            p = *end ? end + 1 : end;
+        }
+    }
+    if (n == 0) return forge__fail(error, FORGE_ERR_ARGUMENT, "nothing to capture (layers '%s', points '%s')", layers ? layers : "", points);
+    *n_out = n;
     forge__ok(error);
     return FORGE_OK;
 }

@@ -10,9 +10,12 @@
 //   >>device     device helpers: f16 bits, wave and block reductions
 //   >>weights    one 32-element unit of every GGUF weight type, dequantized in registers
 //   >>matmul     decode matvec (fused dequant + dot) and the tiled prompt matmul
-//   >>rows       embed, rmsnorm / head norm, rope, add, swiglu, argmax
-//   >>kv         KV cache encode (f32 / f16 / q8_0 / q4_0, bit-exact with forge__kv_encode)
-//   >>attention  flash-style causal attention over the KV cache, optional split-KV
+//   >>rows       embed, rmsnorm / head norm, rope, add, swiglu / geglu / fused-gate split, column copy,
+//                soft-cap, sigmoid gate, argmax
+//   >>kv         KV cache encode (f32 / f16 / q8_0 / q4_0, bit-exact with forge__kv_encode), ring of cells
+//   >>attention  flash-style causal attention over the KV cache: sliding window, soft-cap, split-KV
+//   >>moe        mixture of experts: top-k routing, per-expert matmul by route, weighted sum
+//   >>capture    hidden-state capture rows as f32 / f16 / bf16
 //
 // Conventions of every launcher: plain C arguments and device pointers, a stream as `void *`
 // (NULL is the default stream), returns 0, or -1 with the runtime's message in `message`; never
@@ -1057,6 +1060,368 @@ forge__k_matmul_tiled(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t 
     }
 }
 
+// Prompt on the matrix units (NVIDIA, compute capability 8.0 and later): the same product as the
+// tiled kernel above, with f16 operands and f32 accumulation through mma.sync m16n8k16. A block
+// computes (64 WM) rows x (32 WN) tokens with WM x WN warps of 64 x 32 each, walking the columns
+// 32 at a time (one weight unit). Each step, every thread dequantizes half a unit (16 values) of
+// one row and converts 4-float pieces of the activations, both to f16 in shared memory (two
+// buffers: the global loads of step k+1 are issued before the products of step k, and their
+// conversion and stores come after them, so one barrier per step suffices), then the warps read
+// their fragments with ldmatrix. Weight values are computed in f32 as in the matvec and rounded
+// once to f16; Q4_0 and Q8_0 values (an integer times an f16 scale) are computed in f16 arithmetic,
+// which rounds the exact product once as well. Activations are rounded to f16 (values beyond
+// 65504 would overflow: forge's matmul inputs are normalized or gated, far below). The error
+// against a double reference is about 3e-4 of the output's norm (tests/test_kernels.c).
+// Grid: x = token blocks, y = row blocks, so the blocks running together share weight rows (one
+// read from memory) and re-read the small activations from L2. F32 and BF16 weights, F16 rows that
+// are not a multiple of 32 wide, AMD targets and builds without sm_80 code keep the tiled kernel.
+#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIPCC__) && !defined(FORGE_NO_MMA)
+#define FORGE__MMA 1
+#endif
+
+#ifdef FORGE__MMA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define FORGE__MMA_DEVICE 1 // the instructions below exist: sm_80 and later
+#endif
+#define FORGE__MMA_LD 40    // halves per shared row: 32 + 8 of padding, so ldmatrix's 8 rows hit 8 different bank groups
+
+// f32 pair -> f16x2 bits (lo in the low half), round to nearest even
+__device__ __forceinline__ uint32_t forge__h2_pack(float lo, float hi) {
+    uint32_t r = 0;
+#ifdef FORGE__MMA_DEVICE
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    (void)lo, (void)hi;
+#endif
+    return r;
+}
+
+// (a - b) * c on f16x2 bits, each step rounded to nearest (exact for the small integers it is used on)
+__device__ __forceinline__ uint32_t forge__h2_sub_mul(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t r = 0;
+#ifdef FORGE__MMA_DEVICE
+    asm("{ .reg .b32 t;\n sub.rn.f16x2 t, %1, %2;\n mul.rn.f16x2 %0, t, %3; }" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+#else
+    (void)a, (void)b, (void)c;
+#endif
+    return r;
+}
+
+// Readers of half a unit: 16 values of row `row`, elements 32u + 16h .. 32u + 16h + 15, as 8 f16x2
+// words in column order. load() issues the global loads, convert() does the arithmetic.
+
+// Q4_0 / Q8_0 scale into both halves of a word
+__device__ __forceinline__ uint32_t forge__h2_dup(uint32_t h16) { return (h16 & 0xffffu) * 0x10001u; }
+
+// Q4_0: 16 qs bytes (element j: nibble h of byte j) and d; the f16 of 1024 + n comes from placing
+// n under the exponent byte 0x64, minus 1032 gives n - 8 exactly.
+struct forge__h_q4_0 {
+    struct raw { uint32_t q[4], d; };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t, raw &r) {
+        const uint8_t *b = row + (size_t)u * 18;
+        forge__ld_words<4>(b + 2, r.q);
+        r.d = forge__ld16(b);
+    }
+    static __device__ __forceinline__ void convert(const raw &r, uint32_t, uint32_t h, uint32_t out[8]) {
+        const uint32_t d2 = forge__h2_dup(r.d);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t n = (h ? r.q[i] >> 4 : r.q[i]) & 0x0f0f0f0fu;
+            out[2 * i] = forge__h2_sub_mul(__byte_perm(n, 0x64646464u, 0x4140u), 0x64086408u, d2);
+            out[2 * i + 1] = forge__h2_sub_mul(__byte_perm(n, 0x64646464u, 0x4342u), 0x64086408u, d2);
+        }
+    }
+};
+
+// Q8_0: 16 int8 and d; q + 128 under the exponent byte 0x64 is 1152 + q, minus 1152 gives q.
+struct forge__h_q8_0 {
+    struct raw { uint32_t q[4], d; };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, raw &r) {
+        const uint8_t *b = row + (size_t)u * 34;
+        forge__ld_words<4>(b + 2 + 16 * h, r.q);
+        r.d = forge__ld16(b);
+    }
+    static __device__ __forceinline__ void convert(const raw &r, uint32_t, uint32_t, uint32_t out[8]) {
+        const uint32_t d2 = forge__h2_dup(r.d);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t q = r.q[i] ^ 0x80808080u;
+            out[2 * i] = forge__h2_sub_mul(__byte_perm(q, 0x64646464u, 0x4140u), 0x64806480u, d2);
+            out[2 * i + 1] = forge__h2_sub_mul(__byte_perm(q, 0x64646464u, 0x4342u), 0x64806480u, d2);
+        }
+    }
+};
+
+// Q4_K: unit s = u % 8 is sub-block s: nibble s & 1 of the 32 qs bytes of chunk s / 2; half h takes
+// bytes 16h.. of the chunk. The 16-byte head (d, dmin, scales) is one load. Values 8n per byte give
+// the float 2 + n/8 (forge__b2f), so dl n - ml = 8 dl f - (16 dl + ml): one fma, one rounding.
+struct forge__h_q4_k {
+    struct raw { uint4 head, qs; };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, raw &r) {
+        const uint8_t *b = row + (size_t)(u / 8) * 144;
+        r.head = forge__ld128(b);
+        r.qs = forge__ld128(b + 16 + 32 * ((u % 8) / 2) + 16 * h);
+    }
+    static __device__ __forceinline__ void convert(const raw &r, uint32_t u, uint32_t, uint32_t out[8]) {
+        const uint32_t s = u % 8, c = s / 2;
+        const float d = forge__f16(r.head.x & 0xffffu), dmin = forge__f16(r.head.x >> 16);
+        const uint32_t A = r.head.y, B = r.head.z, C = r.head.w; // scale bytes 0..3, 4..7, 8..11
+        uint32_t sc, mn;                                          // bytes 0, 1: sub-blocks 2c, 2c+1
+        if (c < 2) {
+            sc = (A >> (16 * c)) & 0x3f3fu, mn = (B >> (16 * c)) & 0x3f3fu;
+        } else {
+            const uint32_t sh = 16 * (c - 2), cl = C >> sh;
+            sc = (cl & 0x0f0fu) | ((A >> sh >> 2) & 0x3030u);
+            mn = ((cl >> 4) & 0x0f0fu) | ((B >> sh >> 2) & 0x3030u);
+        }
+        if (s & 1) sc >>= 8, mn >>= 8;
+        const float dl = d * forge__u2f(sc & 0xffu), ml = dmin * forge__u2f(mn & 0xffu);
+        const float a = 8.0f * dl, b = 16.0f * dl + ml;
+        const uint32_t q[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t t = (s & 1) ? (q[i] >> 1) & 0x78787878u : (q[i] << 3) & 0x78787878u; // 8n per byte
+            out[2 * i] = forge__h2_pack(a * forge__b2f<0>(t) - b, a * forge__b2f<1>(t) - b);
+            out[2 * i + 1] = forge__h2_pack(a * forge__b2f<2>(t) - b, a * forge__b2f<3>(t) - b);
+        }
+    }
+};
+
+// Q6_K: unit s = u % 8 is half s/4, quarter k = s%4 (as forge__w_q6_k): ql bytes 64 half + 32 (k&1)
+// + 16h.. at nibble 4 (k>>1), qh bytes 128 + 32 half + 16h.. at bits 2k, scale 8 half + 2k + h.
+// Blocks are 2-aligned. 6-bit v placed as 2v gives the float 2 + v/32: dl (v - 32) = 32 dl f - 96 dl.
+struct forge__h_q6_k {
+    struct raw { uint32_t ql[4], qh[4], sd; };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, raw &r) {
+        const uint8_t *blk = row + (size_t)(u / 8) * 210;
+        const uint32_t s = u % 8, half = s / 4, k = s % 4;
+        forge__ld_words<4>(blk + 64 * half + 32 * (k & 1) + 16 * h, r.ql);
+        forge__ld_words<4>(blk + 128 + 32 * half + 16 * h, r.qh);
+        r.sd = (uint32_t)(uint8_t)blk[192 + 8 * half + 2 * k + h] | (forge__ld16(blk + 208) << 16);
+    }
+    static __device__ __forceinline__ void convert(const raw &r, uint32_t u, uint32_t, uint32_t out[8]) {
+        const uint32_t k = u % 4, nibble_shift = 4 * (k >> 1), high_shift = 2 * k;
+        const float dl = forge__f16(r.sd >> 16) * (float)(int8_t)(uint8_t)(r.sd & 0xffu);
+        const float a = 32.0f * dl, b = 96.0f * dl;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t v = ((r.ql[i] >> nibble_shift) & 0x0f0f0f0fu) | (((r.qh[i] >> high_shift) & 0x03030303u) << 4);
+            const uint32_t t = v << 1; // 2v per byte, below 128
+            out[2 * i] = forge__h2_pack(a * forge__b2f<0>(t) - b, a * forge__b2f<1>(t) - b);
+            out[2 * i + 1] = forge__h2_pack(a * forge__b2f<2>(t) - b, a * forge__b2f<3>(t) - b);
+        }
+    }
+};
+
+// F16: the 32 bytes themselves (rows are 64-byte multiples here, so 16-aligned).
+struct forge__h_f16 {
+    struct raw { uint4 a, b; };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, raw &r) {
+        const uint8_t *p = row + (size_t)u * 64 + 32 * h;
+        r.a = forge__ld128(p), r.b = forge__ld128(p + 16);
+    }
+    static __device__ __forceinline__ void convert(const raw &r, uint32_t, uint32_t, uint32_t out[8]) {
+        out[0] = r.a.x, out[1] = r.a.y, out[2] = r.a.z, out[3] = r.a.w;
+        out[4] = r.b.x, out[5] = r.b.y, out[6] = r.b.z, out[7] = r.b.w;
+    }
+};
+
+// Every other quantized type through its unit reader (>>weights): loads and arithmetic together at
+// conversion time, both halves computed and one kept by selects (no run-time register indexing).
+template <class W> struct forge__h_unit {
+    struct raw { const uint8_t *row; };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t, uint32_t, raw &r) { r.row = row; }
+    static __device__ __forceinline__ void convert(const raw &r, uint32_t u, uint32_t h, uint32_t out[8]) {
+        float v[32];
+        W::unit(r.row, u, v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) out[i] = h ? forge__h2_pack(v[16 + 2 * i], v[17 + 2 * i]) : forge__h2_pack(v[2 * i], v[2 * i + 1]);
+    }
+};
+
+// ldmatrix x4: four 8 x 8 f16 matrices, lanes 8i..8i+7 give the row addresses of matrix i
+__device__ __forceinline__ void forge__ldsm4(uint32_t out[4], uint32_t shared_address) {
+#ifdef FORGE__MMA_DEVICE
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
+                 : "r"(shared_address));
+#else
+    out[0] = out[1] = out[2] = out[3] = shared_address;
+#endif
+}
+
+// c (16 x 8, f32) += a (16 x 16, f16, row-major) b (16 x 8, f16, column-major)
+__device__ __forceinline__ void forge__mma16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#ifdef FORGE__MMA_DEVICE
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)c, (void)a, (void)b;
+#endif
+}
+
+// H: a half-unit reader above; WM x WN warps (mma.sync is NVIDIA's, whose warps are 32 lanes).
+template <class H, int WM, int WN>
+__global__ void __launch_bounds__(32 * WM * WN, WM * WN == 8 ? 2 : 1) // the large tile: two blocks a multiprocessor, 128 registers
+forge__k_matmul_mma(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
+                    const float *__restrict__ x, float *__restrict__ y, uint32_t n_tokens, const float *__restrict__ bias) {
+#ifdef FORGE__MMA_DEVICE
+    constexpr int BM = 64 * WM, BN = 32 * WN, THREADS = 32 * WM * WN, LD = FORGE__MMA_LD;
+    constexpr int TASKS = 2 * BM / THREADS; // half-units of weights per thread per step (4 / WN)
+    constexpr int PIECES = 8 * BN / THREADS; // float4 pieces of activations per thread per step (8 / WM)
+    __shared__ __align__(16) uint16_t w_tile[2][BM * LD];
+    __shared__ __align__(16) uint16_t x_tile[2][BN * LD];
+    const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const uint32_t warp_m = warp % WM, warp_n = warp / WM;
+    const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM, n_steps = n_cols / 32;
+
+    const uint8_t *rows[TASKS]; // out-of-range rows and tokens read the last valid one; never stored
+#pragma unroll
+    for (int i = 0; i < TASKS; i++) rows[i] = w + (size_t)min(row0 + (tid + i * THREADS) / 2, n_rows - 1) * row_bytes;
+    const float *xs[PIECES];
+#pragma unroll
+    for (int i = 0; i < PIECES; i++) {
+        const uint32_t piece = tid + i * THREADS;
+        xs[i] = x + (size_t)min(tok0 + piece / 8, n_tokens - 1) * n_cols + 4 * (piece % 8);
+    }
+    typename H::raw raw[TASKS];
+    float4 xv[PIECES];
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[i][j][k] = 0.0f;
+
+    // step 0: load and store; then each step loads the next, multiplies, stores the next
+#pragma unroll
+    for (int i = 0; i < TASKS; i++) H::load(rows[i], 0, (tid + i * THREADS) % 2, raw[i]);
+#pragma unroll
+    for (int i = 0; i < PIECES; i++) xv[i] = *(const float4 *)xs[i];
+    for (uint32_t step = 0;; step++) {
+        const uint32_t buf = step & 1;
+        { // store step `step` (its loads are in raw / xv) into buffer buf
+#pragma unroll
+            for (int i = 0; i < TASKS; i++) {
+                const uint32_t task = tid + i * THREADS, h = task % 2;
+                uint32_t v[8];
+                H::convert(raw[i], step, h, v);
+                uint4 *dst = (uint4 *)&w_tile[buf][(task / 2) * LD + 16 * h];
+                dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
+                dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
+            }
+#pragma unroll
+            for (int i = 0; i < PIECES; i++) {
+                const uint32_t piece = tid + i * THREADS;
+                *(uint2 *)&x_tile[buf][(piece / 8) * LD + 4 * (piece % 8)] =
+                    make_uint2(forge__h2_pack(xv[i].x, xv[i].y), forge__h2_pack(xv[i].z, xv[i].w));
+            }
+        }
+        __syncthreads(); // buffer buf is complete; the other one is free (its products were done before the last barrier)
+        if (step + 1 < n_steps) {
+#pragma unroll
+            for (int i = 0; i < TASKS; i++) H::load(rows[i], step + 1, (tid + i * THREADS) % 2, raw[i]);
+#pragma unroll
+            for (int i = 0; i < PIECES; i++) xv[i] = *(const float4 *)(xs[i] + 32 * (step + 1));
+        }
+        const uint32_t w_base = (uint32_t)__cvta_generic_to_shared(&w_tile[buf][0]);
+        const uint32_t x_base = (uint32_t)__cvta_generic_to_shared(&x_tile[buf][0]);
+#pragma unroll
+        for (int ks = 0; ks < 2; ks++) {
+            uint32_t a[4][4], b[4][2];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) // rows 16mt + lane%16, columns 8 (lane/16)
+                forge__ldsm4(a[mt], w_base + 2 * ((warp_m * 64 + mt * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8));
+#pragma unroll
+            for (int np = 0; np < 2; np++) { // tokens 16np + lane%8 + 8 (lane/16), columns 8 ((lane/8)%2)
+                uint32_t t[4];
+                forge__ldsm4(t, x_base + 2 * ((warp_n * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + ks * 16 +
+                                              ((lane >> 3) & 1) * 8));
+                b[2 * np][0] = t[0], b[2 * np][1] = t[1], b[2 * np + 1][0] = t[2], b[2 * np + 1][1] = t[3];
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) forge__mma16816(acc[mt][nt], a[mt], b[nt]);
+        }
+        if (step + 1 >= n_steps) break;
+    }
+    // accumulator element k of tile (mt, nt): row 16mt + lane/4 + 8 (k/2), token 8nt + 2 (lane%4) + k%2
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int k2 = 0; k2 < 2; k2++) {
+            const uint32_t r = row0 + warp_m * 64 + mt * 16 + lane / 4 + 8 * k2;
+            if (r >= n_rows) continue;
+            const float add = bias ? bias[r] : 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int k1 = 0; k1 < 2; k1++) {
+                    const uint32_t t = tok0 + warp_n * 32 + nt * 8 + 2 * (lane % 4) + k1;
+                    if (t < n_tokens) y[(size_t)t * n_rows + r] = acc[mt][nt][2 * k2 + k1] + add;
+                }
+        }
+#else
+    (void)w, (void)row_bytes, (void)n_rows, (void)n_cols, (void)x, (void)y, (void)n_tokens, (void)bias;
+#endif
+}
+
+// Host side of the matrix-unit path: picks the tile and launches; 0 when the tiled kernel must run
+// instead (the type has no reader here, or the kernels were built without sm_80 code).
+// Tiles: 32 WN tokens by the token count; then 128 rows, or 64 when 128 would leave multiprocessors idle.
+template <class H>
+static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                             uint32_t n_tokens, const float *bias, hipStream_t s) {
+    cudaFuncAttributes attr;
+    int device = 0, n_sm = 0;
+    if (cudaFuncGetAttributes(&attr, (const void *)forge__k_matmul_mma<H, 2, 4>) != cudaSuccess || attr.ptxVersion < 80) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        n_sm = 1;
+    const uint32_t wn = n_tokens <= 32 ? 1 : n_tokens <= 64 ? 2 : 4, bn = 32 * wn;
+    const uint32_t wm = (uint64_t)((n_rows + 127) / 128) * ((n_tokens + bn - 1) / bn) >= (uint64_t)n_sm ? 2 : 1;
+    const dim3 grid((n_tokens + bn - 1) / bn, (n_rows + 64 * wm - 1) / (64 * wm));
+    switch (wm * 10 + wn) {
+#define FORGE__MMA_TILE(WM, WN)                                                                           \
+    case WM * 10 + WN:                                                                                    \
+        forge__k_matmul_mma<H, WM, WN><<<grid, 32 * WM * WN, 0, s>>>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias); \
+        break;
+        FORGE__MMA_TILE(2, 4) FORGE__MMA_TILE(1, 4) FORGE__MMA_TILE(2, 2) FORGE__MMA_TILE(1, 2) FORGE__MMA_TILE(2, 1)
+        FORGE__MMA_TILE(1, 1)
+#undef FORGE__MMA_TILE
+    }
+    return 1;
+}
+
+// The weight types the matrix-unit path reads: the common ones with their own readers, the rest
+// through their unit readers. F32 and BF16 stay on the tiled kernel (f32 precision, bf16 range).
+#define FORGE__MMA_TYPES(X)                                                                              \
+    X(FORGE_HIP_F16, forge__h_f16) X(FORGE_HIP_Q4_0, forge__h_q4_0) X(FORGE_HIP_Q8_0, forge__h_q8_0)      \
+    X(FORGE_HIP_Q4_K, forge__h_q4_k) X(FORGE_HIP_Q6_K, forge__h_q6_k)                                     \
+    X(FORGE_HIP_Q4_1, forge__h_unit<forge__w_q4_1>) X(FORGE_HIP_Q5_0, forge__h_unit<forge__w_q5_0>)        \
+    X(FORGE_HIP_Q5_1, forge__h_unit<forge__w_q5_1>) X(FORGE_HIP_Q2_K, forge__h_unit<forge__w_q2_k>)        \
+    X(FORGE_HIP_Q3_K, forge__h_unit<forge__w_q3_k>) X(FORGE_HIP_Q5_K, forge__h_unit<forge__w_q5_k>)        \
+    X(FORGE_HIP_IQ4_NL, forge__h_unit<forge__w_iq4_nl>) X(FORGE_HIP_IQ4_XS, forge__h_unit<forge__w_iq4_xs>)
+
+static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x,
+                             float *y, uint32_t n_tokens, const float *bias, hipStream_t s) {
+    if (n_cols < 32 || n_cols % 32 != 0) return 0;
+    switch (type) {
+#define FORGE__MMA_CASE(id, H) \
+    case id: return forge__mma_launch<H>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s);
+        FORGE__MMA_TYPES(FORGE__MMA_CASE)
+#undef FORGE__MMA_CASE
+    default: return 0;
+    }
+}
+#endif // FORGE__MMA
+
+
 #define FORGE__MATVEC_THREADS 256
 
 extern "C" {
@@ -1097,6 +1462,10 @@ int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
         }
         return forge__hip_launched("matvec launch", message, message_bytes);
     }
+#ifdef FORGE__MMA
+    if (forge__mma_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s))
+        return forge__hip_launched("matmul launch", message, message_bytes);
+#endif
     dim3 grid((n_rows + FORGE__TILE_ROWS - 1) / FORGE__TILE_ROWS, (n_tokens + FORGE__TILE_TOKENS - 1) / FORGE__TILE_TOKENS);
     switch (type) {
 #define FORGE__LAUNCH_TILED(id, W)                                                                       \
@@ -1188,6 +1557,50 @@ __global__ void forge__k_swiglu(float *__restrict__ gate, const float *__restric
     }
 }
 
+// gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), ggml's constants and grouping.
+__device__ __forceinline__ float forge__gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
+}
+
+// gate = gelu(gate) * up (Gemma's GeGLU).
+__global__ void forge__k_geglu(float *__restrict__ gate, const float *__restrict__ up, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        gate[i] = forge__gelu(gate[i]) * up[i];
+}
+
+// The row kernels below take a 2D grid: x over the columns of a row, y over the tokens, both strided,
+// so no thread divides a flat index by the row width.
+#define FORGE__ROW_LOOP(n_tokens, n)                                                                     \
+    for (uint32_t t = blockIdx.y; t < (n_tokens); t += gridDim.y)                                      \
+        for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
+
+// dst[t][i] = act(src[t][i]) * src[t][n + i]: a fused gate|up projection (Phi-3) split and gated;
+// act 0 silu, 1 gelu.
+__global__ void forge__k_glu_split(float *__restrict__ dst, const float *__restrict__ src, uint32_t n_tokens, uint32_t n, int act) {
+    FORGE__ROW_LOOP(n_tokens, n) {
+        const float *row = src + (size_t)t * 2 * n;
+        const float g = row[i];
+        dst[(size_t)t * n + i] = (act ? forge__gelu(g) : g / (1.0f + expf(-g))) * row[n + i];
+    }
+}
+
+// dst[t][i] = src[t][offset + i]: one part of a fused QKV row.
+__global__ void forge__k_copy_cols(float *__restrict__ dst, const float *__restrict__ src, uint32_t n_tokens, uint32_t src_width,
+                                   uint32_t offset, uint32_t n) {
+    FORGE__ROW_LOOP(n_tokens, n) dst[(size_t)t * n + i] = src[(size_t)t * src_width + offset + i];
+}
+
+// x = cap * tanh(x / cap): Gemma-2's logit soft-cap.
+__global__ void forge__k_softcap(float *__restrict__ x, size_t n, float cap) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
+// x[t][i] *= sigmoid(s[t]): the shared expert's gate, one scalar per token.
+__global__ void forge__k_sigmoid_scale(float *__restrict__ x, const float *__restrict__ s, uint32_t n_tokens, uint32_t n) {
+    FORGE__ROW_LOOP(n_tokens, n) x[(size_t)t * n + i] *= 1.0f / (1.0f + expf(-s[t]));
+}
+
 // Index of the largest value (the first one on ties; NaN never wins), in one block: each thread
 // scans a strided slice, then a tree in shared memory that prefers the lower index on equal values.
 #define FORGE__ARGMAX_THREADS 1024
@@ -1221,6 +1634,12 @@ __global__ void __launch_bounds__(FORGE__ARGMAX_THREADS) forge__k_argmax(const f
 static unsigned forge__hip_blocks(size_t n, unsigned threads) {
     size_t blocks = (n + threads - 1) / threads;
     return (unsigned)(blocks < 4096 ? (blocks ? blocks : 1) : 4096);
+}
+
+// The 2D grid of FORGE__ROW_LOOP for n_tokens rows of n: 256 threads a block.
+static dim3 forge__hip_row_grid(uint32_t n_tokens, uint32_t n) {
+    const unsigned x = forge__hip_blocks(n, 256), y = n_tokens < 65535u ? n_tokens : 65535u;
+    return dim3(x, y ? y : 1);
 }
 
 extern "C" {
@@ -1290,6 +1709,60 @@ int forge_hip_swiglu(float *gate, const float *up, size_t n, void *stream, char 
     return forge__hip_launched("swiglu launch", message, message_bytes);
 }
 
+// gate[i] = gelu(gate[i]) * up[i], i < n; gelu the tanh form (see forge__gelu).
+int forge_hip_geglu(float *gate, const float *up, size_t n, void *stream, char *message, size_t message_bytes) {
+    if (n == 0) return 0;
+    forge__k_geglu<<<forge__hip_blocks(n, 256), 256, 0, (hipStream_t)stream>>>(gate, up, n);
+    return forge__hip_launched("geglu launch", message, message_bytes);
+}
+
+// dst[t][i] = act(src[t][i]) * src[t][n + i], i < n, t < n_tokens: src rows are 2n wide (gate, then
+// up), dst rows n wide; dst must not overlap src. act 0 silu, 1 gelu (tanh form).
+int forge_hip_glu_split(float *dst, const float *src, uint32_t n_tokens, uint32_t n, int act, void *stream, char *message,
+                        size_t message_bytes) {
+    if (act != 0 && act != 1) {
+        if (message && message_bytes) snprintf(message, message_bytes, "glu_split: activation %d is neither 0 (silu) nor 1 (gelu)", act);
+        return -1;
+    }
+    if (n > UINT32_MAX / 2) return forge__hip_refuse(message, message_bytes, "glu_split: rows too wide");
+    if (n_tokens == 0 || n == 0) return 0;
+    forge__k_glu_split<<<forge__hip_row_grid(n_tokens, n), 256, 0, (hipStream_t)stream>>>(dst, src, n_tokens, n, act);
+    return forge__hip_launched("glu_split launch", message, message_bytes);
+}
+
+// dst[t][i] = src[t][offset + i], i < n, t < n_tokens: src rows src_width wide, dst rows n wide
+// (splitting a fused QKV projection); offset + n <= src_width; dst must not overlap src.
+int forge_hip_copy_cols(float *dst, const float *src, uint32_t n_tokens, uint32_t src_width, uint32_t offset, uint32_t n,
+                        void *stream, char *message, size_t message_bytes) {
+    if (n > src_width || offset > src_width - n) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "copy_cols: columns %u..%u are outside rows of %u", offset, offset + n, src_width);
+        return -1;
+    }
+    if (n_tokens == 0 || n == 0) return 0;
+    forge__k_copy_cols<<<forge__hip_row_grid(n_tokens, n), 256, 0, (hipStream_t)stream>>>(dst, src, n_tokens, src_width, offset, n);
+    return forge__hip_launched("copy_cols launch", message, message_bytes);
+}
+
+// x[i] = cap * tanh(x[i] / cap), i < n; cap > 0.
+int forge_hip_softcap(float *x, size_t n, float cap, void *stream, char *message, size_t message_bytes) {
+    if (!(cap > 0.0f)) {
+        if (message && message_bytes) snprintf(message, message_bytes, "softcap: cap %g is not positive", (double)cap);
+        return -1;
+    }
+    if (n == 0) return 0;
+    forge__k_softcap<<<forge__hip_blocks(n, 256), 256, 0, (hipStream_t)stream>>>(x, n, cap);
+    return forge__hip_launched("softcap launch", message, message_bytes);
+}
+
+// x[t][i] *= 1 / (1 + exp(-s[t])), i < n, t < n_tokens: s holds one value per token.
+int forge_hip_sigmoid_scale(float *x, const float *s, uint32_t n_tokens, uint32_t n, void *stream, char *message,
+                            size_t message_bytes) {
+    if (n_tokens == 0 || n == 0) return 0;
+    forge__k_sigmoid_scale<<<forge__hip_row_grid(n_tokens, n), 256, 0, (hipStream_t)stream>>>(x, s, n_tokens, n);
+    return forge__hip_launched("sigmoid_scale launch", message, message_bytes);
+}
+
 // *out_index (device int32) = index of the largest of x[0..n), the first on ties: greedy decoding
 // copies back 4 bytes instead of the vocabulary's logits.
 int forge_hip_argmax(const float *x, uint32_t n, int32_t *out_index, void *stream, char *message, size_t message_bytes) {
@@ -1302,22 +1775,24 @@ int forge_hip_argmax(const float *x, uint32_t n, int32_t *out_index, void *strea
 
 /* >>kv ---------------------------------------------------------------------------------------- */
 
-// Cache layout (as forge.h's CPU backend): for one layer, K rows at cache_k + (pos * n_head_kv + h) *
+// Cache layout (as forge.h's CPU backend): for one layer, K rows at cache_k + (cell * n_head_kv + h) *
 // row_k_bytes and V rows likewise at cache_v; a row is one head's vector in the cache type:
-// F32, F16, or blocks of 32 as Q8_0 / Q4_0. The encoders below repeat forge__kv_encode's steps
+// F32, F16, or blocks of 32 as Q8_0 / Q4_0. Position pos lives in cell pos % n_cells, a ring of
+// n_cells rows (a sliding-window layer keeps only the window's cells); n_cells 0: cell = pos. The encoders below repeat forge__kv_encode's steps
 // (same divisions, round-to-nearest, clamps, no fused multiply-add), so the bytes are identical.
 
 // One thread per element (F32, F16) or per 32-element block (Q8_0, Q4_0) of n_tokens x n_head_kv rows.
 template <int TYPE>
 __global__ void forge__k_kv_store(const float *__restrict__ src, uint8_t *__restrict__ cache, uint32_t n_tokens,
-                                  uint32_t n_head_kv, uint32_t dim, uint32_t pos0, size_t row_bytes) {
+                                  uint32_t n_head_kv, uint32_t dim, uint32_t pos0, uint32_t n_cells, size_t row_bytes) {
     const uint32_t per_row = (TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16) ? dim : dim / 32;
     const size_t total = (size_t)n_tokens * n_head_kv * per_row;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t row = i / per_row; // token * n_head_kv + head
         const uint32_t item = (uint32_t)(i % per_row), t = (uint32_t)(row / n_head_kv), h = (uint32_t)(row % n_head_kv);
         const float *x = src + row * dim;
-        uint8_t *dst = cache + ((size_t)(pos0 + t) * n_head_kv + h) * row_bytes;
+        const uint32_t pos = pos0 + t, cell = n_cells ? pos % n_cells : pos;
+        uint8_t *dst = cache + ((size_t)cell * n_head_kv + h) * row_bytes;
         if (TYPE == FORGE_HIP_F32) {
             ((float *)dst)[item] = x[item];
         } else if (TYPE == FORGE_HIP_F16) {
@@ -1363,16 +1838,16 @@ static size_t forge__hip_kv_row_bytes(uint32_t kv_type, uint32_t dim) {
 }
 
 static int forge__hip_kv_store_one(uint32_t kv_type, const float *src, void *cache, uint32_t n_tokens, uint32_t n_head_kv,
-                                   uint32_t dim, uint32_t pos0, hipStream_t s) {
+                                   uint32_t dim, uint32_t pos0, uint32_t n_cells, hipStream_t s) {
     const size_t row_bytes = forge__hip_kv_row_bytes(kv_type, dim);
     const size_t items = (size_t)n_tokens * n_head_kv * (kv_type == FORGE_HIP_F32 || kv_type == FORGE_HIP_F16 ? dim : dim / 32);
     const unsigned blocks = forge__hip_blocks(items, 128);
     uint8_t *c = (uint8_t *)cache;
     switch (kv_type) {
-    case FORGE_HIP_F32: forge__k_kv_store<FORGE_HIP_F32><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, row_bytes); break;
-    case FORGE_HIP_F16: forge__k_kv_store<FORGE_HIP_F16><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, row_bytes); break;
-    case FORGE_HIP_Q8_0: forge__k_kv_store<FORGE_HIP_Q8_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, row_bytes); break;
-    default: forge__k_kv_store<FORGE_HIP_Q4_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, row_bytes); break;
+    case FORGE_HIP_F32: forge__k_kv_store<FORGE_HIP_F32><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes); break;
+    case FORGE_HIP_F16: forge__k_kv_store<FORGE_HIP_F16><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes); break;
+    case FORGE_HIP_Q8_0: forge__k_kv_store<FORGE_HIP_Q8_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes); break;
+    default: forge__k_kv_store<FORGE_HIP_Q4_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes); break;
     }
     return 0;
 }
@@ -1395,14 +1870,18 @@ template <int TYPE> __device__ __forceinline__ float forge__kv_at(const uint8_t 
 typedef struct forge_hip_attention_args {
     const float *q;          // [n_tokens][n_head][head_dim]
     float *out;              // [n_tokens][n_head][head_dim_v]
-    const void *cache_k;     // the layer's K rows: (pos * n_head_kv + kv_head) * row_k_bytes
+    const void *cache_k;     // the layer's K rows: (cell * n_head_kv + kv_head) * row_k_bytes, cell = pos % n_cells
     const void *cache_v;     // the layer's V rows, likewise
     uint32_t kv_type;        // GGUF id of the cache's storage: F32, F16, Q8_0 or Q4_0
-    uint32_t n_tokens;       // queries; token t sits at position pos0 + t and sees positions 0..pos0+t
+    uint32_t n_tokens;       // queries; token t sits at position P = pos0 + t and sees positions 0..P
     uint32_t n_head, n_head_kv; // n_head a multiple of n_head_kv: query head h reads KV head h / (n_head / n_head_kv)
     uint32_t head_dim, head_dim_v; // each <= FORGE_HIP_ATTENTION_MAX_HEAD_DIM; multiples of 32 for Q8_0/Q4_0
     uint32_t pos0;
     float scale;             // scores are q.k * scale; 0 means 1 / sqrt(head_dim)
+    uint32_t window;         // 0: full causal; else P sees only p with P - p < window (sliding window)
+    uint32_t n_cells;        // rows of the layer's cache, a ring (pos % n_cells); 0: no wrap. Must hold every
+                             // position the batch reads: n_cells >= pos0 + n_tokens - max(0, pos0 + 1 - window)
+    float softcap;           // 0: none; else each score s becomes softcap * tanh(s / softcap) before the softmax
 } forge_hip_attention_args;
 
 #define FORGE_HIP_ATTENTION_MAX_HEAD_DIM 512
@@ -1416,6 +1895,8 @@ typedef struct forge_hip_attention_args {
 // l, l + wave, ... of q and of its running output; a score is a wave-wide sum. Each wave keeps its
 // own running max m, denominator l and output; the waves merge through shared memory at the end.
 // Nothing grows with the context: the state is registers plus a fixed shared array.
+// Token t reads positions first..P (first = P - window + 1 with a window, else 0); split s takes the
+// chunk first + s * chunk .. of that range, so splits cover only positions inside the window.
 // With n_split == 1 the block writes the normalized output; otherwise it writes its unnormalized
 // (m, l, o) to `partial` and forge__k_attention_merge combines the splits (flash-decoding).
 template <int TYPE>
@@ -1427,8 +1908,8 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
     const uint32_t wave = warpSize, lane = threadIdx.x % wave, id = threadIdx.x / wave, n_waves = blockDim.x / wave;
     const uint32_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
     const uint32_t kv_head = h / (a.n_head / a.n_head_kv), hd = a.head_dim, hdv = a.head_dim_v;
-    const uint32_t kv_len = a.pos0 + t + 1, begin = split * chunk;
-    const uint32_t end = begin + chunk < kv_len ? begin + chunk : kv_len;
+    const uint32_t kv_len = a.pos0 + t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
+    const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
     const float *q = a.q + ((size_t)t * a.n_head + h) * hd;
     const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
 
@@ -1441,8 +1922,9 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
     }
     float m = -INFINITY, l = 0.0f;
     for (uint32_t p = begin + id; p < end; p += n_waves) {
-        const uint8_t *krow = ck + ((size_t)p * a.n_head_kv + kv_head) * row_k_bytes;
-        const uint8_t *vrow = cv + ((size_t)p * a.n_head_kv + kv_head) * row_v_bytes;
+        const uint32_t cell = a.n_cells ? p % a.n_cells : p;
+        const uint8_t *krow = ck + ((size_t)cell * a.n_head_kv + kv_head) * row_k_bytes;
+        const uint8_t *vrow = cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes;
         float s = 0.0f;
 #pragma unroll
         for (int j = 0; j < FORGE__ATT_PER_LANE; j++) {
@@ -1450,6 +1932,7 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
             if (d < hd) s += qv[j] * forge__kv_at<TYPE>(krow, d);
         }
         s = forge__wave_sum(s);
+        if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
         const float m_new = fmaxf(m, s), shrink = expf(m - m_new), weight = expf(s - m_new); // expf(-inf) = 0
         l = l * shrink + weight;
 #pragma unroll
@@ -1522,19 +2005,25 @@ extern "C" {
 
 // Keys k [n_tokens][n_head_kv][head_dim] and values v [n_tokens][n_head_kv][head_dim_v] (f32) into
 // the layer's cache at positions pos0.., encoded as kv_type (GGUF id F32, F16, Q8_0 or Q4_0) exactly
-// as forge__kv_encode does. cache_k / cache_v: the layer's K and V regions (see >>kv).
+// as forge__kv_encode does. cache_k / cache_v: the layer's K and V regions (see >>kv); position p
+// goes to cell p % n_cells (n_cells 0: cell p), so a batch may not exceed n_cells tokens.
 int forge_hip_kv_store(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
-                       uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t pos0, void *stream,
-                       char *message, size_t message_bytes) {
+                       uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t pos0, uint32_t n_cells,
+                       void *stream, char *message, size_t message_bytes) {
     if (!forge__hip_kv_row_bytes(kv_type, head_dim) || !forge__hip_kv_row_bytes(kv_type, head_dim_v)) {
         if (message && message_bytes)
             snprintf(message, message_bytes, "kv_store: cache type %u with head dims %u/%u is not supported (F32, F16, Q8_0, Q4_0; "
                      "quantized caches need multiples of 32)", kv_type, head_dim, head_dim_v);
         return -1;
     }
+    if (n_cells && n_tokens > n_cells) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "kv_store: %u tokens do not fit a ring of %u cells", n_tokens, n_cells);
+        return -1;
+    }
     if (n_tokens == 0 || n_head_kv == 0) return 0;
-    forge__hip_kv_store_one(kv_type, k, cache_k, n_tokens, n_head_kv, head_dim, pos0, (hipStream_t)stream);
-    forge__hip_kv_store_one(kv_type, v, cache_v, n_tokens, n_head_kv, head_dim_v, pos0, (hipStream_t)stream);
+    forge__hip_kv_store_one(kv_type, k, cache_k, n_tokens, n_head_kv, head_dim, pos0, n_cells, (hipStream_t)stream);
+    forge__hip_kv_store_one(kv_type, v, cache_v, n_tokens, n_head_kv, head_dim_v, pos0, n_cells, (hipStream_t)stream);
     return forge__hip_launched("kv_store launch", message, message_bytes);
 }
 
@@ -1547,7 +2036,8 @@ size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint
 }
 
 // out = causal softmax(q k^T * scale) v over the cache, for every query head and token (see the
-// args struct). scratch: device memory of scratch_bytes (may be NULL / 0), see above.
+// args struct: sliding window, ring of cells, soft-cap). scratch: device memory of scratch_bytes
+// (may be NULL / 0), see above; a window needs no more scratch than its n_ctx.
 int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, size_t scratch_bytes, void *stream,
                         char *message, size_t message_bytes) {
     forge_hip_attention_args a = *args;
@@ -1560,15 +2050,29 @@ int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, siz
                      a.kv_type, a.head_dim, a.head_dim_v, FORGE_HIP_ATTENTION_MAX_HEAD_DIM, a.n_head, a.n_head_kv, a.n_tokens);
         return -1;
     }
+    if (!(a.softcap >= 0.0f) || a.pos0 + a.n_tokens < a.pos0) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "attention: soft-cap %g is negative or positions %u + %u overflow", (double)a.softcap, a.pos0,
+                     a.n_tokens);
+        return -1;
+    }
+    const uint32_t max_len = a.pos0 + a.n_tokens; // one past the last position of the batch
+    const uint32_t oldest = a.window && a.pos0 + 1 > a.window ? a.pos0 + 1 - a.window : 0; // first position any query reads
+    if (a.n_cells && a.n_cells < max_len - oldest) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "attention: a ring of %u cells cannot hold positions %u..%u (window %u, %u tokens at %u)",
+                     a.n_cells, oldest, max_len - 1, a.window, a.n_tokens, a.pos0);
+        return -1;
+    }
     if (a.n_tokens == 0) return 0;
     if (a.scale == 0.0f) a.scale = (float)(1.0 / sqrt((double)a.head_dim));
-    const uint32_t max_len = a.pos0 + a.n_tokens;
-    uint32_t n_split = forge__hip_attention_splits(max_len);
+    const uint32_t span = a.window && a.window < max_len ? a.window : max_len; // the most positions one query reads
+    uint32_t n_split = forge__hip_attention_splits(span);
     const size_t per_split = (size_t)a.n_tokens * a.n_head * (a.head_dim_v + 2) * sizeof(float);
     if ((size_t)a.n_tokens * a.n_head >= 256) n_split = 1; // enough blocks already to fill the device
     if (!scratch || (size_t)n_split * per_split > scratch_bytes) n_split = scratch ? (uint32_t)(scratch_bytes / per_split) : 1;
     if (n_split < 1) n_split = 1;
-    const uint32_t chunk = (max_len + n_split - 1) / n_split;
+    const uint32_t chunk = (span + n_split - 1) / n_split;
     dim3 grid(a.n_head, a.n_tokens, n_split);
     float *partial = (float *)scratch;
     switch (a.kv_type) {
@@ -1579,6 +2083,371 @@ int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, siz
     }
     if (n_split > 1) forge__k_attention_merge<<<dim3(a.n_head, a.n_tokens), 128, 0, s>>>(partial, a.out, a.n_head, a.head_dim_v, n_split);
     return forge__hip_launched("attention launch", message, message_bytes);
+}
+
+}  // extern "C"
+
+/* >>moe --------------------------------------------------------------------------------------- */
+
+// Mixture of experts. A route row per token holds 2k floats: the k chosen expert ids (exact small
+// integers as floats), then their k weights. forge_hip_moe_route writes it from the router logits,
+// forge_hip_matmul_id multiplies each (token, slot) by its expert's matrix, forge_hip_moe_sum adds
+// the slots up with their weights.
+#define FORGE_HIP_MOE_MAX_EXPERTS 256
+#define FORGE__MOE_PER_LANE 8   // experts per lane: 256 over the narrowest wave
+#define FORGE__MOE_THREADS 256
+#define FORGE__MOE_ROWS 4       // rows per wave in the per-pair matvec
+#define FORGE__MOE_TILE 64      // rows and (token, slot) pairs of a tile in the gathered matmul
+#define FORGE__MOE_TILED_MIN_PAIRS 1024 // from here on a batch takes the gathered tiled kernel
+
+// Expert of pair (t, j), pair = t * k + j; an id that is not a number or negative reads expert 0.
+__device__ __forceinline__ int forge__moe_expert(const float *__restrict__ route, uint32_t pair, uint32_t k) {
+    const float id = route[(size_t)(pair / k) * 2 * k + pair % k];
+    return id >= 0.0f ? (int)id : 0;
+}
+
+// One wave per token: p = softmax(logits), then k rounds of a wave-wide arg-max over the experts not
+// yet taken (larger p first, the lower index on equal p). Lane l holds experts l, l + wave, ...; a
+// probability that is not a number counts as 0, so every round finds an expert.
+__global__ void forge__k_moe_route(const float *__restrict__ logits, uint32_t n_expert, uint32_t k, int renorm,
+                                   float *__restrict__ route) {
+    const uint32_t wave = warpSize, lane = threadIdx.x;
+    if (lane >= wave) return; // the launcher sized the block as one wave; a larger guess leaves the rest idle
+    const float *row = logits + (size_t)blockIdx.x * n_expert;
+    float *out = route + (size_t)blockIdx.x * 2 * k;
+    float p[FORGE__MOE_PER_LANE], max = -INFINITY, sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < FORGE__MOE_PER_LANE; j++) {
+        const uint32_t e = lane + j * wave;
+        p[j] = e < n_expert ? row[e] : -INFINITY;
+        max = fmaxf(max, p[j]);
+    }
+    max = forge__wave_max(max);
+#pragma unroll
+    for (int j = 0; j < FORGE__MOE_PER_LANE; j++) {
+        const uint32_t e = lane + j * wave;
+        p[j] = e < n_expert ? expf(p[j] - max) : 0.0f;
+        sum += p[j];
+    }
+    sum = forge__wave_sum(sum);
+#pragma unroll
+    for (int j = 0; j < FORGE__MOE_PER_LANE; j++) p[j] = sum > 0.0f && p[j] == p[j] ? p[j] / sum : 0.0f;
+    uint32_t taken = 0; // bit j: expert lane + j * wave is chosen
+    float chosen_sum = 0.0f;
+    for (uint32_t i = 0; i < k; i++) {
+        float best = -1.0f;
+        uint32_t best_e = UINT32_MAX;
+#pragma unroll
+        for (int j = 0; j < FORGE__MOE_PER_LANE; j++) { // ascending e: strict > keeps the lower index
+            const uint32_t e = lane + j * wave;
+            if (e < n_expert && !((taken >> j) & 1u) && p[j] > best) best = p[j], best_e = e;
+        }
+        for (int lane_mask = warpSize / 2; lane_mask > 0; lane_mask >>= 1) {
+            const float other = FORGE_SHFL_XOR(best, lane_mask);
+            const uint32_t other_e = (uint32_t)FORGE_SHFL_XOR((int)best_e, lane_mask);
+            if (other > best || (other == best && other_e < best_e)) best = other, best_e = other_e;
+        }
+        if (best_e % wave == lane) taken |= 1u << (best_e / wave);
+        if (lane == 0) out[i] = (float)best_e, out[k + i] = best;
+        chosen_sum += best;
+    }
+    if (renorm && lane == 0 && chosen_sum > 0.0f)
+        for (uint32_t i = 0; i < k; i++) out[k + i] /= chosen_sum; // lane 0 wrote them: no sync needed
+}
+
+// Per-pair matvec, the decode case: blockIdx.y walks the (token, slot) pairs, reads the pair's expert
+// on the device and runs the body of >>matmul's forge__k_matvec over that expert's matrix (its own
+// copy here: the >>matmul kernels take one fixed matrix). Every weight type.
+template <class W>
+__global__ void __launch_bounds__(FORGE__MOE_THREADS)
+forge__k_matvec_id(const uint8_t *__restrict__ w, size_t expert_bytes, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
+                   const float *__restrict__ x, int x_per_slot, const float *__restrict__ route, uint32_t k, uint32_t n_pairs,
+                   float *__restrict__ y) {
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, waves_per_block = blockDim.x / wave;
+    const uint32_t r0 = (blockIdx.x * waves_per_block + threadIdx.x / wave) * FORGE__MOE_ROWS;
+    if (r0 >= n_rows) return; // the whole wave leaves together
+    const uint32_t n_here = n_rows - r0 < FORGE__MOE_ROWS ? n_rows - r0 : FORGE__MOE_ROWS;
+    const uint32_t n_units = forge__fast_units<W>(n_cols);
+    for (uint32_t pair = blockIdx.y; pair < n_pairs; pair += gridDim.y) {
+        const uint8_t *we = w + (size_t)forge__moe_expert(route, pair, k) * expert_bytes + (size_t)r0 * row_bytes;
+        const float *xin = x + (size_t)(x_per_slot ? pair : pair / k) * n_cols;
+        float acc[FORGE__MOE_ROWS] = {0};
+        for (uint32_t u = lane; u < n_units; u += wave) {
+            float xr[32];
+            const float4 *xv = (const float4 *)(xin + (size_t)u * 32);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float4 f = xv[i];
+                xr[4 * i] = f.x, xr[4 * i + 1] = f.y, xr[4 * i + 2] = f.z, xr[4 * i + 3] = f.w;
+            }
+#pragma unroll
+            for (int r = 0; r < FORGE__MOE_ROWS; r++) {
+                if ((uint32_t)r < n_here) {
+                    float v[32], s0 = 0.0f, s1 = 0.0f;
+                    W::unit(we + (size_t)r * row_bytes, u, v);
+#pragma unroll
+                    for (int j = 0; j < 32; j += 2) s0 += v[j] * xr[j], s1 += v[j + 1] * xr[j + 1];
+                    acc[r] += s0 + s1;
+                }
+            }
+        }
+        if (W::is_float)
+            for (uint32_t c = n_units * 32 + lane; c < n_cols; c += wave) {
+                const float xc = xin[c];
+#pragma unroll
+                for (int r = 0; r < FORGE__MOE_ROWS; r++)
+                    if ((uint32_t)r < n_here) acc[r] += W::elem(we + (size_t)r * row_bytes, c) * xc;
+            }
+#pragma unroll
+        for (int r = 0; r < FORGE__MOE_ROWS; r++) {
+            const float total = forge__wave_sum(acc[r]);
+            if (lane == 0 && (uint32_t)r < n_here) y[(size_t)pair * n_rows + r0 + r] = total;
+        }
+    }
+}
+
+// The same over >>matmul's fast piece readers (Q4_0, Q8_0, Q4_K, Q6_K): forge__k_matvec_fast's body.
+template <class P>
+__global__ void __launch_bounds__(FORGE__MOE_THREADS)
+forge__k_matvec_id_fast(const uint8_t *__restrict__ w, size_t expert_bytes, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
+                        const float *__restrict__ x, int x_per_slot, const float *__restrict__ route, uint32_t k, uint32_t n_pairs,
+                        float *__restrict__ y) {
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, waves_per_block = blockDim.x / wave;
+    const uint32_t r0 = (blockIdx.x * waves_per_block + threadIdx.x / wave) * FORGE__MOE_ROWS;
+    if (r0 >= n_rows) return;
+    const uint32_t n_pieces = n_cols / 32;
+    for (uint32_t pair = blockIdx.y; pair < n_pairs; pair += gridDim.y) {
+        const uint8_t *we = w + (size_t)forge__moe_expert(route, pair, k) * expert_bytes;
+        const float *xin = x + (size_t)(x_per_slot ? pair : pair / k) * n_cols;
+        const uint8_t *rows[FORGE__MOE_ROWS];
+#pragma unroll
+        for (int r = 0; r < FORGE__MOE_ROWS; r++) rows[r] = we + (size_t)min(r0 + r, n_rows - 1) * row_bytes; // extra rows: dropped
+        float acc[FORGE__MOE_ROWS] = {0};
+        for (uint32_t p = lane; p < n_pieces; p += wave) {
+            typename P::raw raw[FORGE__MOE_ROWS];
+#pragma unroll
+            for (int r = 0; r < FORGE__MOE_ROWS; r++) P::load(rows[r], p, raw[r]);
+            float xr[32], xs[4];
+            P::load_x(xin, p, xr, xs);
+#pragma unroll
+            for (int r = 0; r < FORGE__MOE_ROWS; r++) acc[r] += P::dot(raw[r], p, xr, xs);
+        }
+#pragma unroll
+        for (int r = 0; r < FORGE__MOE_ROWS; r++) {
+            const float total = forge__wave_sum(acc[r]);
+            if (lane == 0 && r0 + r < n_rows) y[(size_t)pair * n_rows + r0 + r] = total;
+        }
+    }
+}
+
+// Prompt batches: a block owns FORGE__MOE_TILE rows of one expert (blockIdx.y) and gathers the pairs
+// routed to it, 256 route entries at a time, into a list in shared memory (in any order: each pair's
+// sum is the same wherever it sits); every FORGE__MOE_TILE pairs taken from the list's end go through
+// a shared-memory tiled product like >>matmul's, so an expert's weights are read once per 64 pairs
+// instead of once per pair. An expert that no pair chose costs one scan of the routes.
+template <class W>
+__global__ void __launch_bounds__(FORGE__MOE_THREADS)
+forge__k_matmul_id_tiled(const uint8_t *__restrict__ w, size_t expert_bytes, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
+                         const float *__restrict__ x, int x_per_slot, const float *__restrict__ route, uint32_t k, uint32_t n_pairs,
+                         float *__restrict__ y) {
+    __shared__ float w_tile[FORGE__MOE_TILE][33]; // +1 column: rows land in different banks
+    __shared__ float x_tile[FORGE__MOE_TILE][33];
+    __shared__ uint32_t list[FORGE__MOE_TILE + FORGE__MOE_THREADS];
+    __shared__ uint32_t count;
+    const uint32_t tid = threadIdx.x, row0 = blockIdx.x * FORGE__MOE_TILE, tx = tid % 16, ty = tid / 16;
+    const int expert = (int)blockIdx.y;
+    const uint8_t *we = w + (size_t)expert * expert_bytes;
+    const uint32_t n_units = forge__fast_units<W>(n_cols), n_steps = (n_cols + 31) / 32;
+    if (tid == 0) count = 0;
+    __syncthreads();
+    for (uint32_t base = 0; base < n_pairs; base += FORGE__MOE_THREADS) {
+        if (base + tid < n_pairs && forge__moe_expert(route, base + tid, k) == expert) list[atomicAdd(&count, 1u)] = base + tid;
+        __syncthreads();
+        uint32_t have = count; // the same in every thread
+        const int last = base + FORGE__MOE_THREADS >= n_pairs;
+        while (have >= FORGE__MOE_TILE || (last && have > 0)) {
+            const uint32_t n_here = have < FORGE__MOE_TILE ? have : FORGE__MOE_TILE, *pairs = list + (have - n_here);
+            float acc[4][4] = {{0}};
+            for (uint32_t step = 0; step < n_steps; step++) {
+                const uint32_t col0 = step * 32;
+                if (tid < FORGE__MOE_TILE) {
+                    const uint32_t r = row0 + tid;
+                    float v[32];
+                    if (r < n_rows && step < n_units) {
+                        W::unit(we + (size_t)r * row_bytes, step, v);
+                    } else {
+#pragma unroll
+                        for (int c = 0; c < 32; c++)
+                            v[c] = (W::is_float && r < n_rows && col0 + c < n_cols) ? W::elem(we + (size_t)r * row_bytes, col0 + c) : 0.0f;
+                    }
+#pragma unroll
+                    for (int c = 0; c < 32; c++) w_tile[tid][c] = v[c];
+                }
+                { // activations: slot tid/4, 8 columns from 8 * (tid % 4)
+                    const uint32_t slot = tid / 4, c = 8 * (tid % 4);
+                    const float *src = NULL;
+                    if (slot < n_here) src = x + (size_t)(x_per_slot ? pairs[slot] : pairs[slot] / k) * n_cols + col0 + c;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) x_tile[slot][c + j] = (src && col0 + c + j < n_cols) ? src[j] : 0.0f;
+                }
+                __syncthreads();
+#pragma unroll 8
+                for (int c = 0; c < 32; c++) {
+                    float a[4], b[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) a[i] = w_tile[tx + 16 * i][c], b[i] = x_tile[ty + 16 * i][c];
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+                }
+                __syncthreads();
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t slot = ty + 16 * j;
+                if (slot >= n_here) continue;
+                float *out = y + (size_t)pairs[slot] * n_rows;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    if (row0 + tx + 16 * i < n_rows) out[row0 + tx + 16 * i] = acc[i][j];
+            }
+            have -= n_here;
+        }
+        __syncthreads(); // every thread has read count and the list's tail before they change
+        if (tid == 0) count = have;
+        __syncthreads();
+    }
+}
+
+// dst[t][i] = sum_j route weight j * src[t * k + j][i], slots added in order j = 0, 1, ...
+__global__ void forge__k_moe_sum(const float *__restrict__ src, const float *__restrict__ route, uint32_t n_tokens, uint32_t k,
+                                 uint32_t n, float *__restrict__ dst) {
+    FORGE__ROW_LOOP(n_tokens, n) {
+        const float *weights = route + (size_t)t * 2 * k + k;
+        float sum = 0.0f;
+        for (uint32_t j = 0; j < k; j++) sum += weights[j] * src[((size_t)t * k + j) * n + i];
+        dst[(size_t)t * n + i] = sum;
+    }
+}
+
+extern "C" {
+
+// route [n_tokens][2k] from logits [n_tokens][n_expert]: per token p = softmax(logits), the k largest
+// p in descending order (the lower index first on equal p) as ids, then their p as weights, divided
+// by the sum of the k when renorm != 0. 1 <= k <= n_expert <= FORGE_HIP_MOE_MAX_EXPERTS (256).
+int forge_hip_moe_route(const float *logits, uint32_t n_tokens, uint32_t n_expert, uint32_t k, int renorm, float *route,
+                        void *stream, char *message, size_t message_bytes) {
+    if (n_expert == 0 || n_expert > FORGE_HIP_MOE_MAX_EXPERTS || k == 0 || k > n_expert) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "moe_route: %u of %u experts (at most %d experts, 1 <= k <= experts)", k, n_expert,
+                     FORGE_HIP_MOE_MAX_EXPERTS);
+        return -1;
+    }
+    if (n_tokens > 2147483647u) return forge__hip_refuse(message, message_bytes, "moe_route: too many tokens");
+    if (n_tokens == 0) return 0;
+    forge__k_moe_route<<<n_tokens, forge__hip_wave_size(), 0, (hipStream_t)stream>>>(logits, n_expert, k, renorm, route);
+    return forge__hip_launched("moe_route launch", message, message_bytes);
+}
+
+// y[(t * k + j) * n_rows + r] = sum_c W_e[r][c] xin[c] for every token t < n_tokens and slot j < k,
+// e = route[t * 2k + j] (see forge_hip_moe_route). w: the 3D GGUF tensor [n_expert][n_rows][n_cols],
+// expert e's matrix at w + e * expert_bytes (expert_bytes >= n_rows * row_bytes; GGUF stores them
+// back to back), any weight type forge_hip_matmul reads. xin = x + t * n_cols when x_per_slot == 0
+// (every slot reads the token's row), x + (t * k + j) * n_cols otherwise (e.g. the down projection
+// of each slot's own activations). y [n_tokens * k][n_rows] must not overlap x. Expert ids must be
+// below the tensor's n_expert and FORGE_HIP_MOE_MAX_EXPERTS. Small batches run a matvec per pair
+// (every expert byte read once per pair: right for decode), batches of FORGE__MOE_TILED_MIN_PAIRS
+// pairs or more gather each expert's pairs into tiles.
+int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint32_t n_rows, uint32_t n_cols, const float *x,
+                        int x_per_slot, const float *route, uint32_t k, uint32_t n_tokens, float *y, void *stream, char *message,
+                        size_t message_bytes) {
+    size_t row_bytes;
+    if (forge__hip_weights(type, n_cols, &row_bytes, "matmul_id", message, message_bytes)) return -1;
+    if (n_rows == 0 || n_tokens == 0 || k == 0) return 0;
+    if (n_cols == 0 || expert_bytes / row_bytes < n_rows || (size_t)n_tokens * k > UINT32_MAX) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "matmul_id: experts of %zu bytes cannot hold %u rows of %u columns (%zu bytes), or %u x %u pairs overflow",
+                     expert_bytes, n_rows, n_cols, row_bytes, n_tokens, k);
+        return -1;
+    }
+    hipStream_t s = (hipStream_t)stream;
+    const uint8_t *wb = (const uint8_t *)w;
+    const uint32_t n_pairs = n_tokens * k, pair_blocks = n_pairs < 65535u ? n_pairs : 65535u;
+    if (n_pairs >= FORGE__MOE_TILED_MIN_PAIRS) {
+        dim3 grid((n_rows + FORGE__MOE_TILE - 1) / FORGE__MOE_TILE, FORGE_HIP_MOE_MAX_EXPERTS);
+        switch (type) {
+#define FORGE__LAUNCH_ID_TILED(id, W)                                                                    \
+    case id: forge__k_matmul_id_tiled<W><<<grid, FORGE__MOE_THREADS, 0, s>>>(wb, expert_bytes, row_bytes, n_rows, n_cols, x, x_per_slot, route, k, n_pairs, y); break;
+            FORGE__WEIGHT_TYPES(FORGE__LAUNCH_ID_TILED)
+#undef FORGE__LAUNCH_ID_TILED
+        }
+        return forge__hip_launched("matmul_id launch", message, message_bytes);
+    }
+    const uint32_t rows_per_block = FORGE__MOE_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MOE_ROWS;
+    dim3 grid((n_rows + rows_per_block - 1) / rows_per_block, pair_blocks);
+    switch (type) {
+#define FORGE__LAUNCH_ID_FAST(id, P)                                                                     \
+    case id: forge__k_matvec_id_fast<P><<<grid, FORGE__MOE_THREADS, 0, s>>>(wb, expert_bytes, row_bytes, n_rows, n_cols, x, x_per_slot, route, k, n_pairs, y); \
+        return forge__hip_launched("matmul_id launch", message, message_bytes);
+        FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q4_0, forge__p_q4_0)
+        FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q8_0, forge__p_q8_0)
+        FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q4_K, forge__p_q4_k)
+        FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q6_K, forge__p_q6_k)
+#undef FORGE__LAUNCH_ID_FAST
+    default: break;
+    }
+    switch (type) {
+#define FORGE__LAUNCH_ID(id, W)                                                                          \
+    case id: forge__k_matvec_id<W><<<grid, FORGE__MOE_THREADS, 0, s>>>(wb, expert_bytes, row_bytes, n_rows, n_cols, x, x_per_slot, route, k, n_pairs, y); break;
+        FORGE__WEIGHT_TYPES(FORGE__LAUNCH_ID)
+#undef FORGE__LAUNCH_ID
+    }
+    return forge__hip_launched("matmul_id launch", message, message_bytes);
+}
+
+// dst[t][i] = sum_j route[t * 2k + k + j] * src[(t * k + j) * n + i], i < n, t < n_tokens: the
+// experts' outputs weighted and added (slots in order). dst must not overlap src.
+int forge_hip_moe_sum(const float *src, const float *route, uint32_t n_tokens, uint32_t k, uint32_t n, float *dst, void *stream,
+                      char *message, size_t message_bytes) {
+    if (n_tokens == 0 || n == 0) return 0;
+    forge__k_moe_sum<<<forge__hip_row_grid(n_tokens, n), 256, 0, (hipStream_t)stream>>>(src, route, n_tokens, k, n, dst);
+    return forge__hip_launched("moe_sum launch", message, message_bytes);
+}
+
+}  // extern "C"
+
+/* >>capture ----------------------------------------------------------------------------------- */
+
+// Hidden-state capture: f32 rows into the capture staging as f32, f16 or bf16, rounded to nearest
+// even with the same integer steps as forge.h's forge__capture_store, so CPU and GPU captures agree
+// bit for bit on the same values.
+__global__ void forge__k_capture_store(uint8_t *__restrict__ dst, const float *__restrict__ src, size_t n, int dtype) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = src[i];
+        if (dtype == 0) {
+            ((float *)dst)[i] = v;
+        } else if (dtype == 1) {
+            ((uint16_t *)dst)[i] = (uint16_t)forge__to_f16(v);
+        } else {
+            const uint32_t bits = __float_as_uint(v);
+            ((uint16_t *)dst)[i] = (bits & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((bits >> 16) | 0x40u)
+                                                                      : (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+        }
+    }
+}
+
+extern "C" {
+
+// n floats of src into dst as dtype (0 f32, 1 f16, 2 bf16). dst: device memory, 4-byte aligned.
+int forge_hip_capture_store(void *dst, const float *src, size_t n, int dtype, void *stream, char *message, size_t message_bytes) {
+    if (dtype < 0 || dtype > 2) {
+        if (message && message_bytes) snprintf(message, message_bytes, "capture_store: type %d is not 0 (f32), 1 (f16) or 2 (bf16)", dtype);
+        return -1;
+    }
+    if (n == 0) return 0;
+    forge__k_capture_store<<<forge__hip_blocks(n, 256), 256, 0, (hipStream_t)stream>>>((uint8_t *)dst, src, n, dtype);
+    return forge__hip_launched("capture_store launch", message, message_bytes);
 }
 
 }  // extern "C"

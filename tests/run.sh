@@ -39,9 +39,12 @@ run tokenizer_san $B/test_tokenizer_san
 run matmul      $B/test_matmul
 run matmul_san  $B/test_matmul_san
 run smollm2     $B/test_smollm2
+run capture     $B/test_capture
+run capture_san $B/test_capture_san
 run builds      sh tests/check_builds.sh
 run mkmodel     sh tests/test_mkmodel.sh
 run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
+run extract     $PY tests/check_extract.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 [ -n "$broken" ] && echo "suites with failures:$broken"
 echo "$total_passed passed, $total_failed failed"
 [ "$total_failed" -eq 0 ]

@@ -4,6 +4,8 @@
 
      matmul / matvec, all weight types  1e-5   reference: forge_dequantize + double dot; the GPU
                                                 dequantizes exactly, only f32 summation order differs
+     matmul on the matrix units         1e-3   prompt batches (NVIDIA sm_80+, all types but F32 and
+                                                BF16): f16 weights and activations, about 3e-4
      embed                              1e-6   dequantize and scale: one or two roundings
      rmsnorm, headnorm                  1e-5   float sum of squares on the GPU, double on the CPU
      rope (NORM, NEOX, partial, factors) 1e-5  angles in double on both sides
@@ -186,6 +188,8 @@ static void check_matmul(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32
     float *bias = (float *)xmalloc(n_rows * sizeof(float));
     float *y = (float *)xmalloc((size_t)n_tokens * n_rows * sizeof(float));
     double *ref = (double *)xmalloc((size_t)n_tokens * n_rows * sizeof(double));
+    /* prompt batches may run on the matrix units: f16 operands, about 3e-4 (F32 and BF16 stay f32) */
+    const double tolerance = n_tokens > 1 && type != FORGE_TYPE_F32 && type != FORGE_TYPE_BF16 ? 1e-3 : 1e-5;
     void *dw, *dx, *dy, *db;
     uint32_t r, c, k;
     double err;
@@ -215,7 +219,7 @@ static void check_matmul(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32
         err = norm_error_d(y, ref, (size_t)n_tokens * n_rows);
         printf("  matmul %-6s %5u x %5u, %3u token%s%s: err %.2e\n", t->name, n_rows, n_cols, n_tokens, n_tokens > 1 ? "s" : " ",
                with_bias ? " +bias" : "      ", err);
-        CHECK(err < 1e-5, "matmul %s %ux%u tokens %u: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err);
+        CHECK(err < tolerance, "matmul %s %ux%u tokens %u: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err);
     }
     forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(db);
     free(w), free(wf), free(x), free(bias), free(y), free(ref);
@@ -230,7 +234,15 @@ static void test_matmul(void) {
         check_matmul(type, 129, 2304, 1, 1);   /* decode with bias, 9 super-blocks a row */
         check_matmul(type, 200, 1024, 37, 1);  /* prompt: partial row and token tiles */
         check_matmul(type, 64, 256, 70, 0);
+        check_matmul(type, 8448, 256, 130, 1); /* enough row blocks for the large matrix-unit tile */
+        check_matmul(type, 96, 4096, 5, 0);    /* a few tokens over long rows */
     }
+    /* the remaining matrix-unit tiles (few tokens, many rows) for the types with their own readers */
+    check_matmul(FORGE_TYPE_Q4_K, 16896, 256, 20, 0);
+    check_matmul(FORGE_TYPE_Q6_K, 16896, 256, 50, 1);
+    check_matmul(FORGE_TYPE_Q4_0, 16896, 256, 50, 0);
+    check_matmul(FORGE_TYPE_Q8_0, 16896, 256, 20, 1);
+    check_matmul(FORGE_TYPE_F16, 16896, 256, 64, 0);
     /* float types with rows that are not a multiple of 32 take the element path */
     check_matmul(FORGE_TYPE_F32, 70, 100, 1, 1);
     check_matmul(FORGE_TYPE_F16, 70, 100, 1, 0);
@@ -435,23 +447,25 @@ static void test_kv_store(void) {
 }
 
 /* forge__attn_task's arithmetic without a context: double accumulation over dequantized rows.
-   kf/vf: dequantized cache [n_ctx][n_kv][dim]. */
+   kf/vf: dequantized K/V by position [n_ctx][n_kv][dim]. Token t at P = pos0 + t reads positions
+   max(0, P - window + 1)..P (window 0: 0..P); softcap > 0 bends each score as softcap * tanh(s / softcap). */
 static void attention_ref(const float *q, const float *kf, const float *vf, double *out, uint32_t n_tokens, uint32_t n_head,
-                          uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t pos0) {
+                          uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t pos0, uint32_t window, float softcap) {
     uint32_t t, h, p, i;
     double *acc = (double *)xmalloc(hdv * sizeof(double));
     const double scale = 1.0 / sqrt((double)hd);
     for (t = 0; t < n_tokens; t++)
         for (h = 0; h < n_head; h++) {
-            uint32_t kvh = h / (n_head / n_kv);
+            const uint32_t kvh = h / (n_head / n_kv), last = pos0 + t, first = window && last + 1 > window ? last + 1 - window : 0;
             const float *qr = q + ((size_t)t * n_head + h) * hd;
             double max = -INFINITY, sum = 0.0;
             for (i = 0; i < hdv; i++) acc[i] = 0.0;
-            for (p = 0; p <= pos0 + t; p++) {
+            for (p = first; p <= last; p++) {
                 const float *kr = kf + ((size_t)p * n_kv + kvh) * hd, *vr = vf + ((size_t)p * n_kv + kvh) * hdv;
                 double s = 0.0, w;
                 for (i = 0; i < hd; i++) s += (double)qr[i] * kr[i];
                 s *= scale;
+                if (softcap > 0.0f) s = softcap * tanh(s / softcap);
                 if (s > max) {
                     double shrink = exp(max - s);
                     for (i = 0; i < hdv; i++) acc[i] *= shrink;
@@ -467,9 +481,14 @@ static void attention_ref(const float *q, const float *kf, const float *vf, doub
     free(acc);
 }
 
+/* n_cells 0: the device cache holds every position 0..pos0+n_tokens-1 in its own row (positions
+   outside a window hold real data the kernel must skip); else a ring of n_cells rows holding the
+   positions the batch reads at p % n_cells, every other row 0xFF bytes: NaN in every cache type, so
+   a read of a wrong cell shows up as a non-finite output. */
 static void check_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t n_tokens, uint32_t pos0,
-                            int split) {
-    const uint32_t storage = forge__kv_storage_type(kv), n_ctx = pos0 + n_tokens;
+                            int split, uint32_t window, uint32_t n_cells, float softcap) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_ctx = pos0 + n_tokens, n_cache = n_cells ? n_cells : n_ctx;
+    const uint32_t oldest = window && pos0 + 1 > window ? pos0 + 1 - window : 0;
     const forge_type_traits *t = forge_type_info(storage);
     const size_t rk = hd / t->block_elems * t->block_bytes, rv = hdv / t->block_elems * t->block_bytes;
     const size_t n_rows = (size_t)n_ctx * n_kv, n_out = (size_t)n_tokens * n_head * hdv;
@@ -477,10 +496,12 @@ static void check_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, ui
     float *kf = (float *)xmalloc(n_rows * hd * sizeof(float)), *vf = (float *)xmalloc(n_rows * hdv * sizeof(float));
     float *q = (float *)xmalloc((size_t)n_tokens * n_head * hd * sizeof(float)), *got = (float *)xmalloc(n_out * sizeof(float));
     uint8_t *ck = (uint8_t *)xmalloc(n_rows * rk), *cv = (uint8_t *)xmalloc(n_rows * rv);
+    uint8_t *cache_k = (uint8_t *)xmalloc((size_t)n_cache * n_kv * rk), *cache_v = (uint8_t *)xmalloc((size_t)n_cache * n_kv * rv);
     double *ref = (double *)xmalloc(n_out * sizeof(double)), *ref_raw = (double *)xmalloc(n_out * sizeof(double));
     size_t r, scratch_bytes = split ? forge_hip_attention_scratch_bytes(n_ctx, n_tokens, n_head, hdv) : 0;
     void *dq, *dout, *dk, *dv, *scratch = NULL;
     forge_hip_attention_args a;
+    uint32_t p;
     /* keys with a spread that makes the softmax peaked in places, as trained models do */
     random_floats(kraw, n_rows * hd, -1.0f, 1.0f);
     random_floats(vraw, n_rows * hdv, -1.0f, 1.0f);
@@ -491,42 +512,65 @@ static void check_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, ui
         forge_dequantize(storage, ck + r * rk, kf + r * hd, hd);
         forge_dequantize(storage, cv + r * rv, vf + r * hdv, hdv);
     }
-    attention_ref(q, kf, vf, ref, n_tokens, n_head, n_kv, hd, hdv, pos0);
-    attention_ref(q, kraw, vraw, ref_raw, n_tokens, n_head, n_kv, hd, hdv, pos0);
+    memset(cache_k, 0xFF, (size_t)n_cache * n_kv * rk), memset(cache_v, 0xFF, (size_t)n_cache * n_kv * rv);
+    for (p = n_cells ? oldest : 0; p < n_ctx; p++) { /* the rows a ring still holds; all of them without one */
+        memcpy(cache_k + (size_t)(p % n_cache) * n_kv * rk, ck + (size_t)p * n_kv * rk, n_kv * rk);
+        memcpy(cache_v + (size_t)(p % n_cache) * n_kv * rv, cv + (size_t)p * n_kv * rv, n_kv * rv);
+    }
+    attention_ref(q, kf, vf, ref, n_tokens, n_head, n_kv, hd, hdv, pos0, window, softcap);
+    attention_ref(q, kraw, vraw, ref_raw, n_tokens, n_head, n_kv, hd, hdv, pos0, window, softcap);
     dq = dev_alloc((size_t)n_tokens * n_head * hd * sizeof(float), q);
-    dk = dev_alloc(n_rows * rk, ck);
-    dv = dev_alloc(n_rows * rv, cv);
+    dk = dev_alloc((size_t)n_cache * n_kv * rk, cache_k);
+    dv = dev_alloc((size_t)n_cache * n_kv * rv, cache_v);
     dout = dev_alloc(n_out * sizeof(float), NULL);
     if (scratch_bytes) scratch = dev_alloc(scratch_bytes, NULL);
     memset(&a, 0, sizeof a);
     a.q = (const float *)dq, a.out = (float *)dout, a.cache_k = dk, a.cache_v = dv;
     a.kv_type = storage, a.n_tokens = n_tokens, a.n_head = n_head, a.n_head_kv = n_kv, a.head_dim = hd, a.head_dim_v = hdv, a.pos0 = pos0;
+    a.window = window, a.n_cells = n_cells, a.softcap = softcap;
     CHECK(forge_hip_attention(&a, scratch, scratch_bytes, NULL, msg, sizeof msg) == 0, "attention %s: %s", t->name, msg);
     if (dev_fetch(got, dout, n_out * sizeof(float))) {
         double err = norm_error_d(got, ref, n_out), err_raw = norm_error_d(got, ref_raw, n_out);
         double bound = kv == FORGE_KV_F32 ? 1e-5 : kv == FORGE_KV_F16 ? 2e-3 : kv == FORGE_KV_Q8_0 ? 3e-2 : 3e-1;
-        printf("  attention %-4s heads %2u/%u dims %3u/%3u tokens %2u pos0 %4u %s: err %.2e (vs unquantized K/V %.2e)\n", t->name,
-               n_head, n_kv, hd, hdv, n_tokens, pos0, scratch_bytes ? "split " : "single", err, err_raw);
-        CHECK(err < 1e-5, "attention %s tokens %u pos0 %u: normalized error %.3e", t->name, n_tokens, pos0, err);
+        printf("  attention %-4s heads %2u/%u dims %3u/%3u tokens %2u pos0 %4u %s window %4u cells %4u cap %2g: err %.2e (vs unquantized K/V %.2e)\n",
+               t->name, n_head, n_kv, hd, hdv, n_tokens, pos0, scratch_bytes ? "split " : "single", window, n_cells, (double)softcap, err,
+               err_raw);
+        CHECK(err < 1e-5, "attention %s tokens %u pos0 %u window %u cells %u softcap %g: normalized error %.3e", t->name, n_tokens, pos0, window,
+              n_cells, (double)softcap, err);
         CHECK(err_raw < bound, "attention %s vs unquantized K/V: %.3e over the bound %.0e", t->name, err_raw, bound);
     }
     forge_hip_arena_free(dq), forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(dout), forge_hip_arena_free(scratch);
-    free(kraw), free(vraw), free(kf), free(vf), free(q), free(got), free(ck), free(cv), free(ref), free(ref_raw);
+    free(kraw), free(vraw), free(kf), free(vf), free(q), free(got), free(ck), free(cv), free(cache_k), free(cache_v), free(ref), free(ref_raw);
 }
 
 static void test_attention(void) {
     size_t i;
-    TEST_CASE("attention, every cache type, single pass and split-KV");
+    forge_hip_attention_args a;
+    TEST_CASE("attention, every cache type, single pass and split-KV, window, ring, soft-cap");
     for (i = 0; i < 4; i++) {
-        check_attention(kv_types[i], 8, 2, 128, 128, 1, 3000, 0);  /* decode, long context, one pass */
-        check_attention(kv_types[i], 8, 2, 128, 128, 1, 3000, 1);  /* the same, split over the context */
-        check_attention(kv_types[i], 8, 2, 128, 128, 20, 50, 0);   /* prompt continuing a context */
-        check_attention(kv_types[i], 4, 4, 64, 64, 3, 600, 1);     /* small heads, no grouping, split */
-        check_attention(kv_types[i], 6, 3, 192, 128, 5, 0, 0);     /* K and V of different widths, from 0 */
-        check_attention(kv_types[i], 16, 8, 256, 256, 2, 700, 1);  /* wide heads */
+        check_attention(kv_types[i], 8, 2, 128, 128, 1, 3000, 0, 0, 0, 0.0f);  /* decode, long context, one pass */
+        check_attention(kv_types[i], 8, 2, 128, 128, 1, 3000, 1, 0, 0, 0.0f);  /* the same, split over the context */
+        check_attention(kv_types[i], 8, 2, 128, 128, 20, 50, 0, 0, 0, 0.0f);   /* prompt continuing a context */
+        check_attention(kv_types[i], 4, 4, 64, 64, 3, 600, 1, 0, 0, 0.0f);     /* small heads, no grouping, split */
+        check_attention(kv_types[i], 6, 3, 192, 128, 5, 0, 0, 0, 0, 0.0f);     /* K and V of different widths, from 0 */
+        check_attention(kv_types[i], 16, 8, 256, 256, 2, 700, 1, 0, 0, 0.0f);  /* wide heads */
+        check_attention(kv_types[i], 8, 4, 256, 256, 1, 1000, 1, 128, 0, 50.0f); /* window in a full cache, split, soft-cap */
+        check_attention(kv_types[i], 8, 4, 256, 256, 5, 300, 1, 64, 68, 0.0f);   /* ring of exactly window + tokens - 1 cells */
+        check_attention(kv_types[i], 4, 2, 128, 128, 20, 30, 0, 8, 30, 0.7f);    /* prompt in a ring with 3 spare cells, hard cap */
+        check_attention(kv_types[i], 8, 2, 128, 128, 3, 100, 1, 512, 0, 0.0f);   /* window wider than the context */
+        check_attention(kv_types[i], 4, 2, 128, 128, 20, 0, 0, 8, 0, 30.0f);     /* prompt from 0 across the window */
+        check_attention(kv_types[i], 8, 4, 256, 256, 1, 2000, 1, 0, 0, 1.0f);    /* soft-cap alone, long context, saturating */
+        check_attention(kv_types[i], 4, 1, 256, 256, 1, 3000, 1, 1024, 1024, 0.0f); /* decode in a ring of window cells */
+        check_attention(kv_types[i], 8, 8, 64, 64, 7, 50, 0, 0, 100, 0.0f);      /* n_cells without a window: no wrap */
     }
     CHECK(forge_hip_attention_scratch_bytes(100, 1, 32, 128) == 0, "a short context needs no scratch");
     CHECK(forge_hip_attention_scratch_bytes(32768, 1, 32, 128) == (size_t)32 * 32 * 130 * 4, "scratch of a long context");
+    memset(&a, 0, sizeof a);
+    a.kv_type = FORGE_TYPE_F16, a.n_tokens = 5, a.n_head = 4, a.n_head_kv = 2, a.head_dim = 64, a.head_dim_v = 64, a.pos0 = 300;
+    a.window = 64, a.n_cells = 67; /* needs 68 */
+    CHECK(forge_hip_attention(&a, NULL, 0, NULL, msg, sizeof msg) == -1 && strstr(msg, "67"), "a ring too small must be refused: %s", msg);
+    a.n_cells = 0, a.softcap = -1.0f;
+    CHECK(forge_hip_attention(&a, NULL, 0, NULL, msg, sizeof msg) == -1, "a negative soft-cap must be refused");
 }
 
 /* ---- elementwise and argmax ---- */
@@ -584,6 +628,291 @@ static void test_elementwise(void) {
     free(a), free(b), free(ref), free(got);
 }
 
+/* ---- geglu, glu_split, copy_cols, softcap, sigmoid_scale ---- */
+
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x))); }
+
+static void check_glu_split(uint32_t n_tokens, uint32_t n, int act) {
+    const size_t n_in = (size_t)n_tokens * 2 * n, n_out = (size_t)n_tokens * n;
+    float *src = (float *)xmalloc(n_in * sizeof(float)), *got = (float *)xmalloc(n_out * sizeof(float));
+    double *ref = (double *)xmalloc(n_out * sizeof(double));
+    void *ds, *dd;
+    size_t t, i;
+    random_floats(src, n_in, -6.0f, 6.0f);
+    for (t = 0; t < n_tokens; t++)
+        for (i = 0; i < n; i++) {
+            const double g = src[t * 2 * n + i], u = src[t * 2 * n + n + i];
+            ref[t * n + i] = (act ? gelu_ref(g) : g / (1.0 + exp(-g))) * u;
+        }
+    ds = dev_alloc(n_in * sizeof(float), src);
+    dd = dev_alloc(n_out * sizeof(float), NULL);
+    CHECK(forge_hip_glu_split((float *)dd, (const float *)ds, n_tokens, n, act, NULL, msg, sizeof msg) == 0, "glu_split: %s", msg);
+    if (dev_fetch(got, dd, n_out * sizeof(float))) {
+        double err = norm_error_d(got, ref, n_out);
+        printf("  glu_split %s %u tokens x %u: err %.2e\n", act ? "gelu" : "silu", n_tokens, n, err);
+        CHECK(err < 1e-6, "glu_split act %d %u x %u: normalized error %.3e", act, n_tokens, n, err);
+    }
+    forge_hip_arena_free(ds), forge_hip_arena_free(dd);
+    free(src), free(got), free(ref);
+}
+
+static void test_rows_more(void) {
+    const size_t n = 100003;
+    float *a = (float *)xmalloc(n * sizeof(float)), *b = (float *)xmalloc(n * sizeof(float)), *got = (float *)xmalloc(n * sizeof(float));
+    double *ref = (double *)xmalloc(n * sizeof(double));
+    void *da, *db;
+    size_t i, t;
+    TEST_CASE("geglu, glu_split, copy_cols, softcap, sigmoid_scale");
+    random_floats(a, n, -6.0f, 6.0f);
+    random_floats(b, n, -2.0f, 2.0f);
+    da = dev_alloc(n * sizeof(float), a);
+    db = dev_alloc(n * sizeof(float), b);
+    for (i = 0; i < n; i++) ref[i] = gelu_ref(a[i]) * b[i];
+    CHECK(forge_hip_geglu((float *)da, (const float *)db, n, NULL, msg, sizeof msg) == 0, "geglu: %s", msg);
+    if (dev_fetch(got, da, n * sizeof(float))) {
+        double err = norm_error_d(got, ref, n);
+        printf("  geglu %zu: err %.2e\n", n, err);
+        CHECK(err < 1e-6, "geglu: normalized error %.3e", err);
+    }
+    { /* soft-cap over values well past the cap, so tanh saturates */
+        for (i = 0; i < n; i++) a[i] = rng_uniform(-150.0f, 150.0f), ref[i] = 30.0 * tanh(a[i] / 30.0);
+        forge_hip_copy_to_device(da, a, n * sizeof(float), NULL, msg, sizeof msg);
+        CHECK(forge_hip_softcap((float *)da, n, 30.0f, NULL, msg, sizeof msg) == 0, "softcap: %s", msg);
+        if (dev_fetch(got, da, n * sizeof(float))) {
+            double err = norm_error_d(got, ref, n);
+            printf("  softcap 30 over %zu: err %.2e\n", n, err);
+            CHECK(err < 1e-6, "softcap: normalized error %.3e", err);
+        }
+    }
+    forge_hip_arena_free(da), forge_hip_arena_free(db);
+    check_glu_split(7, 1000, 0);
+    check_glu_split(7, 1000, 1);
+    check_glu_split(70000, 3, 1); /* more tokens than one grid dimension holds */
+    { /* copy_cols: the middle of a fused QKV row, exact */
+        const uint32_t n_tokens = 9, width = 1000, offset = 300, cols = 500;
+        float *src = (float *)xmalloc((size_t)n_tokens * width * sizeof(float)), *want = (float *)xmalloc((size_t)n_tokens * cols * sizeof(float));
+        void *ds, *dd;
+        size_t diff = 0;
+        random_floats(src, (size_t)n_tokens * width, -1.0f, 1.0f);
+        for (t = 0; t < n_tokens; t++) memcpy(want + t * cols, src + t * width + offset, cols * sizeof(float));
+        ds = dev_alloc((size_t)n_tokens * width * sizeof(float), src);
+        dd = dev_alloc((size_t)n_tokens * cols * sizeof(float), NULL);
+        CHECK(forge_hip_copy_cols((float *)dd, (const float *)ds, n_tokens, width, offset, cols, NULL, msg, sizeof msg) == 0, "copy_cols: %s", msg);
+        if (dev_fetch(got, dd, (size_t)n_tokens * cols * sizeof(float))) {
+            for (i = 0; i < (size_t)n_tokens * cols; i++) diff += memcmp(got + i, want + i, sizeof(float)) != 0;
+            printf("  copy_cols %u tokens, columns %u..%u of %u: %zu differ\n", n_tokens, offset, offset + cols, width, diff);
+            CHECK(diff == 0, "copy_cols: %zu values differ", diff);
+        }
+        CHECK(forge_hip_copy_cols((float *)dd, (const float *)ds, n_tokens, width, 600, 401, NULL, msg, sizeof msg) == -1,
+              "columns past the row must be refused");
+        forge_hip_arena_free(ds), forge_hip_arena_free(dd);
+        free(src), free(want);
+    }
+    { /* sigmoid_scale: one gate per token */
+        const uint32_t n_tokens = 13, cols = 777;
+        float gates[13];
+        void *dx, *ds;
+        random_floats(a, (size_t)n_tokens * cols, -3.0f, 3.0f);
+        random_floats(gates, n_tokens, -8.0f, 8.0f);
+        for (t = 0; t < n_tokens; t++)
+            for (i = 0; i < cols; i++) ref[t * cols + i] = a[t * cols + i] / (1.0 + exp(-(double)gates[t]));
+        dx = dev_alloc((size_t)n_tokens * cols * sizeof(float), a);
+        ds = dev_alloc(sizeof gates, gates);
+        CHECK(forge_hip_sigmoid_scale((float *)dx, (const float *)ds, n_tokens, cols, NULL, msg, sizeof msg) == 0, "sigmoid_scale: %s", msg);
+        if (dev_fetch(got, dx, (size_t)n_tokens * cols * sizeof(float))) {
+            double err = norm_error_d(got, ref, (size_t)n_tokens * cols);
+            printf("  sigmoid_scale %u tokens x %u: err %.2e\n", n_tokens, cols, err);
+            CHECK(err < 1e-6, "sigmoid_scale: normalized error %.3e", err);
+        }
+        forge_hip_arena_free(dx), forge_hip_arena_free(ds);
+    }
+    CHECK(forge_hip_softcap(NULL, 10, 0.0f, NULL, msg, sizeof msg) == -1, "a zero cap must be refused");
+    CHECK(forge_hip_glu_split(NULL, NULL, 1, 4, 2, NULL, msg, sizeof msg) == -1, "activation 2 must be refused");
+    free(a), free(b), free(got), free(ref);
+}
+
+/* ---- mixture of experts ---- */
+
+/* p = softmax(logits) in float as the spec says, then the k largest p, the lower index on ties */
+static void moe_route_ref(const float *logits, uint32_t n_expert, uint32_t k, int renorm, float *p, uint32_t *ids, float *weights) {
+    uint32_t e, i;
+    float max = -INFINITY, sum = 0.0f, chosen = 0.0f;
+    unsigned char taken[256] = {0};
+    for (e = 0; e < n_expert; e++) max = logits[e] > max ? logits[e] : max;
+    for (e = 0; e < n_expert; e++) p[e] = expf(logits[e] - max), sum += p[e];
+    for (e = 0; e < n_expert; e++) p[e] /= sum;
+    for (i = 0; i < k; i++) {
+        uint32_t best = n_expert;
+        for (e = 0; e < n_expert; e++)
+            if (!taken[e] && (best == n_expert || p[e] > p[best])) best = e;
+        taken[best] = 1, ids[i] = best, weights[i] = p[best], chosen += p[best];
+    }
+    if (renorm)
+        for (i = 0; i < k; i++) weights[i] /= chosen;
+}
+
+static void check_moe_route(uint32_t n_tokens, uint32_t n_expert, uint32_t k, int renorm) {
+    float *logits = (float *)xmalloc((size_t)n_tokens * n_expert * sizeof(float)), *got = (float *)xmalloc((size_t)n_tokens * 2 * k * sizeof(float));
+    float *p = (float *)xmalloc(n_expert * sizeof(float)), *want_w = (float *)xmalloc((size_t)n_tokens * k * sizeof(float));
+    float *got_w = (float *)xmalloc((size_t)n_tokens * k * sizeof(float));
+    uint32_t *ids = (uint32_t *)xmalloc(k * sizeof(uint32_t));
+    void *dl, *dr;
+    uint32_t t, i, e, bad_ids = 0;
+    random_floats(logits, (size_t)n_tokens * n_expert, -4.0f, 4.0f);
+    for (e = 0; e < n_expert; e++) logits[e] = 0.5f; /* token 0: every expert ties */
+    if (n_tokens > 1 && n_expert > 2) logits[n_expert + 1] = logits[n_expert + n_expert - 1] = 9.0f; /* token 1: two equal maxima */
+    dl = dev_alloc((size_t)n_tokens * n_expert * sizeof(float), logits);
+    dr = dev_alloc((size_t)n_tokens * 2 * k * sizeof(float), NULL);
+    CHECK(forge_hip_moe_route((const float *)dl, n_tokens, n_expert, k, renorm, (float *)dr, NULL, msg, sizeof msg) == 0, "moe_route: %s", msg);
+    if (dev_fetch(got, dr, (size_t)n_tokens * 2 * k * sizeof(float))) {
+        double err;
+        for (t = 0; t < n_tokens; t++) {
+            unsigned char seen[256] = {0};
+            moe_route_ref(logits + (size_t)t * n_expert, n_expert, k, renorm, p, ids, want_w + (size_t)t * k);
+            for (i = 0; i < k; i++) {
+                const float id = got[(size_t)t * 2 * k + i];
+                const uint32_t g = (uint32_t)id;
+                got_w[(size_t)t * k + i] = got[(size_t)t * 2 * k + k + i];
+                if (!(id >= 0.0f && id < (float)n_expert) || (float)g != id || seen[g]) { bad_ids++; continue; }
+                seen[g] = 1;
+                /* exact where p ties exactly (tokens 0 and 1 plant ties); elsewhere a different device
+                   sum order may swap two p within an ulp or two */
+                if (t < 2 ? g != ids[i] : fabsf(p[g] - p[ids[i]]) > 1e-6f * p[ids[i]]) bad_ids++;
+            }
+        }
+        err = norm_error_f(got_w, want_w, (size_t)n_tokens * k);
+        printf("  moe_route %2u tokens, top %3u of %3u%s: %u wrong ids, weights err %.2e\n", n_tokens, k, n_expert, renorm ? " renorm" : "       ",
+               bad_ids, err);
+        CHECK(bad_ids == 0, "moe_route top %u of %u: %u ids wrong", k, n_expert, bad_ids);
+        CHECK(err < 1e-6, "moe_route top %u of %u: weights normalized error %.3e", k, n_expert, err);
+    }
+    forge_hip_arena_free(dl), forge_hip_arena_free(dr);
+    free(logits), free(got), free(p), free(want_w), free(got_w), free(ids);
+}
+
+/* A route of k distinct experts per token, drawn from all but the last expert when k < n_expert (so
+   the tiled path meets an expert nobody chose), weights random. */
+static void random_route(float *route, uint32_t n_tokens, uint32_t n_expert, uint32_t k) {
+    const uint32_t pool = k < n_expert ? n_expert - 1 : n_expert;
+    uint32_t t, i, perm[256];
+    for (t = 0; t < n_tokens; t++) {
+        for (i = 0; i < pool; i++) perm[i] = i;
+        for (i = 0; i < k; i++) { /* partial Fisher-Yates */
+            const uint32_t j = i + rng_u32() % (pool - i), tmp = perm[i];
+            perm[i] = perm[j], perm[j] = tmp;
+            route[(size_t)t * 2 * k + i] = (float)perm[i];
+            route[(size_t)t * 2 * k + k + i] = rng_uniform(0.0f, 1.0f);
+        }
+    }
+}
+
+static void check_matmul_id(uint32_t type, uint32_t n_expert, uint32_t k, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int x_per_slot) {
+    const forge_type_traits *tt = forge_type_info(type);
+    const size_t row_bytes = (size_t)n_cols / tt->block_elems * tt->block_bytes, expert_bytes = row_bytes * n_rows;
+    const size_t n_pairs = (size_t)n_tokens * k, n_x = (x_per_slot ? n_pairs : n_tokens) * n_cols, n_out = n_pairs * n_rows;
+    uint8_t *w = (uint8_t *)xmalloc(expert_bytes * n_expert);
+    float *wf = (float *)xmalloc((size_t)n_expert * n_rows * n_cols * sizeof(float)), *x = (float *)xmalloc(n_x * sizeof(float));
+    float *route = (float *)xmalloc(n_pairs * 2 * sizeof(float)), *got = (float *)xmalloc(n_out * sizeof(float));
+    double *ref = (double *)xmalloc(n_out * sizeof(double));
+    void *dw, *dx, *dr, *dy;
+    size_t pair;
+    uint32_t r, c;
+    random_blocks(type, w, (uint64_t)n_expert * n_rows * (n_cols / tt->block_elems));
+    forge_dequantize(type, w, wf, (uint64_t)n_expert * n_rows * n_cols);
+    random_floats(x, n_x, -1.0f, 1.0f);
+    random_route(route, n_tokens, n_expert, k);
+    for (pair = 0; pair < n_pairs; pair++) {
+        const uint32_t e = (uint32_t)route[(pair / k) * 2 * k + pair % k];
+        const float *xin = x + (x_per_slot ? pair : pair / k) * n_cols;
+        for (r = 0; r < n_rows; r++) {
+            const float *wr = wf + ((size_t)e * n_rows + r) * n_cols;
+            double s = 0.0;
+            for (c = 0; c < n_cols; c++) s += (double)wr[c] * xin[c];
+            ref[pair * n_rows + r] = s;
+        }
+    }
+    dw = dev_alloc(expert_bytes * n_expert, w);
+    dx = dev_alloc(n_x * sizeof(float), x);
+    dr = dev_alloc(n_pairs * 2 * sizeof(float), route);
+    dy = dev_alloc(n_out * sizeof(float), NULL);
+    CHECK(forge_hip_matmul_id(type, dw, expert_bytes, n_rows, n_cols, (const float *)dx, x_per_slot, (const float *)dr, k, n_tokens, (float *)dy,
+                              NULL, msg, sizeof msg) == 0,
+          "matmul_id %s: %s", tt->name, msg);
+    if (dev_fetch(got, dy, n_out * sizeof(float))) {
+        double err = norm_error_d(got, ref, n_out);
+        printf("  matmul_id %-6s %u experts top %u, %4u x %4u, %3u tokens (%4zu pairs)%s: err %.2e\n", tt->name, n_expert, k, n_rows, n_cols,
+               n_tokens, n_pairs, x_per_slot ? " x per slot" : "           ", err);
+        CHECK(err < 1e-5, "matmul_id %s %u experts top %u %ux%u tokens %u: normalized error %.3e", tt->name, n_expert, k, n_rows, n_cols, n_tokens,
+              err);
+    }
+    forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dr), forge_hip_arena_free(dy);
+    free(w), free(wf), free(x), free(route), free(got), free(ref);
+}
+
+static void check_moe_sum(uint32_t n_tokens, uint32_t k, uint32_t n) {
+    const size_t n_src = (size_t)n_tokens * k * n, n_out = (size_t)n_tokens * n;
+    float *src = (float *)xmalloc(n_src * sizeof(float)), *route = (float *)xmalloc((size_t)n_tokens * 2 * k * sizeof(float));
+    float *got = (float *)xmalloc(n_out * sizeof(float));
+    double *ref = (double *)xmalloc(n_out * sizeof(double));
+    void *ds, *dr, *dd;
+    size_t t, j, i;
+    random_floats(src, n_src, -2.0f, 2.0f);
+    random_route(route, n_tokens, 8, k);
+    for (t = 0; t < n_tokens; t++)
+        for (i = 0; i < n; i++) {
+            double s = 0.0;
+            for (j = 0; j < k; j++) s += (double)route[t * 2 * k + k + j] * src[(t * k + j) * n + i];
+            ref[t * n + i] = s;
+        }
+    ds = dev_alloc(n_src * sizeof(float), src);
+    dr = dev_alloc((size_t)n_tokens * 2 * k * sizeof(float), route);
+    dd = dev_alloc(n_out * sizeof(float), NULL);
+    CHECK(forge_hip_moe_sum((const float *)ds, (const float *)dr, n_tokens, k, n, (float *)dd, NULL, msg, sizeof msg) == 0, "moe_sum: %s", msg);
+    if (dev_fetch(got, dd, n_out * sizeof(float))) {
+        double err = norm_error_d(got, ref, n_out);
+        printf("  moe_sum %u tokens, %u slots, width %u: err %.2e\n", n_tokens, k, n, err);
+        CHECK(err < 1e-6, "moe_sum %u tokens k %u: normalized error %.3e", n_tokens, k, err);
+    }
+    forge_hip_arena_free(ds), forge_hip_arena_free(dr), forge_hip_arena_free(dd);
+    free(src), free(route), free(got), free(ref);
+}
+
+static void test_moe(void) {
+    static const uint32_t main_types[] = {FORGE_TYPE_F32, FORGE_TYPE_F16, FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
+    size_t i;
+    TEST_CASE("moe_route, matmul_id (every weight type), moe_sum");
+    check_moe_route(37, 4, 2, 0);
+    check_moe_route(37, 8, 2, 1);
+    check_moe_route(37, 8, 4, 0);
+    check_moe_route(37, 60, 4, 1);
+    check_moe_route(37, 128, 8, 1);
+    check_moe_route(37, 256, 8, 0);
+    check_moe_route(5, 256, 256, 1); /* every expert: a full sort */
+    check_moe_route(3, 1, 1, 0);
+    for (i = 0; i < sizeof main_types / sizeof main_types[0]; i++) {
+        check_matmul_id(main_types[i], 4, 2, 96, 512, 1, 0);     /* decode */
+        check_matmul_id(main_types[i], 8, 4, 130, 256, 5, 1);    /* a few tokens, each slot its own input */
+        check_matmul_id(main_types[i], 8, 2, 70, 256, 600, 0);   /* prompt: gathered tiles, partial row tile */
+        check_matmul_id(main_types[i], 4, 4, 100, 512, 300, 1);  /* prompt, input per slot, every expert used */
+    }
+    for (i = 0; i < N_TYPES; i++) { /* every weight type, both paths */
+        check_matmul_id(all_types[i], 8, 2, 64, 256, 3, 0);
+        check_matmul_id(all_types[i], 4, 2, 64, 256, 520, 1);
+    }
+    /* float rows that are not a multiple of 32 take the element path */
+    check_matmul_id(FORGE_TYPE_F32, 4, 2, 33, 100, 3, 1);
+    check_matmul_id(FORGE_TYPE_F16, 4, 2, 33, 70, 600, 0);
+    check_moe_sum(37, 2, 1000);
+    check_moe_sum(37, 4, 2048);
+    check_moe_sum(1, 8, 4096);
+    CHECK(forge_hip_moe_route(NULL, 1, 8, 9, 0, NULL, NULL, msg, sizeof msg) == -1, "k above n_expert must be refused");
+    CHECK(forge_hip_moe_route(NULL, 1, 300, 2, 0, NULL, NULL, msg, sizeof msg) == -1, "300 experts must be refused");
+    CHECK(forge_hip_matmul_id(FORGE_TYPE_Q4_K, NULL, 1000, 4, 100, NULL, 0, NULL, 2, 1, NULL, NULL, msg, sizeof msg) == -1 && strstr(msg, "256"),
+          "a Q4_K row of 100 elements must be refused: %s", msg);
+    CHECK(forge_hip_matmul_id(FORGE_TYPE_F32, NULL, 1000, 4, 256, NULL, 0, NULL, 2, 1, NULL, NULL, msg, sizeof msg) == -1,
+          "experts smaller than their rows must be refused");
+}
+
 /* ---- a bandwidth table: prints, never asserts ---- */
 
 static double now_s(void) {
@@ -619,6 +948,81 @@ static void bench_matvec(void) {
     }
 }
 
+/* Prompt matmul: the Llama-3-8B projections over a batch of 512 tokens (a warm-up, then 10 launches). */
+static void bench_matmul(void) {
+    static const uint32_t types[] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_F16, FORGE_TYPE_Q5_K};
+    static const uint32_t shapes[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}};
+    const uint32_t n_tokens = 512, reps = 10;
+    size_t i, j;
+    printf("matmul, %u tokens (10 launches, TFLOP/s):\n", n_tokens);
+    for (i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (j = 0; j < sizeof shapes / sizeof shapes[0]; j++) {
+            const forge_type_traits *t = forge_type_info(types[i]);
+            const uint32_t n_rows = shapes[j][0], n_cols = shapes[j][1];
+            const size_t bytes = (size_t)n_cols / t->block_elems * t->block_bytes * n_rows;
+            uint8_t *w = (uint8_t *)xmalloc(bytes);
+            float *x = (float *)xmalloc((size_t)n_tokens * n_cols * sizeof(float));
+            void *dw, *dx, *dy;
+            uint32_t k;
+            double t0, t1;
+            random_blocks(types[i], w, (uint64_t)n_rows * (n_cols / t->block_elems));
+            random_floats(x, (size_t)n_tokens * n_cols, -1.0f, 1.0f);
+            dw = dev_alloc(bytes, w), dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
+            dy = dev_alloc((size_t)n_tokens * n_rows * sizeof(float), NULL);
+            forge_hip_matmul(types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, NULL, NULL, msg, sizeof msg);
+            forge_hip_stream_sync(NULL, msg, sizeof msg);
+            t0 = now_s();
+            for (k = 0; k < reps; k++)
+                forge_hip_matmul(types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, NULL, NULL, msg, sizeof msg);
+            forge_hip_stream_sync(NULL, msg, sizeof msg);
+            t1 = now_s();
+            printf("  %-6s %5u x %5u  %8.1f us  %6.1f TFLOP/s\n", t->name, n_rows, n_cols, (t1 - t0) / reps * 1e6,
+                   2.0 * n_rows * n_cols * n_tokens * reps / (t1 - t0) / 1e12);
+            forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy);
+            free(w), free(x);
+        }
+}
+
+/* MoE matmul timings on either side of the tiled path's threshold (1024 pairs): the per-pair matvec
+   reads an expert once per pair, the tiled path once per 64 pairs of that expert. */
+static void bench_moe(void) {
+    static const struct {
+        uint32_t n_expert, k, n_rows, n_cols, n_tokens;
+    } cases[] = {{8, 2, 4096, 2048, 1},   {8, 2, 4096, 2048, 16},  {8, 2, 4096, 2048, 511}, {8, 2, 4096, 2048, 512},
+                 {64, 8, 1024, 2048, 1},  {64, 8, 1024, 2048, 127}, {64, 8, 1024, 2048, 128}, {64, 8, 1024, 2048, 512}};
+    const uint32_t reps = 10;
+    size_t c;
+    printf("matmul_id Q4_K (10 launches; GB/s: expert bytes read by the per-pair path / time):\n");
+    for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const forge_type_traits *t = forge_type_info(FORGE_TYPE_Q4_K);
+        const uint32_t n_expert = cases[c].n_expert, k = cases[c].k, n_rows = cases[c].n_rows, n_cols = cases[c].n_cols, n_tokens = cases[c].n_tokens;
+        const size_t expert_bytes = (size_t)n_cols / t->block_elems * t->block_bytes * n_rows, n_pairs = (size_t)n_tokens * k;
+        uint8_t *w = (uint8_t *)xmalloc(expert_bytes * n_expert);
+        float *x = (float *)xmalloc((size_t)n_tokens * n_cols * sizeof(float)), *route = (float *)xmalloc(n_pairs * 2 * sizeof(float));
+        void *dw, *dx, *dr, *dy;
+        uint32_t r;
+        double t0, t1;
+        random_blocks(FORGE_TYPE_Q4_K, w, (uint64_t)n_expert * n_rows * (n_cols / 256));
+        random_floats(x, (size_t)n_tokens * n_cols, -1.0f, 1.0f);
+        random_route(route, n_tokens, n_expert, k);
+        dw = dev_alloc(expert_bytes * n_expert, w), dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
+        dr = dev_alloc(n_pairs * 2 * sizeof(float), route), dy = dev_alloc(n_pairs * n_rows * sizeof(float), NULL);
+        forge_hip_matmul_id(FORGE_TYPE_Q4_K, dw, expert_bytes, n_rows, n_cols, (const float *)dx, 0, (const float *)dr, k, n_tokens, (float *)dy, NULL,
+                            msg, sizeof msg);
+        forge_hip_stream_sync(NULL, msg, sizeof msg);
+        t0 = now_s();
+        for (r = 0; r < reps; r++)
+            forge_hip_matmul_id(FORGE_TYPE_Q4_K, dw, expert_bytes, n_rows, n_cols, (const float *)dx, 0, (const float *)dr, k, n_tokens, (float *)dy,
+                                NULL, msg, sizeof msg);
+        forge_hip_stream_sync(NULL, msg, sizeof msg);
+        t1 = now_s();
+        printf("  %3u experts top %u, %4u x %4u, %3u tokens (%4zu pairs, %s): %9.1f us  %7.1f GB/s\n", n_expert, k, n_rows, n_cols, n_tokens,
+               n_pairs, n_pairs >= 1024 ? "tiled " : "matvec", (t1 - t0) / reps * 1e6, (double)expert_bytes * n_pairs * reps / (t1 - t0) / 1e9);
+        forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dr), forge_hip_arena_free(dy);
+        free(w), free(x), free(route);
+    }
+}
+
 int main(int argc, char **argv) {
     forge_hip_device_info info;
     (void)argv;
@@ -635,6 +1039,8 @@ int main(int argc, char **argv) {
     test_kv_store();
     test_attention();
     test_elementwise();
-    if (argc < 2) bench_matvec(); /* any argument skips the table */
+    test_rows_more();
+    test_moe();
+    if (argc < 2) bench_matvec(), bench_matmul(), bench_moe(); /* any argument skips the tables */
     return test_summary();
 }

@@ -6,6 +6,7 @@
    forge chat -m FILE              talk with a chat model
    forge tokenize -m FILE TEXT     token ids of a text
    forge eval -m FILE --tokens ... logits of a token sequence
+   forge extract -m FILE -f TEXT   hidden states of chosen layers, streamed into .npy files
 
    Every command exits 0 on success and 1 on failure, with the reason on stderr. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -930,6 +931,7 @@ done:
 }
 
 #include "mkmodel.c"
+#include "extract.c"
 
 /* ---- forge bench ------------------------------------------------------------------------------ */
 
@@ -1117,6 +1119,8 @@ static void usage(FILE *out) {
             "  tokenize -m FILE TEXT  token ids of a text\n"
             "  mkmodel --shape NAME --type MIX -o FILE [--layers N] [--vocab N] [--seed S] [--dry-run]\n"
             "                       a synthetic GGUF with the exact shapes of a real model and random blocks\n"
+            "  extract -m FILE -f TEXT --layers 0,12,-1 --points resid_post [--chunk 512] -o DIR\n"
+            "                       hidden states streamed chunk by chunk into .npy files\n"
             "  eval -m FILE --tokens IDS --logits OUT.f32\n"
             "                       logits of every position of a token sequence, as float32 [n][n_vocab]\n"
             "  version              print the version\n"
@@ -1137,6 +1141,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "chat") == 0) return cmd_run(argc - 2, argv + 2, 1);
     if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc - 2, argv + 2);
     if (strcmp(argv[1], "mkmodel") == 0) return cmd_mkmodel(argc - 2, argv + 2);
+    if (strcmp(argv[1], "extract") == 0) return cmd_extract(argc - 2, argv + 2);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("forge %s\n", FORGE_VERSION_STRING);
         return 0;

@@ -1,0 +1,311 @@
+/* forge extract: hidden states of chosen layers and points for a whole text, streamed chunk by chunk
+   through the KV cache (so every chunk sees the tokens before it), written as .npy files numpy reads
+   without forge, plus index.json. Included by tools/forge.c.
+
+   forge extract -m FILE (-f TEXTFILE | -p TEXT | --tokens IDS) [--layers 0,12,-1] [--points resid_post]
+                 [--chunk 512] [--dtype f32|f16|bf16] -o OUTDIR [--bos|--no-bos] [--cpu|--gpu] [--ctx N] [--kv TYPE]
+
+   OUTDIR/<hook name>.npy: shape [n_tokens, width], '<f4' (f32), '<f2' (f16) or '<u2' (bf16 bits: numpy
+   has no bfloat16; widen with (a.astype(np.uint32) << 16).view(np.float32)). OUTDIR/tokens.npy: the
+   token ids, '<i4'. OUTDIR/index.json: model, tokens, chunk size, dtype, and per capture its hook name,
+   layer, point, file, shape and dtype. Memory stays flat: each chunk's rows go to disk as they come. */
+#include <errno.h>
+#include <sys/stat.h>
+
+/* The .npy header (format 1.0) for a C-order array of `descr` values of this shape: magic,
+   version, little-endian header length, the dict padded with spaces to a multiple of 64 bytes. */
+static int npy_header(FILE *f, const char *descr, uint64_t rows, uint64_t cols, int two_d) {
+    char dict[160];
+    unsigned char head[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0};
+    size_t len, total;
+    if (two_d)
+        len = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu), }", descr,
+                               (unsigned long long)rows, (unsigned long long)cols);
+    else
+        len = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%llu,), }", descr,
+                               (unsigned long long)rows);
+    total = (10 + len + 1 + 63) / 64 * 64; /* the dict ends in a newline */
+    while (10 + len + 1 < total) dict[len++] = ' ';
+    dict[len++] = '\n';
+    head[8] = (unsigned char)(len & 0xff);
+    head[9] = (unsigned char)(len >> 8);
+    return fwrite(head, 1, 10, f) == 10 && fwrite(dict, 1, len, f) == len;
+}
+
+typedef struct extract_state {
+    FILE *files[FORGE_MAX_CAPTURES];
+    uint32_t n_files;
+    uint64_t rows_written;
+    int failed;
+} extract_state;
+
+/* Every chunk: append its rows to each capture's file. */
+static void extract_on_chunk(void *user, const forge_capture_chunk *chunk) {
+    extract_state *st = (extract_state *)user;
+    uint32_t i, elem = chunk->dtype == FORGE_CAPTURE_F32 ? 4 : 2;
+    for (i = 0; i < chunk->n_captures && i < st->n_files; i++) {
+        size_t bytes = (size_t)chunk->n_tokens * chunk->width[i] * elem;
+        if (fwrite(chunk->data[i], 1, bytes, st->files[i]) != bytes) st->failed = 1;
+    }
+    st->rows_written += chunk->n_tokens;
+}
+
+/* The whole of a file into a NUL-terminated buffer. */
+static char *read_text_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    if (!f) return NULL;
+    for (;;) {
+        size_t got;
+        if (n + 65536 + 1 > cap) {
+            char *grown;
+            cap = cap ? cap * 2 : 1 << 20;
+            grown = (char *)realloc(buf, cap);
+            if (!grown) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = grown;
+        }
+        got = fread(buf + n, 1, 65536, f);
+        n += got;
+        if (got < 65536) break;
+    }
+    if (ferror(f)) {
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static int cmd_extract(int argc, char **argv) {
+    const char *path = NULL, *text_path = NULL, *text_arg = NULL, *token_arg = NULL, *out_dir = NULL;
+    const char *layers = NULL, *points = "resid_post", *dtype_name = "f32";
+    uint32_t chunk = 512, n_captures = 0, i;
+    int bad = 0, bos = -1, status = 1;
+    forge_context_desc desc;
+    forge_capture *captures = NULL;
+    forge_model *model = NULL;
+    forge_tokenizer *tok = NULL;
+    forge_context *ctx = NULL;
+    forge_error err;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    char *text = NULL;
+    extract_state st;
+    double t0, seconds;
+    char file_path[4096], name[96];
+    FILE *index = NULL;
+
+    memset(&desc, 0, sizeof desc);
+    memset(&st, 0, sizeof st);
+    for (i = 0; i < (uint32_t)argc; i++) {
+        int k = (int)i;
+        if (context_option(argc, argv, &k, &desc, &bad)) {
+            i = (uint32_t)k;
+            continue;
+        }
+        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < (uint32_t)argc) path = argv[++i];
+        else if (!strcmp(argv[i], "-f") && i + 1 < (uint32_t)argc) text_path = argv[++i];
+        else if (!strcmp(argv[i], "-p") && i + 1 < (uint32_t)argc) text_arg = argv[++i];
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < (uint32_t)argc) token_arg = argv[++i];
+        else if (!strcmp(argv[i], "-o") && i + 1 < (uint32_t)argc) out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--layers") && i + 1 < (uint32_t)argc) layers = argv[++i];
+        else if ((!strcmp(argv[i], "--points") || !strcmp(argv[i], "--hooks")) && i + 1 < (uint32_t)argc) points = argv[++i];
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < (uint32_t)argc) dtype_name = argv[++i];
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < (uint32_t)argc) bad |= !parse_u32(argv[++i], "--chunk", &chunk);
+        else if (!strcmp(argv[i], "--bos")) bos = 1;
+        else if (!strcmp(argv[i], "--no-bos")) bos = 0;
+        else {
+            fprintf(stderr, "forge extract: unexpected '%s'\n", argv[i]);
+            bad = 1;
+        }
+    }
+    if (bad || !path || !out_dir || (!!text_path + !!text_arg + !!token_arg) != 1 || chunk == 0) {
+        fprintf(stderr, "usage: forge extract -m FILE (-f TEXTFILE | -p TEXT | --tokens IDS) [--layers 0,12,-1] "
+                        "[--points resid_pre,attn_out,mlp_out,resid_post,final | hook names] [--chunk 512] "
+                        "[--dtype f32|f16|bf16] -o OUTDIR [--bos|--no-bos] [--cpu|--gpu] [--ctx N] [--kv TYPE]\n");
+        return 1;
+    }
+    if (forge_capture_dtype_parse(dtype_name, &desc.capture_dtype, &err) != FORGE_OK ||
+        forge_model_open(path, NULL, &model, &err) != FORGE_OK) {
+        fprintf(stderr, "forge extract: %s\n", err.message);
+        goto done;
+    }
+    captures = (forge_capture *)malloc(FORGE_MAX_CAPTURES * sizeof *captures);
+    if (!captures) goto done;
+    if (forge_capture_parse(forge_model_config(model), layers, points, captures, FORGE_MAX_CAPTURES, &n_captures, &err) !=
+        FORGE_OK) {
+        fprintf(stderr, "forge extract: %s\n", err.message);
+        goto done;
+    }
+
+    /* the tokens: ids given, or the text tokenized as one sequence */
+    if (token_arg) {
+        const char *s = token_arg;
+        size_t cap = 0;
+        while (*s) {
+            char *end = NULL;
+            long v = strtol(s, &end, 10);
+            if (end == s || v < 0 || v > 0x7fffffffL || (*end && *end != ',')) {
+                fprintf(stderr, "forge extract: --tokens: '%s' is not a list of token ids\n", token_arg);
+                goto done;
+            }
+            if (n_ids == cap) {
+                int32_t *grown;
+                cap = cap ? 2 * cap : 256;
+                grown = (int32_t *)realloc(ids, cap * sizeof *ids);
+                if (!grown) goto done;
+                ids = grown;
+            }
+            ids[n_ids++] = (int32_t)v;
+            s = *end ? end + 1 : end;
+        }
+    } else {
+        size_t len = 0;
+        if (text_path) {
+            text = read_text_file(text_path, &len);
+            if (!text) {
+                fprintf(stderr, "forge extract: cannot read '%s': %s\n", text_path, strerror(errno));
+                goto done;
+            }
+        } else {
+            len = strlen(text_arg);
+        }
+        if (forge_tokenizer_create(forge_model_gguf(model), NULL, &tok, &err) != FORGE_OK) {
+            fprintf(stderr, "forge extract: %s\n", err.message);
+            goto done;
+        }
+        if (bos < 0) bos = forge_tokenizer_add_bos(tok);
+        forge_tokenize(tok, text ? text : text_arg, len, bos, 0, NULL, 0, &n_ids, NULL);
+        ids = (int32_t *)malloc((n_ids ? n_ids : 1) * sizeof *ids);
+        if (!ids || forge_tokenize(tok, text ? text : text_arg, len, bos, 0, ids, n_ids, &n_ids, &err) != FORGE_OK) {
+            fprintf(stderr, "forge extract: %s\n", ids ? err.message : "out of memory");
+            goto done;
+        }
+    }
+    if (n_ids == 0 || n_ids > 0x7fffffffu) {
+        fprintf(stderr, "forge extract: %s\n", n_ids ? "too many tokens" : "the text has no tokens");
+        goto done;
+    }
+
+    /* the context holds the whole sequence; chunks of --chunk tokens go through it in turn */
+    if (!desc.n_ctx) desc.n_ctx = (uint32_t)n_ids;
+    if (desc.n_ctx < n_ids) {
+        fprintf(stderr, "forge extract: %llu tokens do not fit a context of %u positions (--ctx)\n", (unsigned long long)n_ids,
+                desc.n_ctx);
+        goto done;
+    }
+    desc.n_batch = chunk;
+    desc.captures = captures;
+    desc.n_captures = n_captures;
+    desc.on_capture = extract_on_chunk;
+    desc.capture_user_data = &st;
+    if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) {
+        fprintf(stderr, "forge extract: %s\n", err.message);
+        goto done;
+    }
+    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "forge extract: cannot create '%s': %s\n", out_dir, strerror(errno));
+        goto done;
+    }
+    { /* token ids first, then one file per capture with its header: the rows follow as chunks come */
+        FILE *f;
+        snprintf(file_path, sizeof file_path, "%s/tokens.npy", out_dir);
+        f = fopen(file_path, "wb");
+        if (!f || !npy_header(f, "<i4", n_ids, 0, 0) || fwrite(ids, sizeof *ids, n_ids, f) != n_ids || fclose(f) != 0) {
+            fprintf(stderr, "forge extract: cannot write '%s'\n", file_path);
+            goto done;
+        }
+    }
+    {
+        forge_capture_chunk info;
+        forge_context_captures(ctx, &info);
+        for (i = 0; i < n_captures; i++) {
+            const char *descr = desc.capture_dtype == FORGE_CAPTURE_F32 ? "<f4" : desc.capture_dtype == FORGE_CAPTURE_F16 ? "<f2" : "<u2";
+            snprintf(file_path, sizeof file_path, "%s/%s.npy", out_dir, forge_capture_name(&captures[i], name, sizeof name));
+            st.files[i] = fopen(file_path, "wb");
+            st.n_files = i + 1;
+            if (!st.files[i] || !npy_header(st.files[i], descr, n_ids, info.width[i], 1)) {
+                fprintf(stderr, "forge extract: cannot write '%s'\n", file_path);
+                goto done;
+            }
+        }
+    }
+    t0 = now_seconds();
+    if (forge_eval(ctx, ids, (uint32_t)n_ids, &err) != FORGE_OK) {
+        fprintf(stderr, "forge extract: %s\n", err.message);
+        goto done;
+    }
+    seconds = now_seconds() - t0;
+    for (i = 0; i < st.n_files; i++) {
+        if (fclose(st.files[i]) != 0) st.failed = 1;
+        st.files[i] = NULL;
+    }
+    if (st.failed || st.rows_written != n_ids) {
+        fprintf(stderr, "forge extract: writing the captures failed (%llu of %llu rows)\n", (unsigned long long)st.rows_written,
+                (unsigned long long)n_ids);
+        goto done;
+    }
+    snprintf(file_path, sizeof file_path, "%s/index.json", out_dir);
+    index = fopen(file_path, "w");
+    if (!index) {
+        fprintf(stderr, "forge extract: cannot write '%s'\n", file_path);
+        goto done;
+    }
+    {
+        forge_capture_chunk info;
+        const forge_plan *plan = forge_context_plan(ctx);
+        forge_context_captures(ctx, &info);
+        fprintf(index, "{\"model\": ");
+        json_cstr(index, path);
+        fprintf(index, ", \"n_tokens\": %llu, \"tokens\": \"tokens.npy\", \"chunk\": %u, \"dtype\": \"%s\", \"backend\": \"%s\"",
+                (unsigned long long)n_ids, plan->n_batch, forge_capture_dtype_name(desc.capture_dtype),
+                plan->backend == FORGE_BACKEND_GPU ? "gpu" : "cpu");
+        fprintf(index, ", \"capture_bytes\": %llu, \"plan_bytes\": %llu, \"seconds\": ", (unsigned long long)plan->capture_bytes,
+                (unsigned long long)plan->total_bytes);
+        json_float(index, seconds);
+        fprintf(index, ", \"captures\": [");
+        for (i = 0; i < n_captures; i++) {
+            forge_capture_name(&captures[i], name, sizeof name);
+            fprintf(index, "%s\n  {\"name\": \"%s\", \"layer\": ", i ? "," : "", name);
+            if (captures[i].point == FORGE_CAPTURE_FINAL) fprintf(index, "null");
+            else fprintf(index, "%u", captures[i].layer);
+            fprintf(index, ", \"point\": \"%s\", \"file\": \"%s.npy\", \"shape\": [%llu, %u], \"dtype\": \"%s\"}",
+                    captures[i].point == FORGE_CAPTURE_RESID_PRE    ? "resid_pre"
+                    : captures[i].point == FORGE_CAPTURE_ATTN_OUT   ? "attn_out"
+                    : captures[i].point == FORGE_CAPTURE_MLP_OUT    ? "mlp_out"
+                    : captures[i].point == FORGE_CAPTURE_RESID_POST ? "resid_post"
+                                                                    : "final",
+                    name, (unsigned long long)n_ids, info.width[i], forge_capture_dtype_name(desc.capture_dtype));
+        }
+        fprintf(index, "\n]}\n");
+    }
+    if (fclose(index) != 0) {
+        index = NULL;
+        fprintf(stderr, "forge extract: cannot write the index\n");
+        goto done;
+    }
+    index = NULL;
+    fprintf(stderr, "forge extract: %llu tokens, %u captures, chunks of %u, %.2f s (%.1f tokens/s), written to %s\n",
+            (unsigned long long)n_ids, n_captures, forge_context_plan(ctx)->n_batch, seconds,
+            seconds > 0 ? (double)n_ids / seconds : 0.0, out_dir);
+    status = 0;
+done:
+    for (i = 0; i < st.n_files; i++)
+        if (st.files[i]) fclose(st.files[i]);
+    if (index) fclose(index);
+    forge_context_destroy(ctx);
+    forge_tokenizer_destroy(tok);
+    forge_model_close(model);
+    free(captures);
+    free(ids);
+    free(text);
+    return status;
+}
