@@ -2,7 +2,9 @@
 
    usage: test_gpu FIXTURES_DIR [BIG_MODEL.gguf]
    - every runnable fixture in FIXTURES_DIR/models: logits of the fixture sequence on the GPU against
-     the CPU (normalized error), and 24 greedy tokens identical, for f16 and q8_0 KV caches;
+     the CPU (normalized error), and 24 greedy tokens identical, for f16 and q8_0 KV caches, every
+     family (Gemma 1/2/3, Phi-3, GLM-4, the MoE families), sliding windows in small batches (ring
+     rows), and every capture point of every layer;
    - with BIG_MODEL (a few hundred MiB, e.g. from `forge mkmodel`): device memory taken by context
      creation equals the plan within 2%; one device allocation per context and none while decoding;
      free memory identical after 1000 decode steps; a plan larger than free memory is refused with
@@ -43,7 +45,7 @@ static int greedy(forge_context *ctx, int32_t *out, int n, const int32_t *prompt
     return 1;
 }
 
-static void compare_fixture(const char *dir, const char *name, forge_kv_type kv) {
+static void compare_fixture(const char *dir, const char *name, forge_kv_type kv, uint32_t batch) {
     char path[1024], label[256];
     forge_model *m = NULL;
     forge_context *cpu = NULL, *gpu = NULL;
@@ -55,13 +57,14 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv)
     int32_t tc[24], tg[24];
     size_t i;
     snprintf(path, sizeof path, "%s/models/%s", dir, name);
-    snprintf(label, sizeof label, "GPU vs CPU: %s, %s KV", name, forge_kv_type_name(kv));
+    snprintf(label, sizeof label, "GPU vs CPU: %s, %s KV, batches of %u", name, forge_kv_type_name(kv), batch ? batch : 512);
     TEST_CASE(label);
     if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
     memset(&d, 0, sizeof d);
     d.n_ctx = 64;
     d.all_logits = 1;
     d.kv_type = kv;
+    d.n_batch = batch;
     d.backend = FORGE_BACKEND_CPU;
     CHECK(forge_context_create(m, &d, &cpu, &e) == FORGE_OK, "cpu: %s", e.message);
     d.backend = FORGE_BACKEND_GPU;
@@ -72,7 +75,17 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv)
         CHECK(forge_eval(gpu, tokens, 32, &e) == FORGE_OK, "gpu eval: %s", e.message);
         lc = forge_context_logits(cpu, &rc);
         lg = forge_context_logits(gpu, &rg);
-        if (CHECK(lc && lg && rc == 32 && rg == 32, "rows %u %u", rc, rg)) {
+        if (batch) { /* in small batches only the last batch's rows are kept: compare those */
+            uint32_t keep = 32 % batch ? 32 % batch : batch;
+            if (CHECK(lc && lg && rc == keep && rg == keep, "rows %u %u", rc, rg))
+                for (i = 0; i < (size_t)keep * forge_model_config(m)->n_vocab; i++) {
+                    num += ((double)lg[i] - lc[i]) * ((double)lg[i] - lc[i]);
+                    den += (double)lc[i] * lc[i];
+                }
+            CHECK(den > 0 && sqrt(num / den) < 5e-4, "normalized error %.3g", den > 0 ? sqrt(num / den) : -1.0);
+            printf("  %-32s %-5s batch %u normalized error GPU vs CPU %.3g\n", name, forge_kv_type_name(kv), batch,
+                   den > 0 ? sqrt(num / den) : -1.0);
+        } else if (CHECK(lc && lg && rc == 32 && rg == 32, "rows %u %u", rc, rg)) {
             for (i = 0; i < (size_t)32 * n_vocab; i++) {
                 num += ((double)lg[i] - lc[i]) * ((double)lg[i] - lc[i]);
                 den += (double)lc[i] * lc[i];
@@ -89,6 +102,49 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv)
     }
     forge_context_destroy(cpu);
     forge_context_destroy(gpu);
+    forge_model_close(m);
+}
+
+/* Every capture point of every layer, GPU against CPU, in chunks of 7. */
+static void compare_captures(const char *dir, const char *name) {
+    char path[1024], label[256];
+    forge_model *m = NULL;
+    forge_context *ctx[2] = {NULL, NULL};
+    forge_context_desc d;
+    forge_capture caps[FORGE_MAX_CAPTURES];
+    forge_capture_chunk chunk[2];
+    uint32_t n = 0, k, i, t;
+    forge_error e;
+    double num = 0.0, den = 0.0;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    snprintf(label, sizeof label, "GPU vs CPU captures: %s, every point of every layer, bf16 and f32", name);
+    TEST_CASE(label);
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    CHECK(forge_capture_parse(forge_model_config(m), "all", "resid_pre,attn_out,mlp_out,resid_post,final", caps,
+                              FORGE_MAX_CAPTURES, &n, &e) == FORGE_OK, "%s", e.message);
+    memset(&d, 0, sizeof d);
+    d.n_ctx = 64;
+    d.n_batch = 7;
+    d.captures = caps;
+    d.n_captures = n;
+    for (k = 0; k < 2; k++) {
+        d.backend = k ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
+        CHECK(forge_context_create(m, &d, &ctx[k], &e) == FORGE_OK, "create: %s", e.message);
+        if (ctx[k]) CHECK(forge_eval(ctx[k], tokens, 32, &e) == FORGE_OK, "eval: %s", e.message);
+    }
+    if (ctx[0] && ctx[1] && forge_context_captures(ctx[0], &chunk[0]) && forge_context_captures(ctx[1], &chunk[1])) {
+        CHECK(chunk[0].n_tokens == 4 && chunk[1].n_tokens == 4 && chunk[1].pos == 28, "last chunk: 4 tokens at 28");
+        for (i = 0; i < n; i++)
+            for (t = 0; t < chunk[0].n_tokens * chunk[0].width[i]; t++) {
+                double a = ((const float *)chunk[0].data[i])[t], b = ((const float *)chunk[1].data[i])[t];
+                num += (a - b) * (a - b);
+                den += a * a;
+            }
+        CHECK(den > 0 && sqrt(num / den) < 5e-4, "normalized error %.3g", den > 0 ? sqrt(num / den) : -1.0);
+        printf("  %-32s captures normalized error GPU vs CPU %.3g\n", name, den > 0 ? sqrt(num / den) : -1.0);
+    }
+    forge_context_destroy(ctx[0]);
+    forge_context_destroy(ctx[1]);
     forge_model_close(m);
 }
 
@@ -171,9 +227,12 @@ static void memory_promises(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    static const char *const fixtures[] = {"tiny-llama-f16.gguf",   "tiny-llama-q4_0.gguf", "tiny-llama-q4_k_m.gguf",
-                                           "tiny-llama-q6_k.gguf",  "tiny-llama-iq4_xs.gguf", "tiny-qwen2-q8_0.gguf",
-                                           "tiny-qwen3-q4_k_m.gguf", "ext-llama2-tiny-random.gguf"};
+    static const char *const fixtures[] = {"tiny-llama-f16.gguf",      "tiny-llama-q4_0.gguf",     "tiny-llama-q4_k_m.gguf",
+                                           "tiny-llama-q6_k.gguf",     "tiny-llama-iq4_xs.gguf",   "tiny-qwen2-q8_0.gguf",
+                                           "tiny-qwen3-q4_k_m.gguf",   "tiny-gemma-q4_k_m.gguf",   "tiny-gemma2-f16.gguf",
+                                           "tiny-gemma3-q4_k_m.gguf",  "tiny-phi3-q4_k_m.gguf",    "tiny-llama-moe-q4_k_m.gguf",
+                                           "tiny-qwen2moe-q4_k_m.gguf", "tiny-qwen3moe-q4_k_m.gguf", "tiny-glm4-q4_k_m.gguf",
+                                           "ext-llama2-tiny-random.gguf"};
     size_t i;
     if (argc < 2) {
         fprintf(stderr, "usage: %s FIXTURES_DIR [BIG_MODEL.gguf]\n", argv[0]);
@@ -182,10 +241,15 @@ int main(int argc, char **argv) {
     TEST_CASE("a GPU answers");
     if (!CHECK(forge_gpu_available(), "no GPU")) return test_summary();
     for (i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
-        compare_fixture(argv[1], fixtures[i], FORGE_KV_F16);
+        compare_fixture(argv[1], fixtures[i], FORGE_KV_F16, 0);
         if (i + 1 < sizeof fixtures / sizeof fixtures[0]) /* the last has heads of 4: no q8_0 cache */
-            compare_fixture(argv[1], fixtures[i], FORGE_KV_Q8_0);
+            compare_fixture(argv[1], fixtures[i], FORGE_KV_Q8_0, 0);
     }
+    /* sliding windows of 8 in batches of 1 and 3: the local layers' rows are reused as a ring */
+    compare_fixture(argv[1], "tiny-gemma2-f16.gguf", FORGE_KV_F16, 1);
+    compare_fixture(argv[1], "tiny-gemma3-q4_k_m.gguf", FORGE_KV_Q8_0, 3);
+    compare_captures(argv[1], "tiny-gemma3-q4_k_m.gguf");
+    compare_captures(argv[1], "tiny-qwen2moe-q4_k_m.gguf");
     if (argc > 2) memory_promises(argv[2]);
     return test_summary();
 }
