@@ -66,7 +66,7 @@ static void test_plan_terms(forge_model *m) {
           "last token only: %llu", (unsigned long long)p.logits_bytes);
 
     TEST_CASE("plan: scratch packing against the schedule's lifetimes");
-    if (!CHECK(forge__schedule_build(m, NULL, &s, &e) == FORGE_OK, "schedule: %s", e.message)) return;
+    if (!CHECK(forge__schedule_build(m, NULL, &s, NULL, 0, &e) == FORGE_OK, "schedule: %s", e.message)) return;
     scratch = forge__schedule_pack(&s, 32);
     CHECK(scratch == p.scratch_bytes, "the plan's scratch is the packed schedule's: %llu vs %llu", (unsigned long long)scratch,
           (unsigned long long)p.scratch_bytes);

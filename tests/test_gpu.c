@@ -1,6 +1,6 @@
 /* The GPU backend against the CPU backend, and the memory promises on a real device.
 
-   usage: test_gpu FIXTURES_DIR [BIG_MODEL.gguf]
+   usage: test_gpu FIXTURES_DIR [BIG_MODEL.gguf [DEPTH_MODEL.gguf]]
    - every runnable fixture in FIXTURES_DIR/models: logits of the fixture sequence on the GPU against
      the CPU (normalized error), and 24 greedy tokens identical, for f16 and q8_0 KV caches, every
      family (Gemma 1/2/3, Phi-3, GLM-4, the MoE families), sliding windows in small batches (ring
@@ -8,7 +8,9 @@
    - with BIG_MODEL (a few hundred MiB, e.g. from `forge mkmodel`): device memory taken by context
      creation equals the plan within 2%; one device allocation per context and none while decoding;
      free memory identical after 1000 decode steps; a plan larger than free memory is refused with
-     nothing taken; a failing device allocation leaves free memory where it was. */
+     nothing taken; a failing device allocation leaves free memory where it was;
+   - with DEPTH_MODEL: free device memory and the allocation count unchanged at depths 16K and 64K
+     ($FORGE_TEST_DEPTH), f16 and q8_0 caches. */
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 #include "test.h"
@@ -226,6 +228,63 @@ static void memory_promises(const char *path) {
     forge_model_close(m);
 }
 
+/* Free device memory and the allocation count do not move while the sequence grows to 16K and 64K
+   positions (prompt batches of 512, then decode steps), for f16 and q8_0 caches. */
+static void memory_at_depth(const char *path) {
+    static int32_t batch[512];
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_context_desc d;
+    forge_error e;
+    forge_memory_reading start, now;
+    unsigned long allocations;
+    uint32_t depth_max = 65536, pos = 0, i, k;
+    const char *env = getenv("FORGE_TEST_DEPTH");
+    static const forge_kv_type kinds[2] = {FORGE_KV_F16, FORGE_KV_Q8_0};
+    if (env && atoi(env) > 0) depth_max = (uint32_t)atoi(env);
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message)) return;
+    for (i = 0; i < 512; i++) batch[i] = (int32_t)(1 + (i * 7919u) % 1000u);
+    for (k = 0; k < 2; k++) {
+        char label[160];
+        snprintf(label, sizeof label, "memory: flat at depths 0, 16K and %uK (%s KV cache)", depth_max / 1024, forge_kv_type_name(kinds[k]));
+        TEST_CASE(label);
+        memset(&d, 0, sizeof d);
+        d.backend = FORGE_BACKEND_GPU;
+        d.n_ctx = depth_max + 64;
+        d.kv_type = kinds[k];
+        if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message)) continue;
+        allocations = forge_gpu_allocation_count();
+        forge_memory_query_gpu(0, &start, &e);
+        {
+            uint32_t marks[2] = {16384, depth_max}, next = 0;
+            while (next < 2) {
+                pos = forge_context_pos(ctx);
+                if (pos + 512 <= marks[next]) {
+                    if (!CHECK(forge_eval(ctx, batch, 512, &e) == FORGE_OK, "prefill at %u: %s", pos, e.message)) break;
+                    continue;
+                }
+                { /* at the mark (to within a batch): a few decode steps, then the reading */
+                    int32_t t = 42;
+                    for (i = 0; i < 16 && forge_eval(ctx, &t, 1, &e) == FORGE_OK; i++) {
+                    }
+                    forge_memory_query_gpu(0, &now, &e);
+                    CHECK(i == 16 && now.free_bytes == start.free_bytes && forge_gpu_allocation_count() == allocations,
+                          "depth %u: free memory %llu (at creation %llu), allocations +%lu", forge_context_pos(ctx),
+                          (unsigned long long)now.free_bytes, (unsigned long long)start.free_bytes,
+                          forge_gpu_allocation_count() - allocations);
+                    printf("  %s KV: depth %u, free device memory %llu bytes (at creation %llu), plan %llu\n",
+                           forge_kv_type_name(kinds[k]), forge_context_pos(ctx), (unsigned long long)now.free_bytes,
+                           (unsigned long long)start.free_bytes, (unsigned long long)forge_context_plan(ctx)->total_bytes);
+                }
+                next++;
+            }
+        }
+        forge_context_destroy(ctx);
+        ctx = NULL;
+    }
+    forge_model_close(m);
+}
+
 int main(int argc, char **argv) {
     static const char *const fixtures[] = {"tiny-llama-f16.gguf",      "tiny-llama-q4_0.gguf",     "tiny-llama-q4_k_m.gguf",
                                            "tiny-llama-q6_k.gguf",     "tiny-llama-iq4_xs.gguf",   "tiny-qwen2-q8_0.gguf",
@@ -251,5 +310,6 @@ int main(int argc, char **argv) {
     compare_captures(argv[1], "tiny-gemma3-q4_k_m.gguf");
     compare_captures(argv[1], "tiny-qwen2moe-q4_k_m.gguf");
     if (argc > 2) memory_promises(argv[2]);
+    if (argc > 3) memory_at_depth(argv[3]);
     return test_summary();
 }
