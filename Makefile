@@ -15,7 +15,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 MODEL_CACHE ?= $(HOME)/.cache/forge
 
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
-TESTBINS = $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/test_smollm2 $(BUILD)/test_capture $(BUILD)/test_capture_san $(BUILD)/dump_tensors
+TESTBINS = $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/test_smollm2 $(BUILD)/test_capture $(BUILD)/test_capture_san $(BUILD)/test_greedy $(BUILD)/dump_tensors
 
 .PHONY: all test test-gpu fuzz demo clean check-builds python-deps
 
@@ -51,7 +51,10 @@ $(BUILD)/dump_tensors: tests/dump_tensors.c forge.h | $(BUILD)
 
 test: all $(TESTBINS) python-deps
 	sh tools/fetch_model.sh smollm2 $(MODEL_CACHE)
-	FORGE_FIXTURES=$(FIXTURES) FORGE_SMOLLM2=$(SMOLLM2) PYTHON=$(PYTHON) sh tests/run.sh
+	sh tools/fetch_model.sh gemma3 $(MODEL_CACHE)
+	sh tools/fetch_model.sh qwen25coder $(MODEL_CACHE)
+	FORGE_FIXTURES=$(FIXTURES) FORGE_SMOLLM2=$(SMOLLM2) FORGE_GEMMA3=$(GEMMA3) FORGE_QWEN25CODER=$(QWEN25CODER) \
+		PYTHON=$(PYTHON) sh tests/run.sh
 
 # the fixture checks compare with the gguf Python package's own reading of every file
 python-deps:
@@ -72,6 +75,8 @@ fuzz: $(BUILD)/fuzz_gguf
 		-artifact_prefix=$(BUILD)/ $(BUILD)/fuzz_corpus $(BUILD)/fuzz_seeds
 
 SMOLLM2 = $(MODEL_CACHE)/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA3 = $(MODEL_CACHE)/gemma3/gemma-3-270m-q4_k_m.gguf
+QWEN25CODER = $(MODEL_CACHE)/qwen25coder/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 DEMO_PROMPT ?= Explain in two sentences why the sky is blue.
 
 # fetch SmolLM2-135M-Instruct once, build, and answer a prompt (on the CPU in a build without a GPU)
