@@ -1201,6 +1201,22 @@ static void test_config_rules(void) {
     parsed_model m;
     static const uint32_t layer_head_kv[2] = {1, 2};
 
+    TEST_CASE("rules: a llama file that declares a sliding window (Mistral style) applies it on every layer");
+    gw_model_options_init(&options);
+    init_edits(&edits);
+    set_u32(&options, &edits, "llama.attention.sliding_window", 8);
+    if (open_valid_model(&m, &options)) {
+        const forge_config *c = &m.config;
+        uint64_t bytes = 0;
+        CHECK(c->n_swa == 8 && c->layer_is_swa[0] && c->layer_is_swa[1], "n_swa %u, layers %d %d", c->n_swa, c->layer_is_swa[0],
+              c->layer_is_swa[1]);
+        CHECK(c->rope_freq_base_swa == c->rope_freq_base && c->rope_freq_scale_swa == c->rope_freq_scale, "one rope");
+        /* 2 layers x (8 + 4 - 1) rows x 2 KV heads x (4 + 4) x 2 bytes */
+        CHECK(forge_kv_cache_bytes(c, 100, 4, FORGE_KV_F16, &bytes, NULL) == FORGE_OK && bytes == 2ull * 11 * 2 * 8 * 2,
+              "KV bytes %llu", (unsigned long long)bytes);
+        parsed_model_close(&m);
+    }
+
     TEST_CASE("rules: llama defaults");
     gw_model_options_init(&options);
     if (open_valid_model(&m, &options)) {
