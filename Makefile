@@ -100,6 +100,9 @@ $(BUILD)/test_kernels: $(BUILD)/forge_kernels.o $(BUILD)/test_kernels.o
 	nvcc $^ -o $@ -lm -lpthread
 $(BUILD)/test_gpu: tests/test_gpu.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
+# a real model's greedy continuation on the GPU against the reference (FORGE_TEST_BACKEND=gpu)
+$(BUILD)/test_greedy_gpu: tests/test_greedy.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
 # GPU_MODEL: a model of a few hundred MiB for the memory invariants (forge mkmodel makes one)
 test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu
 	$(BUILD)/test_kernels

@@ -245,7 +245,9 @@ int main(int argc, char **argv) {
     if (!CHECK(forge_tokenizer_create(forge_model_gguf(model), NULL, &tok, &e) == FORGE_OK, "tokenizer: %s", e.message))
         goto out;
     memset(&desc, 0, sizeof desc);
-    desc.backend = FORGE_BACKEND_CPU;
+    /* FORGE_TEST_BACKEND=gpu runs the same check on the GPU backend (device runs) */
+    desc.backend = getenv("FORGE_TEST_BACKEND") && strcmp(getenv("FORGE_TEST_BACKEND"), "gpu") == 0 ? FORGE_BACKEND_GPU
+                                                                                                 : FORGE_BACKEND_CPU;
     desc.n_ctx = 512;
     desc.n_batch = 512;
     if (!CHECK(forge_context_create(model, &desc, &ctx, &e) == FORGE_OK, "context: %s", e.message)) goto out;
@@ -260,9 +262,10 @@ int main(int argc, char **argv) {
     TEST_CASE("greedy generation against the reference");
     for (i = 0; i < n_cases; i++) run_case(ctx, tok, sampler, &cases[i], min_agree, &totals);
     printf("prompts: %ld tokens in %.2f s; generation: %ld tokens in %.2f s (%.1f tokens/s); "
-           "whole run %.2f s (CPU, n_ctx 512, f16 KV cache, all cores)\n",
+           "whole run %.2f s (%s, n_ctx 512, f16 KV cache)\n",
            totals.prompt_tokens, totals.prompt_seconds, totals.tokens, totals.seconds,
-           totals.seconds > 0 ? (double)totals.tokens / totals.seconds : 0.0, now_seconds() - t_start);
+           totals.seconds > 0 ? (double)totals.tokens / totals.seconds : 0.0, now_seconds() - t_start,
+           desc.backend == FORGE_BACKEND_GPU ? "GPU" : "CPU");
 
 out:
     forge_sampler_destroy(sampler);
