@@ -724,6 +724,13 @@ typedef struct forge_context_desc {
     forge_capture_dtype capture_dtype;
     forge_capture_fn on_capture;      /* called after every chunk; NULL: read forge_context_captures */
     void *capture_user_data;
+    /* weight upload progress, called during forge_context_create: on the GPU after every staging
+       chunk (32 MiB) and once at the end with done_bytes == total_bytes (the plan's weights_bytes);
+       on the CPU, where the weights stay in the mapped file, once. The GPU upload streams through
+       two 32 MiB buffers of pinned host memory (fewer for smaller models), taken for the upload and
+       freed before the call returns: host memory, not part of the device plan. */
+    void (*on_progress)(void *user_data, uint64_t done_bytes, uint64_t total_bytes);
+    void *progress_user_data;
 } forge_context_desc;
 
 /* The whole bill, in bytes. What the plan says is what the context allocates. */
@@ -794,11 +801,21 @@ FORGE_API const forge_plan *forge_context_plan(const forge_context *ctx);
 /* Bytes the context really allocated for its arena: the plan's total less the weights on the CPU
    (they stay in the mapped file), the plan's total on the GPU (weights are uploaded into it). */
 FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
-/* Appends tokens to the sequence (at positions pos .. pos+n-1), n_batch at a time. */
+/* Appends tokens to the sequence (at positions pos .. pos+n-1), n_batch at a time. On the GPU a
+   one-token step (decode) replays a recorded graph and returns once its work is queued; the calls
+   that read its results (logits, argmax, the next eval) wait for it. Set FORGE_NO_GRAPH=1 in the
+   environment before forge_context_create for plain launches instead of the graph. */
 FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error);
 /* Logits of the last forge_eval: n_rows rows of n_vocab floats (the last token's, or every token's
-   of the final step when all_logits is set). Valid until the next eval. */
+   of the final step when all_logits is set). Valid until the next eval. On the GPU the rows stay on
+   the device until the first call after an eval copies them here (NULL, 0 rows, if the device
+   fails); a decode step that needs only forge_context_argmax never copies the vocabulary. */
 FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows);
+/* Greedy choice from the last logits row of the last forge_eval: the index of the largest logit,
+   the lowest index among equal values; NaN never wins. On the GPU it runs on the device and copies
+   back 4 bytes. FORGE_ERR_ARGUMENT before any eval; FORGE_ERR_IO when the device fails (a fault
+   of the eval itself may surface here: a GPU decode step returns once its work is queued). */
+FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error);
 FORGE_API uint32_t forge_context_pos(const forge_context *ctx);
 FORGE_API void forge_context_reset(forge_context *ctx); /* forget the sequence */
 /* The captures of the last chunk evaluated (n_tokens 0 before any); returns 0 when the context
@@ -6062,6 +6079,27 @@ int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint3
 int forge_hip_moe_sum(const float *src, const float *route, uint32_t n_tokens, uint32_t k, uint32_t n, float *dst, void *stream,
                       char *message, size_t message_bytes);
 unsigned long forge_hip_allocation_count(void);
+/* decode graphs: the position read from device memory (a uint32 at dev_pos) when the kernels run */
+int forge_hip_rope_at(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
+                      const uint32_t *dev_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
+                      char *message, size_t message_bytes);
+int forge_hip_kv_store_at(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
+                          uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, const uint32_t *dev_pos, uint32_t n_cells,
+                          void *stream, char *message, size_t message_bytes);
+/* args->pos0: the largest position a replay reads; the grid is sized for it */
+int forge_hip_attention_at(const forge_hip_attention_args *args, const uint32_t *dev_pos, void *scratch, size_t scratch_bytes,
+                           void *stream, char *message, size_t message_bytes);
+int forge_hip_graph_begin(void *stream, char *message, size_t message_bytes);
+int forge_hip_graph_end(void *stream, int keep, void **out, char *message, size_t message_bytes);
+int forge_hip_graph_launch(void *graph, void *stream, char *message, size_t message_bytes);
+void forge_hip_graph_destroy(void *graph);
+/* pinned host memory (upload staging, the decode step's slots) and events */
+int forge_hip_host_alloc(size_t bytes, void **out, char *message, size_t message_bytes);
+void forge_hip_host_free(void *host);
+int forge_hip_event_create(void **out, char *message, size_t message_bytes);
+int forge_hip_event_record(void *event, void *stream, char *message, size_t message_bytes);
+int forge_hip_event_sync(void *event, char *message, size_t message_bytes);
+void forge_hip_event_destroy(void *event);
 #ifdef __cplusplus
 }
 #endif
@@ -6178,15 +6216,19 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
 }
 #endif
 
-/* The GPU backend's own working memory: attention's split-KV scratch, the batch's token ids, and
-   nothing that grows with the sequence. */
+/* The decode step's device slots, read by the recorded graph: [0] the token, [1] its position,
+   [2] forge_context_argmax's answer. */
+#define FORGE__GPU_STEP_WORDS 4u
+
+/* The GPU backend's own working memory: attention's split-KV scratch, the batch's token ids, the
+   decode step's slots, and nothing that grows with the sequence. */
 static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_model *m, uint32_t n_ctx, uint32_t n_batch) {
 #ifdef FORGE_HIP
     return forge__align_gpu(forge_hip_attention_scratch_bytes(n_ctx, n_batch, forge__schedule_max_heads(s), m->config.head_dim_v)) +
-           forge__align_gpu((uint64_t)n_batch * sizeof(int32_t));
+           forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
 #else
     (void)s, (void)m, (void)n_ctx;
-    return forge__align_gpu((uint64_t)n_batch * sizeof(int32_t));
+    return forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
 #endif
 }
 
@@ -6548,6 +6590,11 @@ struct forge_context {
     void *stream;
     uint64_t dev_scratch, dev_logits, dev_attn, dev_attn_bytes, dev_tokens, dev_kv, dev_capture;
     const float *dev_rope_factors;
+    uint64_t dev_step;      /* the decode step's slots (FORGE__GPU_STEP_WORDS) */
+    uint32_t *step_host;    /* their pinned host mirror */
+    void *graph;            /* the recorded decode step; NULL: plain launches */
+    int dev_pending;        /* a decode step queued and not yet waited for */
+    int logits_on_host;     /* the host copy of the logits is the last eval's */
     /* captures: each one's region in the staging (the CPU arena's, or the device's, mirrored on the
        host), and the chunk last delivered */
     uint8_t *capture;         /* CPU: in the arena; GPU: a host mirror of the device staging */
@@ -6585,114 +6632,117 @@ static float *forge__dev_val(forge_context *ctx, int32_t v) {
 }
 #endif
 
-/* Allocates the one device arena of the plan and uploads the weights the schedule reads (norms
-   and biases converted to f32 on the way). Everything taken is released by forge_context_destroy. */
-static forge_result forge__gpu_context_init(forge_context *ctx, forge_error *error) {
 #ifdef FORGE_HIP
+/* One staging buffer of the weight upload; two of them, pinned, let the host fill one while the
+   copy engine empties the other. Smaller models take less (a multiple of 64 KiB). */
+#define FORGE__UPLOAD_CHUNK_BYTES (32ull << 20)
+
+typedef struct forge__upload {
+    forge_context *ctx;
+    const forge_context_desc *desc;
+    uint8_t *staging;     /* 2 x chunk bytes of pinned host memory */
+    void *emptied[2];     /* events: the copies out of each buffer have run */
+    uint64_t chunk, used; /* bytes per buffer; bytes taken in the current one */
+    int current;
+    uint64_t done, total; /* device bytes placed so far, of the plan's weights_bytes */
+} forge__upload;
+
+/* Makes room for `bytes` in the current buffer, else moves to the other one once the copies out of
+   it have run; reports progress at each move, so at least once per chunk. */
+static forge_result forge__upload_room(forge__upload *u, uint64_t bytes, forge_error *error) {
+    char message[256];
+    u->used = FORGE__MIN((u->used + 63) / 64 * 64, u->chunk); /* f32 pieces stay aligned */
+    if (u->used + bytes <= u->chunk) return FORGE_OK;
+    if (forge_hip_event_record(u->emptied[u->current], u->ctx->stream, message, sizeof message) != 0 ||
+        forge_hip_event_sync(u->emptied[u->current ^ 1], message, sizeof message) != 0)
+        return forge__fail(error, FORGE_ERR_IO, "GPU: uploading the weights failed: %s", message);
+    u->current ^= 1;
+    u->used = 0;
+    if (u->desc->on_progress) u->desc->on_progress(u->desc->progress_user_data, u->done, u->total);
+    return FORGE_OK;
+}
+
+/* One tensor to device offset `offset`, in pieces that fit the staging: a matrix as stored, a
+   vector dequantized to f32 a whole number of blocks at a time. */
+static forge_result forge__upload_tensor(forge__upload *u, const forge_gguf_tensor *t, forge__use use, uint64_t offset,
+                                         forge_error *error) {
+    const forge_type_traits *tt = forge_type_info(t->type);
+    const uint64_t piece = use == FORGE__VECTOR ? (uint64_t)tt->block_elems * sizeof(float) : 1; /* smallest piece, bytes */
+    uint64_t left = use == FORGE__VECTOR ? t->n_elements * sizeof(float) : t->n_bytes, placed = 0;
+    char message[256];
+    forge_result r;
+    while (left) {
+        uint8_t *buffer;
+        uint64_t n;
+        if ((r = forge__upload_room(u, piece, error))) return r;
+        buffer = u->staging + (uint64_t)u->current * u->chunk + u->used;
+        n = FORGE__MIN(left, (u->chunk - u->used) / piece * piece);
+        if (use == FORGE__VECTOR) {
+            if (forge_dequantize(t->type, t->data + placed / piece * tt->block_bytes, (float *)(void *)buffer, n / sizeof(float)))
+                return forge__fail(error, FORGE_ERR_UNSUPPORTED, "cannot convert tensor '%.*s' to f32", FORGE__STR_ARGS(t->name));
+        } else {
+            memcpy(buffer, t->data + placed, (size_t)n);
+        }
+        if (forge_hip_copy_to_device(u->ctx->dev + offset + placed, buffer, (size_t)n, u->ctx->stream, message, sizeof message) != 0)
+            return forge__fail(error, FORGE_ERR_IO, "GPU: uploading tensor '%.*s' failed: %s", FORGE__STR_ARGS(t->name), message);
+        u->used += n;
+        u->done += n;
+        placed += n;
+        left -= n;
+    }
+    return FORGE_OK;
+}
+
+/* The weights the schedule reads, in file order, each at a 256-byte boundary (the layout the plan
+   counted), through the pinned staging; *out_bytes receives the bytes placed. The staging and its
+   events are released before returning, on failure too. */
+static forge_result forge__gpu_upload(forge_context *ctx, const forge_context_desc *desc, uint64_t *out_bytes, forge_error *error) {
     const forge_gguf *g = ctx->model->gguf;
-    const forge_gguf_tensor *rope = forge_gguf_find_tensor(g, "rope_freqs.weight");
-    uint64_t n_tensors = forge_gguf_tensor_count(g), i, offset = 0, stored;
-    float *staging = NULL;
-    uint64_t staging_elems = 0;
-    const forge_config *c = ctx->c;
-    uint32_t il;
-
-    ctx->dev_weight = (uint64_t *)forge__alloc(&ctx->allocator, (size_t)(n_tensors ? n_tensors : 1) * sizeof(uint64_t));
-    ctx->logits = (float *)forge__alloc(&ctx->allocator, (size_t)ctx->plan.logits_bytes); /* the host copy */
-    if (!ctx->dev_weight || !ctx->logits)
-        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the GPU context's host tables");
-    ctx->arena = (uint8_t *)ctx->logits;
-    ctx->arena_bytes = ctx->plan.total_bytes;
-    FORGE__HIP(forge_hip_stream_create(&ctx->stream, FORGE__MSG));
-    FORGE__HIP(forge_hip_arena_alloc((size_t)ctx->plan.total_bytes, (void **)&ctx->dev, FORGE__MSG));
-
-    /* weights first, in file order, each at a 256-byte boundary: the layout the plan counted */
-    for (i = 0; i < n_tensors; i++) {
+    uint64_t n_tensors = forge_gguf_tensor_count(g), i, offset = 0;
+    forge__upload u;
+    forge_result r = FORGE_OK;
+    char message[256];
+    memset(&u, 0, sizeof u);
+    u.ctx = ctx;
+    u.desc = desc;
+    u.total = ctx->plan.weights_bytes;
+    u.chunk = FORGE__MIN(FORGE__UPLOAD_CHUNK_BYTES, FORGE__MAX((u.total + 65535) / 65536 * 65536, 65536));
+    if (forge_hip_host_alloc((size_t)(2 * u.chunk), (void **)&u.staging, message, sizeof message) != 0)
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot stage the weight upload: %s", message);
+    if (forge_hip_event_create(&u.emptied[0], message, sizeof message) != 0 ||
+        forge_hip_event_create(&u.emptied[1], message, sizeof message) != 0)
+        r = forge__fail(error, FORGE_ERR_IO, "GPU: %s", message);
+    for (i = 0; i < n_tensors && r == FORGE_OK; i++) {
         const forge_gguf_tensor *t = forge_gguf_tensor_at(g, i);
         forge__use use = forge__tensor_use(&ctx->sched, ctx->model, t);
         ctx->dev_weight[i] = UINT64_MAX;
         if (use == FORGE__UNUSED) continue;
         ctx->dev_weight[i] = offset;
-        if (use == FORGE__VECTOR) {
-            if (t->n_elements > staging_elems) {
-                forge__free(&ctx->allocator, staging);
-                staging = (float *)forge__alloc(&ctx->allocator, (size_t)t->n_elements * sizeof(float));
-                staging_elems = staging ? t->n_elements : 0;
-                if (!staging) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot stage tensor '%.*s'", FORGE__STR_ARGS(t->name));
-            }
-            forge_dequantize(t->type, t->data, staging, t->n_elements);
-            stored = t->n_elements * sizeof(float);
-            char message[256];
-            /* the staging buffer is reused for the next vector: wait for this copy */
-            if (forge_hip_copy_to_device(ctx->dev + offset, staging, (size_t)stored, ctx->stream, message, sizeof message) != 0 ||
-                forge_hip_stream_sync(ctx->stream, message, sizeof message) != 0) {
-                forge__free(&ctx->allocator, staging);
-                return forge__fail(error, FORGE_ERR_IO, "GPU: uploading tensor '%.*s' failed: %s", FORGE__STR_ARGS(t->name), message);
-            }
-        } else {
-            stored = t->n_bytes;
-            char message[256];
-            if (forge_hip_copy_to_device(ctx->dev + offset, t->data, (size_t)stored, ctx->stream, message, sizeof message) != 0) {
-                forge__free(&ctx->allocator, staging);
-                return forge__fail(error, FORGE_ERR_IO, "GPU: uploading tensor '%.*s' failed: %s", FORGE__STR_ARGS(t->name), message);
-            }
-        }
-        offset += forge__align_gpu(stored);
+        r = forge__upload_tensor(&u, t, use, offset, error);
+        offset += forge__align_gpu(use == FORGE__VECTOR ? t->n_elements * sizeof(float) : t->n_bytes);
+        u.done = offset; /* the padding counts as placed */
     }
-    forge__free(&ctx->allocator, staging);
-    if (offset != ctx->plan.weights_bytes)
-        return forge__fail(error, FORGE_ERR_CONFIG, "uploaded %llu bytes of weights, the plan counted %llu", (forge__ull)offset,
-                           (forge__ull)ctx->plan.weights_bytes);
-    ctx->dev_scratch = offset;
-    offset += ctx->plan.scratch_bytes;
-    ctx->dev_logits = offset;
-    offset += ctx->plan.logits_bytes;
-    ctx->dev_attn = offset;
-    ctx->dev_attn_bytes = forge__align_gpu(forge_hip_attention_scratch_bytes(ctx->r.n_ctx, ctx->r.n_batch,
-                                                                             forge__schedule_max_heads(&ctx->sched), c->head_dim_v));
-    offset += ctx->dev_attn_bytes;
-    ctx->dev_tokens = offset;
-    offset += forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(int32_t));
-    ctx->dev_capture = offset;
-    forge__capture_bytes(&ctx->sched, &ctx->r, ctx->capture_offset);
-    offset += ctx->plan.capture_bytes;
-    if (ctx->plan.capture_bytes) { /* the host side of the staging, where the chunks are delivered */
-        ctx->capture = (uint8_t *)forge__alloc(&ctx->allocator, (size_t)ctx->plan.capture_bytes);
-        if (!ctx->capture)
-            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate %llu bytes of host capture staging",
-                               (forge__ull)ctx->plan.capture_bytes);
-    }
-    ctx->dev_kv = offset;
-    if (offset + ctx->plan.kv_bytes != ctx->plan.total_bytes)
-        return forge__fail(error, FORGE_ERR_CONFIG, "the GPU arena layout (%llu bytes) differs from the plan (%llu)",
-                           (forge__ull)(offset + ctx->plan.kv_bytes), (forge__ull)ctx->plan.total_bytes);
-    ctx->dev_rope_factors = c->has_rope_freqs ? forge__dev_f32(ctx, rope) : NULL;
-    {
-        uint32_t storage = forge__kv_storage_type(ctx->r.kv_type);
-        const forge_type_traits *kvt = forge_type_info(storage);
-        ctx->row_k_bytes = (uint64_t)c->head_dim / kvt->block_elems * kvt->block_bytes;
-        ctx->row_v_bytes = (uint64_t)c->head_dim_v / kvt->block_elems * kvt->block_bytes;
-    }
-    for (offset = 0, il = 0; il < c->n_layer; il++) {
-        ctx->kv_layer_offset[il] = offset;
-        ctx->kv_cells[il] = forge_kv_layer_cells(c, il, ctx->r.n_ctx, ctx->r.n_batch);
-        offset += (uint64_t)ctx->kv_cells[il] * c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
-    }
-    FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
-    return FORGE_OK;
-#else
-    (void)ctx;
-    return forge__fail(error, FORGE_ERR_UNSUPPORTED, "this build of forge has no GPU backend (compile with FORGE_HIP)");
-#endif
+    /* no copy may still read the staging when it is freed */
+    if (forge_hip_stream_sync(ctx->stream, message, sizeof message) != 0 && r == FORGE_OK)
+        r = forge__fail(error, FORGE_ERR_IO, "GPU: uploading the weights failed: %s", message);
+    forge_hip_event_destroy(u.emptied[0]);
+    forge_hip_event_destroy(u.emptied[1]);
+    forge_hip_host_free(u.staging);
+    if (r == FORGE_OK && offset != u.total)
+        r = forge__fail(error, FORGE_ERR_CONFIG, "uploaded %llu bytes of weights, the plan counted %llu", (forge__ull)offset,
+                        (forge__ull)u.total);
+    if (r == FORGE_OK && desc->on_progress) desc->on_progress(desc->progress_user_data, u.total, u.total);
+    *out_bytes = offset;
+    return r;
 }
 
-/* The schedule on the device: the same ops, the same value offsets, the launchers of forge_kernels.hip. */
-static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *error) {
-#ifdef FORGE_HIP
+/* Launches the schedule's ops for n tokens whose ids are at dev_tokens (device memory). dev_pos
+   NULL: the positions start at ctx->pos, passed as arguments; else they start at the uint32 at
+   dev_pos, read when the kernels run: the form a graph records once and replays at any position. */
+static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const int32_t *dev_tokens, const uint32_t *dev_pos,
+                                          forge_error *error) {
     const forge_config *c = ctx->c;
-    uint32_t k, n = ctx->n_tokens;
-    int32_t *dev_tokens = (int32_t *)(void *)(ctx->dev + ctx->dev_tokens);
-    FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
+    uint32_t k;
     for (k = 0; k < ctx->sched.n_ops; k++) {
         const forge__op *op = &ctx->sched.ops[k];
         switch (op->kind) {
@@ -6713,18 +6763,28 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             FORGE__HIP(forge_hip_headnorm(forge__dev_val(ctx, op->dst), forge__dev_f32(ctx, op->w), n, op->n, c->head_dim,
                                           c->rms_eps, ctx->stream, FORGE__MSG));
             break;
-        case FORGE__OP_ROPE:
-            FORGE__HIP(forge_hip_rope(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type,
-                                      ctx->pos, c->layer_is_swa[op->layer] ? c->rope_freq_base_swa : c->rope_freq_base,
-                                      c->layer_is_swa[op->layer] ? c->rope_freq_scale_swa : c->rope_freq_scale,
-                                      ctx->dev_rope_factors, ctx->stream, FORGE__MSG));
+        case FORGE__OP_ROPE: {
+            const float base = c->layer_is_swa[op->layer] ? c->rope_freq_base_swa : c->rope_freq_base;
+            const float scale = c->layer_is_swa[op->layer] ? c->rope_freq_scale_swa : c->rope_freq_scale;
+            if (dev_pos)
+                FORGE__HIP(forge_hip_rope_at(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type, dev_pos,
+                                             base, scale, ctx->dev_rope_factors, ctx->stream, FORGE__MSG));
+            else
+                FORGE__HIP(forge_hip_rope(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type, ctx->pos,
+                                          base, scale, ctx->dev_rope_factors, ctx->stream, FORGE__MSG));
             break;
+        }
         case FORGE__OP_KV_STORE: {
             uint8_t *layer = ctx->dev + ctx->dev_kv + ctx->kv_layer_offset[op->layer];
             uint8_t *values = layer + (uint64_t)ctx->kv_cells[op->layer] * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
-            FORGE__HIP(forge_hip_kv_store(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
-                                          forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
-                                          ctx->pos, ctx->kv_cells[op->layer], ctx->stream, FORGE__MSG));
+            if (dev_pos)
+                FORGE__HIP(forge_hip_kv_store_at(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
+                                                 forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
+                                                 dev_pos, ctx->kv_cells[op->layer], ctx->stream, FORGE__MSG));
+            else
+                FORGE__HIP(forge_hip_kv_store(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
+                                              forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
+                                              ctx->pos, ctx->kv_cells[op->layer], ctx->stream, FORGE__MSG));
             break;
         }
         case FORGE__OP_ATTENTION: {
@@ -6740,12 +6800,16 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             args.n_head_kv = c->layer_n_head_kv[op->layer];
             args.head_dim = c->head_dim;
             args.head_dim_v = c->head_dim_v;
-            args.pos0 = ctx->pos;
+            args.pos0 = dev_pos ? ctx->r.n_ctx - n : ctx->pos; /* a graph: the largest position it will see */
             args.scale = c->attn_scale;
             args.window = c->layer_is_swa[op->layer] ? c->n_swa : 0;
             args.n_cells = ctx->kv_cells[op->layer];
             args.softcap = c->attn_softcap;
-            FORGE__HIP(forge_hip_attention(&args, ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes, ctx->stream, FORGE__MSG));
+            if (dev_pos)
+                FORGE__HIP(forge_hip_attention_at(&args, dev_pos, ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes, ctx->stream,
+                                                  FORGE__MSG));
+            else
+                FORGE__HIP(forge_hip_attention(&args, ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes, ctx->stream, FORGE__MSG));
             break;
         }
         case FORGE__OP_ADD:
@@ -6756,7 +6820,7 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             FORGE__HIP(forge_hip_swiglu(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), (size_t)n * op->n,
                                         ctx->stream, FORGE__MSG));
             break;
-        case FORGE__OP_LOGITS: {
+        case FORGE__OP_LOGITS: { /* they stay on the device: forge_context_logits copies them on demand */
             uint32_t rows = FORGE__MIN(ctx->r.n_logits, n);
             float *dev_logits = (float *)(void *)(ctx->dev + ctx->dev_logits);
             FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
@@ -6764,9 +6828,6 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
                                         ctx->stream, FORGE__MSG));
             if (c->final_softcap > 0.0f)
                 FORGE__HIP(forge_hip_softcap(dev_logits, (size_t)rows * op->n, c->final_softcap, ctx->stream, FORGE__MSG));
-            FORGE__HIP(forge_hip_copy_from_device(ctx->logits, dev_logits, (size_t)rows * c->n_vocab * sizeof(float),
-                                                  ctx->stream, FORGE__MSG));
-            FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
             ctx->n_logit_rows = rows;
             break;
         }
@@ -6809,12 +6870,161 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
             break;
         }
     }
+    return FORGE_OK;
+}
+
+/* Waits for the decode step still queued, if any: its pinned slots are about to be reused, and a
+   fault inside it is reported here. */
+static forge_result forge__gpu_wait(forge_context *ctx, forge_error *error) {
+    if (!ctx->dev_pending) return FORGE_OK;
+    ctx->dev_pending = 0;
+    FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
+    return FORGE_OK;
+}
+
+/* Records one decode step (one token; its id and position read from the step slots) as a graph,
+   once, at context creation: every step then costs one 8-byte copy and one launch, and the graph
+   holds for every position and after forge_context_reset, since nothing in it depends on the
+   position. Where recording fails, or FORGE_NO_GRAPH is set, the plain launches stay. */
+static void forge__gpu_record_decode(forge_context *ctx, const forge_context_desc *desc) {
+    const char *off = getenv("FORGE_NO_GRAPH");
+    uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
+    char message[256], line[400];
+    forge_error e;
+    forge_result r;
+    if (off && *off && strcmp(off, "0") != 0) {
+        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, "decode graph: off (FORGE_NO_GRAPH), plain launches");
+        return;
+    }
+    if (forge_hip_graph_begin(ctx->stream, message, sizeof message) != 0) {
+        snprintf(line, sizeof line, "decode graph: not available (%.300s), plain launches", message);
+        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
+        return;
+    }
+    r = forge__gpu_launch_ops(ctx, 1, (const int32_t *)slots, slots + 1, &e);
+    if (forge_hip_graph_end(ctx->stream, r == FORGE_OK, &ctx->graph, message, sizeof message) != 0 || r != FORGE_OK) {
+        ctx->graph = NULL;
+        snprintf(line, sizeof line, "decode graph: recording failed (%.300s), plain launches", r != FORGE_OK ? e.message : message);
+        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, line);
+    } else if (desc->log) {
+        snprintf(line, sizeof line, "decode graph: %u ops recorded once, replayed at every position", ctx->sched.n_ops);
+        desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
+    }
+    ctx->n_logit_rows = 0; /* recording ran no kernel */
+}
+#endif
+
+/* Allocates the one device arena of the plan, uploads the weights the schedule reads (norms and
+   biases converted to f32 on the way) and records the decode step. Everything taken is released
+   by forge_context_destroy. */
+static forge_result forge__gpu_context_init(forge_context *ctx, const forge_context_desc *desc, forge_error *error) {
+#ifdef FORGE_HIP
+    const forge_gguf *g = ctx->model->gguf;
+    const forge_gguf_tensor *rope = forge_gguf_find_tensor(g, "rope_freqs.weight");
+    uint64_t n_tensors = forge_gguf_tensor_count(g), offset = 0;
+    const forge_config *c = ctx->c;
+    forge_result r;
+    uint32_t il;
+
+    ctx->dev_weight = (uint64_t *)forge__alloc(&ctx->allocator, (size_t)(n_tensors ? n_tensors : 1) * sizeof(uint64_t));
+    ctx->logits = (float *)forge__alloc(&ctx->allocator, (size_t)ctx->plan.logits_bytes); /* the host copy */
+    if (!ctx->dev_weight || !ctx->logits)
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the GPU context's host tables");
+    ctx->arena = (uint8_t *)ctx->logits;
+    ctx->arena_bytes = ctx->plan.total_bytes;
+    FORGE__HIP(forge_hip_stream_create(&ctx->stream, FORGE__MSG));
+    FORGE__HIP(forge_hip_arena_alloc((size_t)ctx->plan.total_bytes, (void **)&ctx->dev, FORGE__MSG));
+    {
+        char message[256];
+        if (forge_hip_host_alloc(FORGE__GPU_STEP_WORDS * sizeof(uint32_t), (void **)&ctx->step_host, message, sizeof message) != 0)
+            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the decode step's slots: %s", message);
+    }
+
+    /* the arena: weights | scratch | logits | attention scratch | token ids | step slots | capture | KV cache */
+    if ((r = forge__gpu_upload(ctx, desc, &offset, error))) return r;
+    ctx->dev_scratch = offset;
+    offset += ctx->plan.scratch_bytes;
+    ctx->dev_logits = offset;
+    offset += ctx->plan.logits_bytes;
+    ctx->dev_attn = offset;
+    ctx->dev_attn_bytes = forge__align_gpu(forge_hip_attention_scratch_bytes(ctx->r.n_ctx, ctx->r.n_batch,
+                                                                             forge__schedule_max_heads(&ctx->sched), c->head_dim_v));
+    offset += ctx->dev_attn_bytes;
+    ctx->dev_tokens = offset;
+    offset += forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(int32_t));
+    ctx->dev_step = offset;
+    offset += forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
+    ctx->dev_capture = offset;
+    forge__capture_bytes(&ctx->sched, &ctx->r, ctx->capture_offset);
+    offset += ctx->plan.capture_bytes;
+    if (ctx->plan.capture_bytes) { /* the host side of the staging, where the chunks are delivered */
+        ctx->capture = (uint8_t *)forge__alloc(&ctx->allocator, (size_t)ctx->plan.capture_bytes);
+        if (!ctx->capture)
+            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate %llu bytes of host capture staging",
+                               (forge__ull)ctx->plan.capture_bytes);
+    }
+    ctx->dev_kv = offset;
+    if (offset + ctx->plan.kv_bytes != ctx->plan.total_bytes)
+        return forge__fail(error, FORGE_ERR_CONFIG, "the GPU arena layout (%llu bytes) differs from the plan (%llu)",
+                           (forge__ull)(offset + ctx->plan.kv_bytes), (forge__ull)ctx->plan.total_bytes);
+    ctx->dev_rope_factors = c->has_rope_freqs ? forge__dev_f32(ctx, rope) : NULL;
+    {
+        uint32_t storage = forge__kv_storage_type(ctx->r.kv_type);
+        const forge_type_traits *kvt = forge_type_info(storage);
+        ctx->row_k_bytes = (uint64_t)c->head_dim / kvt->block_elems * kvt->block_bytes;
+        ctx->row_v_bytes = (uint64_t)c->head_dim_v / kvt->block_elems * kvt->block_bytes;
+    }
+    for (offset = 0, il = 0; il < c->n_layer; il++) {
+        ctx->kv_layer_offset[il] = offset;
+        ctx->kv_cells[il] = forge_kv_layer_cells(c, il, ctx->r.n_ctx, ctx->r.n_batch);
+        offset += (uint64_t)ctx->kv_cells[il] * c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
+    }
+    FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
+    forge__gpu_record_decode(ctx, desc);
+    return FORGE_OK;
+#else
+    (void)ctx, (void)desc;
+    return forge__fail(error, FORGE_ERR_UNSUPPORTED, "this build of forge has no GPU backend (compile with FORGE_HIP)");
+#endif
+}
+
+/* The schedule on the device: the same ops, the same value offsets, the launchers of forge_kernels.hip.
+   A one-token step (decode) reads its token and position from the step slots, through the recorded
+   graph where there is one, else through the same launches made one by one, and returns with its
+   work queued (forge__gpu_wait, forge_context_logits and forge_context_argmax wait for it); a prompt
+   batch passes the position as arguments and waits for its work. */
+static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *error) {
+#ifdef FORGE_HIP
+    uint32_t k, n = ctx->n_tokens;
+    int32_t *dev_tokens = (int32_t *)(void *)(ctx->dev + ctx->dev_tokens);
+    forge_result r;
+    if ((r = forge__gpu_wait(ctx, error))) return r;
+    ctx->logits_on_host = 0;
+    if (n == 1) { /* decode: token and position through the step slots, the graph's launches or the same ones plain */
+        uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
+        ctx->step_host[0] = (uint32_t)ctx->tokens[0];
+        ctx->step_host[1] = ctx->pos;
+        FORGE__HIP(forge_hip_copy_to_device(slots, ctx->step_host, 2 * sizeof(uint32_t), ctx->stream, FORGE__MSG));
+        if (ctx->graph) {
+            FORGE__HIP(forge_hip_graph_launch(ctx->graph, ctx->stream, FORGE__MSG));
+            ctx->n_logit_rows = 1;
+        } else if ((r = forge__gpu_launch_ops(ctx, 1, (const int32_t *)slots, slots + 1, error))) {
+            return r;
+        }
+    } else {
+        FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
+        if ((r = forge__gpu_launch_ops(ctx, n, dev_tokens, NULL, error))) return r;
+    }
     if (ctx->sched.n_captures) { /* this chunk's rows of every capture, to the host */
         for (k = 0; k < ctx->sched.n_captures; k++)
             FORGE__HIP(forge_hip_copy_from_device(ctx->capture + ctx->capture_offset[k], ctx->dev + ctx->dev_capture + ctx->capture_offset[k],
                                                   (size_t)n * ctx->sched.capture_width[k] * forge__capture_elem_bytes(ctx->r.capture_dtype),
                                                   ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
+    } else if (n > 1) {
+        FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
+    } else {
+        ctx->dev_pending = 1;
     }
     return FORGE_OK;
 #else
@@ -6871,7 +7081,7 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
         if ((res = forge__plan_with(m, &ctx->r, &ctx->sched, forge__schedule_pack(&ctx->sched, ctx->r.n_batch), 1,
                                     &ctx->plan, error)))
             goto fail;
-        if ((res = forge__gpu_context_init(ctx, error))) goto fail;
+        if ((res = forge__gpu_context_init(ctx, desc, error))) goto fail;
         *out = ctx;
         forge__ok(error);
         return FORGE_OK;
@@ -6922,6 +7132,8 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
         const forge_gguf_tensor *t = forge_gguf_find_tensor(m->gguf, "rope_freqs.weight");
         forge_dequantize(t->type, t->data, ctx->rope_factors, t->n_elements);
     }
+    /* the weights stay in the mapped file: nothing to upload */
+    if (desc->on_progress) desc->on_progress(desc->progress_user_data, ctx->plan.weights_bytes, ctx->plan.weights_bytes);
     *out = ctx;
     forge__ok(error);
     return FORGE_OK;
@@ -6935,6 +7147,12 @@ FORGE_API void forge_context_destroy(forge_context *ctx) {
     if (!ctx) return;
     a = ctx->allocator;
 #ifdef FORGE_HIP
+    if (ctx->stream) {
+        char message[256];
+        (void)forge_hip_stream_sync(ctx->stream, message, sizeof message); /* a queued step still reads the arena */
+    }
+    forge_hip_graph_destroy(ctx->graph);
+    forge_hip_host_free(ctx->step_host);
     if (ctx->stream) forge_hip_stream_destroy(ctx->stream);
     forge_hip_arena_free(ctx->dev);
 #endif
@@ -6957,8 +7175,51 @@ FORGE_API void forge_context_reset(forge_context *ctx) {
 }
 
 FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows) {
-    if (n_rows) *n_rows = ctx ? ctx->n_logit_rows : 0;
-    return ctx && ctx->n_logit_rows ? ctx->logits : NULL;
+    if (n_rows) *n_rows = 0;
+    if (!ctx || !ctx->n_logit_rows) return NULL;
+#ifdef FORGE_HIP
+    if (ctx->r.backend == FORGE_BACKEND_GPU && !ctx->logits_on_host) { /* the host copy is made on demand */
+        forge_context *c = (forge_context *)(uintptr_t)ctx;
+        char message[256];
+        c->dev_pending = 0;
+        if (forge_hip_copy_from_device(c->logits, c->dev + c->dev_logits, (size_t)c->n_logit_rows * c->c->n_vocab * sizeof(float),
+                                       c->stream, message, sizeof message) != 0 ||
+            forge_hip_stream_sync(c->stream, message, sizeof message) != 0)
+            return NULL;
+        c->logits_on_host = 1;
+    }
+#endif
+    if (n_rows) *n_rows = ctx->n_logit_rows;
+    return ctx->logits;
+}
+
+FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error) {
+    const float *row;
+    uint32_t v, n_vocab, best = UINT32_MAX;
+    if (out_token) *out_token = -1;
+    if (!ctx || !out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_context_argmax: null argument");
+    if (!ctx->n_logit_rows) return forge__fail(error, FORGE_ERR_ARGUMENT, "no logits: evaluate tokens first");
+    n_vocab = ctx->c->n_vocab;
+#ifdef FORGE_HIP
+    if (ctx->r.backend == FORGE_BACKEND_GPU && !ctx->logits_on_host) { /* on the device: 4 bytes come back */
+        int32_t *slot = (int32_t *)(void *)(ctx->dev + ctx->dev_step) + 2;
+        ctx->dev_pending = 0;
+        FORGE__HIP(forge_hip_argmax((const float *)(void *)(ctx->dev + ctx->dev_logits) + (uint64_t)(ctx->n_logit_rows - 1) * n_vocab,
+                                    n_vocab, slot, ctx->stream, FORGE__MSG));
+        FORGE__HIP(forge_hip_copy_from_device(ctx->step_host + 2, slot, sizeof(int32_t), ctx->stream, FORGE__MSG));
+        FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
+        *out_token = (int32_t)ctx->step_host[2];
+        forge__ok(error);
+        return FORGE_OK;
+    }
+#endif
+    /* the first largest value, as the device's reduction and the greedy sampler choose */
+    row = ctx->logits + (uint64_t)(ctx->n_logit_rows - 1) * n_vocab;
+    for (v = 0; v < n_vocab; v++)
+        if (row[v] == row[v] && (best == UINT32_MAX || row[v] > row[best])) best = v;
+    *out_token = best == UINT32_MAX ? 0 : (int32_t)best;
+    forge__ok(error);
+    return FORGE_OK;
 }
 
 static float *forge__val(forge_context *ctx, int32_t v) {
@@ -7772,8 +8033,14 @@ FORGE_API forge_result forge_generator_step(forge_generator *g, forge_step *s, f
     }
     if (!g->have_logits)
         return forge__fail(error, FORGE_ERR_ARGUMENT, "nothing to continue: queue a prompt first");
-    logits = forge_context_logits(g->ctx, &rows);
-    if ((r = forge_sampler_sample(g->sampler, logits + (size_t)(rows - 1) * g->ctx->c->n_vocab, &token, error))) return r;
+    if (g->ctx->r.backend == FORGE_BACKEND_GPU && g->sampler->desc.temperature == 0.0f && g->sampler->desc.repeat_penalty == 0.0f) {
+        /* greedy with nothing to adjust the logits: the device picks, and the vocabulary stays there */
+        if ((r = forge_context_argmax(g->ctx, &token, error))) return r;
+    } else {
+        logits = forge_context_logits(g->ctx, &rows);
+        if (!logits) return forge__fail(error, FORGE_ERR_IO, "the logits of the last step could not be read");
+        if ((r = forge_sampler_sample(g->sampler, logits + (size_t)(rows - 1) * g->ctx->c->n_vocab, &token, error))) return r;
+    }
     forge_sampler_accept(g->sampler, token);
     s->token = token;
     g->have_logits = 0;

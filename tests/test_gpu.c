@@ -1,6 +1,11 @@
 /* The GPU backend against the CPU backend, and the memory promises on a real device.
 
    usage: test_gpu FIXTURES_DIR [BIG_MODEL.gguf [DEPTH_MODEL.gguf]]
+   - the recorded decode graph against plain launches (FORGE_NO_GRAPH=1): identical greedy tokens
+     and logits, after a reset too, with sliding-window rings, soft-caps, MoE, q8_0 caches and
+     split attention; forge_context_argmax against the host's argmax; the greedy generator on the
+     GPU against the CPU; 10,000 decode steps with free memory and the allocation count unchanged;
+     the upload's progress callback; a failing pinned allocation leaves nothing behind;
    - every runnable fixture in FIXTURES_DIR/models: logits of the fixture sequence on the GPU against
      the CPU (normalized error), and 24 greedy tokens identical, for f16 and q8_0 KV caches, every
      family (Gemma 1/2/3, Phi-3, GLM-4, the MoE families), sliding windows in small batches (ring
@@ -11,6 +16,7 @@
      nothing taken; a failing device allocation leaves free memory where it was;
    - with DEPTH_MODEL: free device memory and the allocation count unchanged at depths 16K and 64K
      ($FORGE_TEST_DEPTH), f16 and q8_0 caches. */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 #include "test.h"
@@ -23,6 +29,7 @@
 extern "C" {
 #endif
 void forge_hip_fail_allocation_after(long k);
+void forge_hip_fail_host_allocation_after(long k);
 #ifdef __cplusplus
 }
 #endif
@@ -107,6 +114,253 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv,
     forge_model_close(m);
 }
 
+/* Remembers whether the context just created recorded its decode graph (user: an int). */
+static void graph_log(void *user, forge_log_level level, const char *message) {
+    (void)level;
+    if (strstr(message, "decode graph:")) *(int *)user = strstr(message, "recorded") != NULL;
+}
+
+static int32_t host_argmax(const float *row, uint32_t n) {
+    uint32_t v, best = 0;
+    for (v = 1; v < n; v++)
+        if (row[v] > row[best]) best = v;
+    return (int32_t)best;
+}
+
+/* The same decode on a context that replays the recorded graph and on one of plain launches: every
+   step's logits within 1e-5 (the splits are the same, so they agree bit for bit), the same greedy
+   tokens, and the same again after forge_context_reset. n_prompt tokens first (in n_batch batches),
+   then n_steps greedy steps. */
+static void graph_vs_plain(const char *dir, const char *name, forge_kv_type kv, uint32_t batch, uint32_t n_ctx, uint32_t n_prompt,
+                           uint32_t n_steps) {
+    char path[1024], label[256];
+    forge_model *m = NULL;
+    forge_context *ctx[2] = {NULL, NULL};
+    forge_context_desc d;
+    forge_error e;
+    int recorded[2] = {-1, -1}, run, k;
+    int32_t *prompt = NULL, *toks[2] = {NULL, NULL}, first_run[512];
+    uint32_t i, n_vocab, rows[2];
+    double worst = 0.0;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    snprintf(label, sizeof label, "decode graph vs plain launches: %s, %s KV, batches of %u, n_ctx %u, %u + %u tokens", name,
+             forge_kv_type_name(kv), batch ? batch : 512, n_ctx, n_prompt, n_steps);
+    TEST_CASE(label);
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    n_vocab = forge_model_config(m)->n_vocab;
+    memset(&d, 0, sizeof d);
+    d.backend = FORGE_BACKEND_GPU;
+    d.n_ctx = n_ctx;
+    d.n_batch = batch;
+    d.kv_type = kv;
+    d.log = graph_log;
+    for (k = 0; k < 2; k++) {
+        if (k) setenv("FORGE_NO_GRAPH", "1", 1);
+        else unsetenv("FORGE_NO_GRAPH");
+        d.log_user_data = &recorded[k];
+        CHECK(forge_context_create(m, &d, &ctx[k], &e) == FORGE_OK, "create: %s", e.message);
+    }
+    unsetenv("FORGE_NO_GRAPH");
+    CHECK(recorded[0] == 1 && recorded[1] == 0, "graph recorded %d, plain %d", recorded[0], recorded[1]);
+    prompt = (int32_t *)malloc((n_prompt + 1) * sizeof *prompt);
+    toks[0] = (int32_t *)malloc((n_steps + 1) * sizeof(int32_t));
+    toks[1] = (int32_t *)malloc((n_steps + 1) * sizeof(int32_t));
+    if (!ctx[0] || !ctx[1] || !prompt || !toks[0] || !toks[1] || n_steps > 512) goto out;
+    for (i = 0; i < n_prompt; i++) prompt[i] = tokens[i % 32] % (int32_t)n_vocab;
+    for (run = 0; run < 2; run++) {
+        for (k = 0; k < 2; k++) {
+            forge_context_reset(ctx[k]);
+            if (!CHECK(forge_eval(ctx[k], prompt, n_prompt, &e) == FORGE_OK, "prompt: %s", e.message)) goto out;
+        }
+        for (i = 0; i < n_steps; i++) {
+            const float *l[2];
+            uint32_t v;
+            for (k = 0; k < 2; k++) {
+                l[k] = forge_context_logits(ctx[k], &rows[k]);
+                if (!CHECK(l[k] != NULL, "logits at step %u", i)) goto out;
+                l[k] += (size_t)(rows[k] - 1) * n_vocab;
+            }
+            for (v = 0; v < n_vocab; v++) {
+                double diff = fabs((double)l[0][v] - l[1][v]);
+                if (!(diff <= worst)) worst = diff; /* NaN makes it NaN */
+            }
+            for (k = 0; k < 2; k++) {
+                toks[k][i] = host_argmax(l[k], n_vocab);
+                if (!CHECK(forge_eval(ctx[k], &toks[k][i], 1, &e) == FORGE_OK, "step %u: %s", i, e.message)) goto out;
+            }
+        }
+        CHECK(memcmp(toks[0], toks[1], n_steps * sizeof(int32_t)) == 0, "run %d: greedy tokens identical", run);
+        if (run == 0) memcpy(first_run, toks[0], n_steps * sizeof(int32_t));
+        else CHECK(memcmp(first_run, toks[0], n_steps * sizeof(int32_t)) == 0, "after a reset: the same tokens");
+    }
+    CHECK(worst <= 1e-5, "logits differ by %.3g", worst);
+    printf("  %-30s %-5s batch %3u n_ctx %5u: graph vs plain, largest logit difference %.3g over %u steps x 2\n", name,
+           forge_kv_type_name(kv), batch ? batch : 512, n_ctx, worst, n_steps);
+out:
+    free(prompt);
+    free(toks[0]);
+    free(toks[1]);
+    forge_context_destroy(ctx[0]);
+    forge_context_destroy(ctx[1]);
+    forge_model_close(m);
+}
+
+/* forge_context_argmax against the host's argmax of the same logits, after a prompt (plain
+   launches, every row kept) and after decode steps (the graph), on the GPU and the CPU. */
+static void argmax_matches(const char *dir, const char *name) {
+    char path[1024];
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_context_desc d;
+    forge_error e;
+    int k, step;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    TEST_CASE("forge_context_argmax equals the host's argmax (GPU and CPU, prompt and decode)");
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    for (k = 0; k < 2; k++) {
+        int32_t token = -1, next;
+        uint32_t rows = 0;
+        const float *l;
+        memset(&d, 0, sizeof d);
+        d.backend = k ? FORGE_BACKEND_CPU : FORGE_BACKEND_GPU;
+        d.n_ctx = 64;
+        d.all_logits = 1;
+        if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message)) break;
+        CHECK(forge_context_argmax(ctx, &token, &e) == FORGE_ERR_ARGUMENT && token == -1, "before any eval: refused");
+        CHECK(forge_eval(ctx, tokens, 20, &e) == FORGE_OK, "eval: %s", e.message);
+        for (step = 0; step < 8; step++) {
+            CHECK(forge_context_argmax(ctx, &token, &e) == FORGE_OK, "argmax: %s", e.message);
+            l = forge_context_logits(ctx, &rows);
+            if (!CHECK(l && rows >= 1, "logits")) break;
+            next = host_argmax(l + (size_t)(rows - 1) * forge_model_config(m)->n_vocab, forge_model_config(m)->n_vocab);
+            CHECK(token == next, "%s step %d: argmax %d, host %d", k ? "CPU" : "GPU", step, token, next);
+            CHECK(forge_context_argmax(ctx, &token, &e) == FORGE_OK && token == next, "again, from the host copy: %d", token);
+            CHECK(forge_eval(ctx, &next, 1, &e) == FORGE_OK, "eval: %s", e.message);
+        }
+        forge_context_destroy(ctx);
+        ctx = NULL;
+    }
+    forge_model_close(m);
+}
+
+/* The generator with the greedy sampler: on the GPU it takes forge_context_argmax; the tokens are
+   the CPU's. */
+static void generator_greedy(const char *dir, const char *name) {
+    char path[1024];
+    forge_model *m = NULL;
+    forge_tokenizer *tok = NULL;
+    forge_context *ctx[2] = {NULL, NULL};
+    forge_generator *gen[2] = {NULL, NULL};
+    forge_context_desc d;
+    forge_error e;
+    int32_t out[2][24];
+    int n[2] = {0, 0}, k;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    TEST_CASE("greedy generator: GPU (device argmax) tokens equal the CPU's");
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    if (!CHECK(forge_tokenizer_create(forge_model_gguf(m), NULL, &tok, &e) == FORGE_OK, "tokenizer: %s", e.message)) goto out;
+    for (k = 0; k < 2; k++) {
+        memset(&d, 0, sizeof d);
+        d.backend = k ? FORGE_BACKEND_CPU : FORGE_BACKEND_GPU;
+        d.n_ctx = 64;
+        if (!CHECK(forge_context_create(m, &d, &ctx[k], &e) == FORGE_OK, "create: %s", e.message)) goto out;
+        if (!CHECK(forge_generator_create(ctx[k], tok, NULL, &gen[k], &e) == FORGE_OK, "generator: %s", e.message)) goto out;
+        if (!CHECK(forge_generator_prompt(gen[k], "the quick brown fox", 19, 0, &e) == FORGE_OK, "prompt: %s", e.message)) goto out;
+        while (n[k] < 24) {
+            forge_step st;
+            if (!CHECK(forge_generator_step(gen[k], &st, &e) == FORGE_OK, "step: %s", e.message)) goto out;
+            if (st.token >= 0) out[k][n[k]++] = st.token;
+            if (st.done) break;
+        }
+    }
+    CHECK(n[0] == n[1] && memcmp(out[0], out[1], (size_t)n[0] * sizeof(int32_t)) == 0, "%d and %d tokens, identical", n[0], n[1]);
+out:
+    for (k = 0; k < 2; k++) {
+        forge_generator_destroy(gen[k]);
+        forge_context_destroy(ctx[k]);
+    }
+    forge_tokenizer_destroy(tok);
+    forge_model_close(m);
+}
+
+typedef struct progress_log {
+    uint32_t calls;
+    int monotone;
+    uint64_t last_done, last_total;
+} progress_log;
+
+static void progress_record(void *user, uint64_t done, uint64_t total) {
+    progress_log *p = (progress_log *)user;
+    if (p->calls && (done < p->last_done || total != p->last_total)) p->monotone = 0;
+    if (done > total) p->monotone = 0;
+    p->calls++;
+    p->last_done = done;
+    p->last_total = total;
+}
+
+/* 10,000 decode steps (graph replays, greedy through forge_context_argmax) with free device memory
+   and the allocation count unchanged; the upload's progress; a failing pinned allocation. */
+static void decode_steps(const char *dir, const char *name) {
+    char path[1024];
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_context_desc d;
+    forge_error e;
+    forge_memory_reading start, now;
+    progress_log progress;
+    unsigned long allocations;
+    int recorded = -1;
+    int32_t t = 42;
+    uint32_t i;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    TEST_CASE("decode: 10,000 graph steps, free device memory and the allocation count unchanged");
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    memset(&d, 0, sizeof d);
+    memset(&progress, 0, sizeof progress);
+    progress.monotone = 1;
+    d.backend = FORGE_BACKEND_GPU;
+    d.n_ctx = 10240;
+    d.log = graph_log;
+    d.log_user_data = &recorded;
+    d.on_progress = progress_record;
+    d.progress_user_data = &progress;
+    if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message)) goto out;
+    CHECK(recorded == 1, "the decode graph was recorded");
+    CHECK(progress.calls >= 1 && progress.monotone && progress.last_done == progress.last_total &&
+              progress.last_total == forge_context_plan(ctx)->weights_bytes,
+          "progress: %u calls, monotone %d, last %llu of %llu (weights %llu)", progress.calls, progress.monotone,
+          (unsigned long long)progress.last_done, (unsigned long long)progress.last_total,
+          (unsigned long long)forge_context_plan(ctx)->weights_bytes);
+    allocations = forge_gpu_allocation_count();
+    forge_memory_query_gpu(0, &start, &e);
+    for (i = 0; i < 10000; i++)
+        if (forge_eval(ctx, &t, 1, &e) != FORGE_OK || forge_context_argmax(ctx, &t, &e) != FORGE_OK) break;
+    forge_memory_query_gpu(0, &now, &e);
+    CHECK(i == 10000 && forge_context_pos(ctx) == 10000, "10,000 steps: %u (%s)", i, i < 10000 ? e.message : "");
+    CHECK(now.free_bytes == start.free_bytes && forge_gpu_allocation_count() == allocations,
+          "free device memory %llu, at creation %llu; allocations +%lu", (unsigned long long)now.free_bytes,
+          (unsigned long long)start.free_bytes, forge_gpu_allocation_count() - allocations);
+    printf("  %s: 10,000 decode steps, free device memory %llu bytes before and %llu after\n", name,
+           (unsigned long long)start.free_bytes, (unsigned long long)now.free_bytes);
+    forge_context_destroy(ctx);
+    ctx = NULL;
+
+    TEST_CASE("upload: a failing pinned staging allocation returns an error and leaves nothing behind");
+    forge_memory_query_gpu(0, &start, &e);
+    forge_hip_fail_host_allocation_after(1); /* the step slots are the first pinned allocation, the staging the second */
+    CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_ERR_HOST_MEMORY && ctx == NULL, "refused: %s", e.message);
+    forge_hip_fail_host_allocation_after(-1);
+    forge_context_destroy(ctx);
+    ctx = NULL;
+    printf("  %s\n", e.message);
+    forge_memory_query_gpu(0, &now, &e);
+    CHECK(now.free_bytes == start.free_bytes, "free %llu vs %llu", (unsigned long long)now.free_bytes,
+          (unsigned long long)start.free_bytes);
+out:
+    forge_context_destroy(ctx);
+    forge_model_close(m);
+}
+
 /* Every capture point of every layer, GPU against CPU, in chunks of 7. */
 static void compare_captures(const char *dir, const char *name) {
     char path[1024], label[256];
@@ -156,6 +410,7 @@ static void memory_promises(const char *path) {
     forge_context_desc d;
     forge_error e;
     forge_memory_reading before, after, later;
+    progress_log progress;
     unsigned long allocations;
     int32_t t = 42;
     int i;
@@ -165,9 +420,18 @@ static void memory_promises(const char *path) {
     memset(&d, 0, sizeof d);
     d.backend = FORGE_BACKEND_GPU;
     d.n_ctx = 4096;
+    memset(&progress, 0, sizeof progress);
+    progress.monotone = 1;
+    d.on_progress = progress_record;
+    d.progress_user_data = &progress;
     forge_memory_query_gpu(0, &before, &e);
     allocations = forge_gpu_allocation_count();
     if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message)) return;
+    CHECK(progress.monotone && progress.last_done == progress.last_total && progress.last_total == forge_context_plan(ctx)->weights_bytes &&
+              progress.calls >= forge_context_plan(ctx)->weights_bytes / (32u << 20),
+          "progress: %u calls for %llu bytes, monotone %d, last %llu of %llu", progress.calls,
+          (unsigned long long)forge_context_plan(ctx)->weights_bytes, progress.monotone, (unsigned long long)progress.last_done,
+          (unsigned long long)progress.last_total);
     forge_memory_query_gpu(0, &after, &e);
     taken = (double)before.free_bytes - (double)after.free_bytes;
     printf("  plan %llu bytes, arena %llu, free memory fell by %.0f (%.3f of the plan)\n",
@@ -309,6 +573,18 @@ int main(int argc, char **argv) {
     compare_fixture(argv[1], "tiny-gemma3-q4_k_m.gguf", FORGE_KV_Q8_0, 3);
     compare_captures(argv[1], "tiny-gemma3-q4_k_m.gguf");
     compare_captures(argv[1], "tiny-qwen2moe-q4_k_m.gguf");
+    /* the decode graph: rings of sliding windows in small batches, soft-caps, MoE, q8_0, split attention */
+    graph_vs_plain(argv[1], "tiny-gemma3-f16.gguf", FORGE_KV_F16, 3, 64, 8, 48);
+    graph_vs_plain(argv[1], "tiny-gemma3-f16.gguf", FORGE_KV_Q8_0, 1, 64, 5, 50);
+    graph_vs_plain(argv[1], "tiny-gemma2-f16.gguf", FORGE_KV_F16, 1, 64, 8, 48);
+    graph_vs_plain(argv[1], "tiny-llama-f16.gguf", FORGE_KV_F16, 0, 64, 8, 48);
+    graph_vs_plain(argv[1], "tiny-llama-f16.gguf", FORGE_KV_F16, 0, 1024, 500, 200);
+    graph_vs_plain(argv[1], "tiny-qwen2-q8_0.gguf", FORGE_KV_Q8_0, 0, 2048, 250, 300);
+    graph_vs_plain(argv[1], "tiny-qwen3moe-q4_k_m.gguf", FORGE_KV_F16, 0, 64, 8, 40);
+    graph_vs_plain(argv[1], "tiny-glm4-q4_k_m.gguf", FORGE_KV_F16, 0, 64, 8, 40);
+    argmax_matches(argv[1], "tiny-llama-q4_k_m.gguf");
+    generator_greedy(argv[1], "tiny-llama-q4_k_m.gguf");
+    decode_steps(argv[1], "tiny-llama-q4_k_m.gguf");
     if (argc > 2) memory_promises(argv[2]);
     if (argc > 3) memory_at_depth(argv[3]);
     return test_summary();

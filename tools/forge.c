@@ -1039,8 +1039,11 @@ static int cmd_bench(int argc, char **argv) {
             forge_context_reset(ctx);
             if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
             t0 = now_seconds();
-            for (t = 0; t < n_gen; t++)
-                if (forge_eval(ctx, tokens + t % n_prompt, 1, &err) != FORGE_OK) goto fail;
+            { /* greedy decode: each token is the argmax of the step before (on the GPU the vocabulary stays there) */
+                int32_t next = tokens[depth];
+                for (t = 0; t < n_gen; t++)
+                    if (forge_eval(ctx, &next, 1, &err) != FORGE_OK || forge_context_argmax(ctx, &next, &err) != FORGE_OK) goto fail;
+            }
             t1 = now_seconds();
             if (r) tg[r - 1] = n_gen / (t1 - t0);
             if (gpu && forge_memory_query_gpu(desc.device, &now, NULL) == FORGE_OK && now.free_bytes < lowest_free)
