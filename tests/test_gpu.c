@@ -7,7 +7,9 @@
      GPU against the CPU; 10,000 decode steps with free memory and the allocation count unchanged;
      the upload's progress callback; a failing pinned allocation leaves nothing behind;
    - every runnable fixture in FIXTURES_DIR/models: logits of the fixture sequence on the GPU against
-     the CPU (normalized error), and 24 greedy tokens identical, for f16 and q8_0 KV caches, every
+     the CPU (normalized error below 1e-2: prompt products run on the tensor cores with f16 activations)
+     and, with an f16 cache, against the fixture's float64 reference within its own tolerance; 24 greedy
+     tokens identical (with a q8_0 cache they may part only at a near-tie of the CPU's top two); every
      family (Gemma 1/2/3, Phi-3, GLM-4, the MoE families), sliding windows in small batches (ring
      rows), and every capture point of every layer;
    - with BIG_MODEL (a few hundred MiB, e.g. from `forge mkmodel`): device memory taken by context
@@ -54,6 +56,56 @@ static int greedy(forge_context *ctx, int32_t *out, int n, const int32_t *prompt
     return 1;
 }
 
+/* The fixture's tolerance against its float64 reference, read from index.json (0 when not found). */
+static double fixture_tolerance(const char *dir, const char *name) {
+    char path[1024], key[256];
+    static char text[1 << 20];
+    const char *at;
+    size_t n;
+    FILE *f;
+    snprintf(path, sizeof path, "%s/models/index.json", dir);
+    f = fopen(path, "rb");
+    if (!f) return 0.0;
+    n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    snprintf(key, sizeof key, "\"%s\": {", name);
+    at = strstr(text, key);
+    if (!at || !(at = strstr(at, "\"tolerance_rel_l2_vs_reference\":"))) return 0.0;
+    return atof(at + strlen("\"tolerance_rel_l2_vs_reference\":"));
+}
+
+/* GPU logits of the fixture sequence against the float64 reference (outside truth): relative L2. */
+static double vs_reference(const char *dir, const char *name, const float *logits, uint32_t n_vocab) {
+    char path[1024];
+    float *ref = (float *)malloc((size_t)32 * n_vocab * sizeof(float));
+    double num = 0.0, den = 0.0;
+    size_t i, got = 0;
+    FILE *f;
+    char base[256];
+    snprintf(base, sizeof base, "%s", name);
+    if (strlen(base) > 5) base[strlen(base) - 5] = '\0'; /* drop ".gguf" */
+    snprintf(path, sizeof path, "%s/models/%s.ref64.f32", dir, base);
+    f = fopen(path, "rb");
+    if (f && ref) got = fread(ref, sizeof(float), (size_t)32 * n_vocab, f);
+    if (f) fclose(f);
+    if (got != (size_t)32 * n_vocab) {
+        free(ref);
+        return -1.0;
+    }
+    for (i = 0; i < got; i++) {
+        num += ((double)logits[i] - ref[i]) * ((double)logits[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    free(ref);
+    return sqrt(num / den);
+}
+
+/* Prompt batches multiply on the tensor cores with activations rounded to f16 (about 3e-4 of an
+   output's norm per product, tests/PERF.md), the CPU in f32: through a few layers the logits differ
+   by up to a few 1e-3 (llama.cpp's own distance to the float64 reference is 1e-3 to 3e-2). */
+#define GPU_VS_CPU_BOUND 1e-2
+
 static void compare_fixture(const char *dir, const char *name, forge_kv_type kv, uint32_t batch) {
     char path[1024], label[256];
     forge_model *m = NULL;
@@ -91,7 +143,7 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv,
                     num += ((double)lg[i] - lc[i]) * ((double)lg[i] - lc[i]);
                     den += (double)lc[i] * lc[i];
                 }
-            CHECK(den > 0 && sqrt(num / den) < 5e-4, "normalized error %.3g", den > 0 ? sqrt(num / den) : -1.0);
+            CHECK(den > 0 && sqrt(num / den) < GPU_VS_CPU_BOUND, "normalized error %.3g", den > 0 ? sqrt(num / den) : -1.0);
             printf("  %-32s %-5s batch %u normalized error GPU vs CPU %.3g\n", name, forge_kv_type_name(kv), batch,
                    den > 0 ? sqrt(num / den) : -1.0);
         } else if (CHECK(lc && lg && rc == 32 && rg == 32, "rows %u %u", rc, rg)) {
@@ -99,15 +151,45 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv,
                 num += ((double)lg[i] - lc[i]) * ((double)lg[i] - lc[i]);
                 den += (double)lc[i] * lc[i];
             }
-            /* both use f32 activations and differ by summation order only; a value that lands on the other
-               side of an f16 or q8_0 rounding step in the KV cache spreads that difference, so the bound
-               is 5e-4 (measured on H100: 8e-8 to 1.3e-4) */
-            CHECK(sqrt(num / den) < 5e-4, "normalized error %.3g", sqrt(num / den));
-            printf("  %-32s %-5s normalized error GPU vs CPU %.3g\n", name, forge_kv_type_name(kv), sqrt(num / den));
+            CHECK(sqrt(num / den) < GPU_VS_CPU_BOUND, "normalized error %.3g", sqrt(num / den));
+            if (kv == FORGE_KV_F16) { /* the outside truth: the fixture's float64 reference, its own tolerance */
+                double tol = fixture_tolerance(dir, name), rel = vs_reference(dir, name, lg, n_vocab);
+                CHECK(tol > 0 && rel >= 0 && rel <= tol, "GPU vs float64 reference: rel L2 %.3g (tolerance %.3g)", rel, tol);
+                printf("  %-32s %-5s GPU vs CPU %.3g, GPU vs float64 reference %.3g (tolerance %.3g)\n", name,
+                       forge_kv_type_name(kv), sqrt(num / den), rel, tol);
+            } else {
+                printf("  %-32s %-5s normalized error GPU vs CPU %.3g\n", name, forge_kv_type_name(kv), sqrt(num / den));
+            }
         }
         d.all_logits = 0;
-        if (CHECK(greedy(cpu, tc, 24, tokens, 8, n_vocab) && greedy(gpu, tg, 24, tokens, 8, n_vocab), "greedy runs"))
-            CHECK(memcmp(tc, tg, sizeof tc) == 0, "24 greedy tokens identical");
+        if (CHECK(greedy(cpu, tc, 24, tokens, 8, n_vocab) && greedy(gpu, tg, 24, tokens, 8, n_vocab), "greedy runs")) {
+            int same = 0;
+            while (same < 24 && tc[same] == tg[same]) same++;
+            /* with an f16 cache the paths must not part; a q8_0 cache rounds keys and values that differ in
+               the last f16 bit to different steps, which can flip a near-tie of these random models later on */
+            if (kv == FORGE_KV_F16) CHECK(same == 24, "24 greedy tokens identical (%d)", same);
+            else if (same < 24) { /* where they part, the CPU's own top two must nearly tie (2% of the row's range) */
+                uint32_t rows, v;
+                const float *l;
+                float lo, hi;
+                int j, ok = 1;
+                forge_context_reset(cpu);
+                ok &= forge_eval(cpu, tokens, 8, NULL) == FORGE_OK;
+                for (j = 0; j < same && ok; j++) ok &= forge_eval(cpu, &tc[j], 1, NULL) == FORGE_OK;
+                l = ok ? forge_context_logits(cpu, &rows) : NULL;
+                if (CHECK(l != NULL, "replay on the CPU")) {
+                    l += (size_t)(rows - 1) * n_vocab;
+                    lo = hi = l[0];
+                    for (v = 1; v < n_vocab; v++) lo = l[v] < lo ? l[v] : lo, hi = l[v] > hi ? l[v] : hi;
+                    CHECK(l[tc[same]] - l[tg[same]] <= 0.02f * (hi - lo),
+                          "parted after %d tokens at a gap of %.4f (row range %.2f): not a near-tie", same,
+                          (double)(l[tc[same]] - l[tg[same]]), (double)(hi - lo));
+                    printf("  %-32s %-5s parted after %d tokens where the CPU's top two are %.4f apart (row range %.2f)\n",
+                           name, forge_kv_type_name(kv), same, (double)(l[tc[same]] - l[tg[same]]), (double)(hi - lo));
+                }
+            }
+            if (same < 24) printf("  %-32s %-5s greedy tokens identical for %d of 24\n", name, forge_kv_type_name(kv), same);
+        }
     }
     forge_context_destroy(cpu);
     forge_context_destroy(gpu);
@@ -396,7 +478,7 @@ static void compare_captures(const char *dir, const char *name) {
                 num += (a - b) * (a - b);
                 den += a * a;
             }
-        CHECK(den > 0 && sqrt(num / den) < 5e-4, "normalized error %.3g", den > 0 ? sqrt(num / den) : -1.0);
+        CHECK(den > 0 && sqrt(num / den) < GPU_VS_CPU_BOUND, "normalized error %.3g", den > 0 ? sqrt(num / den) : -1.0);
         printf("  %-32s captures normalized error GPU vs CPU %.3g\n", name, den > 0 ? sqrt(num / den) : -1.0);
     }
     forge_context_destroy(ctx[0]);
