@@ -2940,6 +2940,209 @@ static int forge__hip_attention_check(const forge_hip_attention_args *a, char *m
     return 0;
 }
 
+}  // extern "C"
+
+// ---- decode attention for the graph path (forge_hip_attention_at): one block per (KV head, token, split) ----
+//
+// A block serves every query head of one GQA group (the heads that read the same KV head), so each K
+// and V row is read once for all of them. A position goes to a lane-group of L = head_dim / 8 lanes:
+// lane i of it loads dims 8i..8i+7 of the K and V rows (one 16-byte load for F16, two for F32, 2-byte
+// loads for Q8_0/Q4_0 whose blocks are only 2-byte aligned), the group's scores are L-lane shuffle sums,
+// and each lane-group keeps its own online softmax (m, l, o) per head. A wave takes wave / L positions
+// at a time, two such sets per step so that four row loads are in flight per lane. The lane-groups
+// merge through shared memory (max per head, then rescaled sums) and the block writes a normalized
+// output (n_split == 1) or its (m, l, o) record per head for forge__k_attention_merge. The position
+// is read from device memory; splits past the ones it needs record m = -inf, as forge__k_attention does.
+// Shapes: head_dim == head_dim_v in {8, 16, 32, 64, 128, 256} (L a power of two no wider than 32),
+// groups of up to 8 heads; anything else takes forge__k_attention.
+#define FORGE__ATTD_THREADS 256
+#define FORGE__ATTD_MAX_DIM 256
+#define FORGE__ATTD_MAX_GROUP 8
+
+template <int TYPE> __device__ __forceinline__ void forge__kv_load8(const uint8_t *row, uint32_t d0, float v[8]) {
+    if (TYPE == FORGE_HIP_F32) {
+        const float4 x = *(const float4 *)(row + 4 * (size_t)d0), y = *(const float4 *)(row + 4 * (size_t)d0 + 16);
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+    } else if (TYPE == FORGE_HIP_F16) {
+        const uint4 w = forge__ld128(row + 2 * (size_t)d0);
+        v[0] = forge__f16(w.x & 0xffffu), v[1] = forge__f16(w.x >> 16), v[2] = forge__f16(w.y & 0xffffu), v[3] = forge__f16(w.y >> 16);
+        v[4] = forge__f16(w.z & 0xffffu), v[5] = forge__f16(w.z >> 16), v[6] = forge__f16(w.w & 0xffffu), v[7] = forge__f16(w.w >> 16);
+    } else if (TYPE == FORGE_HIP_Q8_0) {
+        const uint8_t *b = row + (size_t)(d0 / 32) * 34, *qs = b + 2 + d0 % 32;
+        const float sc = forge__f16(forge__ld16(b));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t w = forge__ld16(qs + 2 * i);
+            v[2 * i] = (float)(int8_t)(w & 0xffu) * sc, v[2 * i + 1] = (float)(int8_t)(w >> 8) * sc;
+        }
+    } else { // Q4_0: dims j < 16 in the low nibbles of bytes j, dims 16.. in the high nibbles
+        const uint32_t j = d0 % 32, shift = j < 16 ? 0 : 4;
+        const uint8_t *b = row + (size_t)(d0 / 32) * 18, *qs = b + 2 + (j & 15);
+        const float sc = forge__f16(forge__ld16(b));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t w = forge__ld16(qs + 2 * i);
+            v[2 * i] = (float)((int)((w >> shift) & 0xfu) - 8) * sc, v[2 * i + 1] = (float)((int)((w >> (8 + shift)) & 0xfu) - 8) * sc;
+        }
+    }
+}
+
+template <int TYPE, int G>
+__global__ void __launch_bounds__(FORGE__ATTD_THREADS)
+forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split,
+                          float *__restrict__ partial, const uint32_t *__restrict__ dev_pos) {
+    __shared__ float s_m[FORGE__ATTD_THREADS / 32][G];
+    __shared__ float s_l[G];
+    __shared__ float s_o[G][FORGE__ATTD_MAX_DIM];
+    const uint32_t hd = a.head_dim, L = hd / 8, wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave;
+    const uint32_t n_waves = blockDim.x / wave, per_wave = wave / L, sub = lane % L, grp = lane / L;
+    const uint32_t kv_head = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
+    const uint32_t group = a.n_head / a.n_head_kv, h0 = kv_head * group;
+    const uint32_t kv_len = *dev_pos + t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
+    const uint32_t span = kv_len - first, want = (span + FORGE__ATT_DECODE_CHUNK - 1) / FORGE__ATT_DECODE_CHUNK;
+    const uint32_t n_used = want < 1 ? 1 : want < n_split ? want : n_split, chunk = (span + n_used - 1) / n_used;
+    if (split >= n_used) {
+        if (threadIdx.x < group) partial[(((size_t)t * a.n_head + h0 + threadIdx.x) * n_split + split) * (hd + 2)] = -INFINITY;
+        return;
+    }
+    const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
+    const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
+    const uint32_t d0 = sub * 8;
+
+    float qv[G][8], o[G][8], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const float *q = a.q + ((size_t)t * a.n_head + h0 + g) * hd + d0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) qv[g][j] = (uint32_t)g < group ? q[j] * a.scale : 0.0f, o[g][j] = 0.0f;
+        m[g] = -INFINITY, l[g] = 0.0f;
+    }
+    for (uint32_t i = threadIdx.x; i < G * FORGE__ATTD_MAX_DIM; i += blockDim.x) (&s_o[0][0])[i] = 0.0f;
+    if (threadIdx.x < G) s_l[threadIdx.x] = 0.0f;
+
+    const uint32_t step = n_waves * per_wave * 2;
+    for (uint32_t base = begin + wid * per_wave * 2; base < end; base += step) { // uniform over the wave
+        float k[2][8], v[2][8];
+        bool valid[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const uint32_t p = base + u * per_wave + grp;
+            valid[u] = p < end;
+            if (valid[u]) {
+                const uint32_t cell = a.n_cells ? p % a.n_cells : p;
+                forge__kv_load8<TYPE>(ck + ((size_t)cell * a.n_head_kv + kv_head) * row_k_bytes, d0, k[u]);
+                forge__kv_load8<TYPE>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, d0, v[u]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) k[u][j] = 0.0f, v[u][j] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            float s[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc += qv[g][j] * k[u][j];
+                s[g] = acc;
+            }
+            for (uint32_t mask = L / 2; mask > 0; mask >>= 1) {
+#pragma unroll
+                for (int g = 0; g < G; g++) s[g] += FORGE_SHFL_XOR(s[g], mask);
+            }
+            if (valid[u]) {
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float sc = s[g];
+                    if (a.softcap > 0.0f) sc = a.softcap * tanhf(sc / a.softcap);
+                    const float m_new = fmaxf(m[g], sc), shrink = expf(m[g] - m_new), weight = expf(sc - m_new);
+                    l[g] = l[g] * shrink + weight;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * shrink + weight * v[u][j];
+                    m[g] = m_new;
+                }
+            }
+        }
+    }
+    // the block's max per head: over the lane-groups of a wave by shuffles, then over the waves
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float mw = m[g];
+        for (uint32_t mask = L; mask < wave; mask <<= 1) mw = fmaxf(mw, FORGE_SHFL_XOR(mw, mask));
+        if (lane == 0) s_m[wid][g] = mw;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float m_all = -INFINITY;
+        for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
+        const float f = m[g] == -INFINITY ? 0.0f : expf(m[g] - m_all);
+        if (f != 0.0f) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) atomicAdd(&s_o[g][d0 + j], o[g][j] * f);
+            if (sub == 0) atomicAdd(&s_l[g], l[g] * f);
+        }
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < group * hd; i += blockDim.x) {
+        const uint32_t g = i / hd, d = i % hd;
+        if (n_split == 1) {
+            a.out[((size_t)t * a.n_head + h0 + g) * hd + d] = s_o[g][d] / s_l[g];
+        } else {
+            float *rec = partial + (((size_t)t * a.n_head + h0 + g) * n_split + split) * (hd + 2);
+            if (d == 0) {
+                float m_all = -INFINITY;
+                for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
+                rec[0] = m_all, rec[1] = s_l[g];
+            }
+            rec[2 + d] = s_o[g][d];
+        }
+    }
+}
+
+// Launches forge__k_attention_decode when the shape suits it (see above); returns 0 when it does not.
+static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t row_k_bytes, size_t row_v_bytes,
+                                       const uint32_t *dev_pos, void *scratch, size_t scratch_bytes, hipStream_t s) {
+    const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv;
+    if (hd != a.head_dim_v || hd > FORGE__ATTD_MAX_DIM || hd < 8 || (hd & (hd - 1)) != 0 || group > FORGE__ATTD_MAX_GROUP ||
+        a.n_head_kv > 65535u)
+        return 0;
+    if ((a.kv_type == FORGE_HIP_F16 || a.kv_type == FORGE_HIP_F32) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 15u)) return 0;
+    if ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 1u)) return 0;
+    const uint32_t max_len = a.pos0 + a.n_tokens, span = a.window && a.window < max_len ? a.window : max_len;
+    uint32_t n_split = forge__hip_decode_splits(span);
+    const uint32_t fill = FORGE__ATT_DECODE_BLOCKS / (a.n_head_kv * a.n_tokens);
+    const size_t per_split = (size_t)a.n_tokens * a.n_head * (hd + 2) * sizeof(float);
+    if (n_split > fill) n_split = fill ? fill : 1;
+    if (!scratch || (size_t)n_split * per_split > scratch_bytes) n_split = scratch ? (uint32_t)(scratch_bytes / per_split) : 1;
+    if (n_split < 1) n_split = 1;
+    dim3 grid(a.n_head_kv, a.n_tokens, n_split);
+    float *partial = (float *)scratch;
+    const int gp = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+#define FORGE__ATTD_LAUNCH(T, GP) \
+    forge__k_attention_decode<T, GP><<<grid, FORGE__ATTD_THREADS, 0, s>>>(a, row_k_bytes, row_v_bytes, n_split, partial, dev_pos)
+#define FORGE__ATTD_TYPE(T) \
+    switch (gp) { \
+    case 1: FORGE__ATTD_LAUNCH(T, 1); break; \
+    case 2: FORGE__ATTD_LAUNCH(T, 2); break; \
+    case 4: FORGE__ATTD_LAUNCH(T, 4); break; \
+    default: FORGE__ATTD_LAUNCH(T, 8); break; \
+    }
+    switch (a.kv_type) {
+    case FORGE_HIP_F32: FORGE__ATTD_TYPE(FORGE_HIP_F32); break;
+    case FORGE_HIP_F16: FORGE__ATTD_TYPE(FORGE_HIP_F16); break;
+    case FORGE_HIP_Q8_0: FORGE__ATTD_TYPE(FORGE_HIP_Q8_0); break;
+    default: FORGE__ATTD_TYPE(FORGE_HIP_Q4_0); break;
+    }
+#undef FORGE__ATTD_TYPE
+#undef FORGE__ATTD_LAUNCH
+    if (n_split > 1) forge__k_attention_merge<<<dim3(a.n_head, a.n_tokens), 128, 0, s>>>(partial, a.out, a.n_head, hd, n_split);
+    return 1;
+}
+
+extern "C" {
+
 // forge_hip_attention with the first position read from device memory (*dev_pos, a uint32) when the
 // kernels run: the decode step's variant, which a recorded graph replays at every position.
 // args->pos0 is the largest first position a replay will read (n_ctx - n_tokens for a context):
@@ -2956,6 +3159,8 @@ int forge_hip_attention_at(const forge_hip_attention_args *args, const uint32_t 
     if (a.n_tokens == 0) return 0;
     if (forge__hip_attention_check(&a, message, message_bytes)) return -1;
     if (a.scale == 0.0f) a.scale = (float)(1.0 / sqrt((double)a.head_dim));
+    if (forge__hip_attention_decode(a, row_k_bytes, row_v_bytes, dev_pos, scratch, scratch_bytes, s))
+        return forge__hip_launched("attention launch", message, message_bytes);
     const uint32_t max_len = a.pos0 + a.n_tokens;
     const uint32_t span = a.window && a.window < max_len ? a.window : max_len;
     uint32_t n_split = forge__hip_decode_splits(span);

@@ -543,6 +543,23 @@ static void check_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, ui
               t->name, n_head, n_kv, hd, hdv, n_tokens, pos0, window, n_cells, (double)softcap, err);
         CHECK(err_raw < bound, "attention %s vs unquantized K/V: %.3e over the bound %.0e", t->name, err_raw, bound);
     }
+    if (n_tokens == 1) { /* the decode step of a graph: position from device memory, grid for a longer context */
+        const uint32_t at_max = n_cells && !window ? pos0 : pos0 + 5000;
+        const size_t at_bytes = split ? forge_hip_attention_scratch_bytes(at_max + 1, 1, n_head, hdv) : 0;
+        void *at_scratch = at_bytes ? dev_alloc(at_bytes, NULL) : NULL, *dpos = dev_alloc(sizeof pos0, &pos0);
+        forge_hip_attention_args b = a;
+        b.pos0 = at_max;
+        CHECK(forge_hip_attention_at(&b, (const uint32_t *)dpos, at_scratch, at_bytes, NULL, msg, sizeof msg) == 0, "attention_at %s: %s",
+              t->name, msg);
+        if (dev_fetch(got, dout, n_out * sizeof(float))) {
+            double err = norm_error_d(got, ref, n_out);
+            printf("  attention_at %-4s heads %2u/%u dims %3u/%3u pos %5u (grid for %5u) %s window %4u cells %4u cap %2g: err %.2e\n",
+                   t->name, n_head, n_kv, hd, hdv, pos0, at_max, at_bytes ? "split " : "single", window, n_cells, (double)softcap, err);
+            CHECK(err < 1e-5, "attention_at %s heads %u/%u dims %u/%u pos %u window %u cells %u softcap %g: normalized error %.3e", t->name,
+                  n_head, n_kv, hd, hdv, pos0, window, n_cells, (double)softcap, err);
+        }
+        forge_hip_arena_free(at_scratch), forge_hip_arena_free(dpos);
+    }
     forge_hip_arena_free(dq), forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(dout), forge_hip_arena_free(scratch);
     free(kraw), free(vraw), free(kf), free(vf), free(q), free(got), free(ck), free(cv), free(cache_k), free(cache_v), free(ref), free(ref_raw);
 }
@@ -565,6 +582,14 @@ static void test_attention(void) {
         check_attention(kv_types[i], 4, 2, 128, 128, 20, 0, 0, 8, 0, 30.0f);     /* prompt from 0 across the window */
         check_attention(kv_types[i], 8, 4, 256, 256, 1, 2000, 1, 0, 0, 1.0f);    /* soft-cap alone, long context, saturating */
         check_attention(kv_types[i], 4, 1, 256, 256, 1, 3000, 1, 1024, 1024, 0.0f); /* decode in a ring of window cells */
+        check_attention(kv_types[i], 32, 8, 128, 128, 1, 16000, 1, 0, 0, 0.0f);  /* llama-3-8b decode, long context, group of 4 */
+        check_attention(kv_types[i], 16, 2, 128, 128, 1, 20000, 1, 0, 0, 0.0f);  /* group of 8, longer */
+        check_attention(kv_types[i], 8, 1, 64, 64, 1, 5000, 1, 0, 0, 0.0f);      /* small heads, group of 8 */
+        check_attention(kv_types[i], 8, 2, 256, 256, 1, 8000, 1, 4096, 0, 30.0f); /* wide heads, window, soft-cap */
+        check_attention(kv_types[i], 12, 2, 128, 128, 1, 6000, 1, 0, 0, 0.0f);  /* group of 6 (padded to 8) */
+        check_attention(kv_types[i], 8, 8, 128, 128, 1, 5000, 1, 2048, 2048, 0.0f); /* no grouping, ring of window cells */
+        check_attention(kv_types[i], 16, 8, 64, 64, 1, 12000, 1, 1000, 1500, 0.5f); /* ring with spare cells, hard cap */
+        check_attention(kv_types[i], 8, 2, 128, 128, 1, 7000, 0, 0, 0, 0.0f);     /* no scratch: one pass per block */
         check_attention(kv_types[i], 8, 8, 64, 64, 7, 50, 0, 0, 100, 0.0f);      /* n_cells without a window: no wrap */
     }
     CHECK(forge_hip_attention_scratch_bytes(100, 1, 32, 128) == 0, "a short context needs no scratch");
