@@ -3073,18 +3073,33 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
         if (lane == 0) s_m[wid][g] = mw;
     }
     __syncthreads();
+    // rescaled to the block's max, summed over the lane-groups of a wave by a butterfly, then wave by
+    // wave in a fixed order: no atomics, so a step gives the same bits every time it runs
 #pragma unroll
     for (int g = 0; g < G; g++) {
         float m_all = -INFINITY;
         for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
         const float f = m[g] == -INFINITY ? 0.0f : expf(m[g] - m_all);
-        if (f != 0.0f) {
 #pragma unroll
-            for (int j = 0; j < 8; j++) atomicAdd(&s_o[g][d0 + j], o[g][j] * f);
-            if (sub == 0) atomicAdd(&s_l[g], l[g] * f);
+        for (int j = 0; j < 8; j++) o[g][j] *= f;
+        l[g] *= f;
+        for (uint32_t mask = L; mask < wave; mask <<= 1) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[g][j] += FORGE_SHFL_XOR(o[g][j], mask);
+            l[g] += FORGE_SHFL_XOR(l[g], mask);
         }
     }
-    __syncthreads();
+    for (uint32_t w = 0; w < n_waves; w++) {
+        if (wid == w && grp == 0) {
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) s_o[g][d0 + j] += o[g][j];
+                if (sub == 0) s_l[g] += l[g];
+            }
+        }
+        __syncthreads();
+    }
     for (uint32_t i = threadIdx.x; i < group * hd; i += blockDim.x) {
         const uint32_t g = i / hd, d = i % hd;
         if (n_split == 1) {
