@@ -6606,6 +6606,14 @@ struct forge_context {
     void *capture_user_data;
 };
 
+/* Lays out the capture regions in the staging (the plan's own layout) and points the chunk's data
+   at them in the host staging; ctx->capture must be set. */
+static void forge__capture_bind(forge_context *ctx) {
+    uint32_t i;
+    forge__capture_bytes(&ctx->sched, &ctx->r, ctx->capture_offset);
+    for (i = 0; i < ctx->sched.n_captures; i++) ctx->capture_data[i] = ctx->capture + ctx->capture_offset[i];
+}
+
 /* >>impl-gpu-context */
 
 #ifdef FORGE_HIP
@@ -6955,7 +6963,6 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     ctx->dev_step = offset;
     offset += forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
     ctx->dev_capture = offset;
-    forge__capture_bytes(&ctx->sched, &ctx->r, ctx->capture_offset);
     offset += ctx->plan.capture_bytes;
     if (ctx->plan.capture_bytes) { /* the host side of the staging, where the chunks are delivered */
         ctx->capture = (uint8_t *)forge__alloc(&ctx->allocator, (size_t)ctx->plan.capture_bytes);
@@ -6963,6 +6970,7 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
             return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate %llu bytes of host capture staging",
                                (forge__ull)ctx->plan.capture_bytes);
     }
+    forge__capture_bind(ctx);
     ctx->dev_kv = offset;
     if (offset + ctx->plan.kv_bytes != ctx->plan.total_bytes)
         return forge__fail(error, FORGE_ERR_CONFIG, "the GPU arena layout (%llu bytes) differs from the plan (%llu)",
@@ -7114,7 +7122,7 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     ctx->vec = (float *)(void *)(ctx->arena + offset);
     offset += forge__align64((uint64_t)ctx->sched.max_vec * sizeof(float));
     ctx->capture = ctx->arena + offset;
-    forge__capture_bytes(&ctx->sched, &ctx->r, ctx->capture_offset);
+    forge__capture_bind(ctx);
     offset += ctx->plan.capture_bytes;
     ctx->kv = ctx->arena + offset;
 
@@ -7628,10 +7636,7 @@ FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uin
 }
 
 FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chunk *out) {
-    uint32_t i;
-    forge_context *c = (forge_context *)(uintptr_t)ctx; /* the data pointers are filled on demand */
     if (!ctx || !out || ctx->sched.n_captures == 0) return 0;
-    for (i = 0; i < ctx->sched.n_captures; i++) c->capture_data[i] = ctx->capture + ctx->capture_offset[i];
     out->pos = ctx->capture_pos;
     out->n_tokens = ctx->capture_tokens;
     out->n_captures = ctx->sched.n_captures;

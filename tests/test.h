@@ -82,6 +82,17 @@ TEST__MAYBE_UNUSED static void test_counting_free(void *ptr, void *user_data) {
     free(ptr);
 }
 
+/* Opens FORGE_FIXTURES/models/NAME (default ../shared/fixtures), failing a check when it cannot. */
+TEST__MAYBE_UNUSED static forge_model *test_open_fixture(const char *name) {
+    char path[512];
+    const char *dir = getenv("FORGE_FIXTURES");
+    forge_model *m = NULL;
+    forge_error e;
+    snprintf(path, sizeof path, "%s/models/%s", dir ? dir : "../shared/fixtures", name);
+    CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message);
+    return m;
+}
+
 static int test_summary(void) {
     printf("%d cases\n", test__state.cases);
     printf("%d passed, %d failed\n", test__state.passed, test__state.failed);

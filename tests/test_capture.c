@@ -14,16 +14,6 @@
 static const int32_t tokens[32] = {1,  300, 301, 512, 777, 1000, 5,   42,  259, 260, 1023, 3,   999, 100, 200, 17,
                                    18, 19,  400, 401, 402, 650,  651, 652, 653, 10,  11,   12,  900, 901, 902, 1020};
 
-static forge_model *open_fixture(const char *name) {
-    char path[512];
-    const char *dir = getenv("FORGE_FIXTURES");
-    forge_model *m = NULL;
-    forge_error e;
-    snprintf(path, sizeof path, "%s/models/%s", dir ? dir : "../shared/fixtures", name);
-    CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message);
-    return m;
-}
-
 static void test_parse(forge_model *m) {
     forge_capture c[FORGE_MAX_CAPTURES];
     uint32_t n = 0;
@@ -326,9 +316,9 @@ static void test_plan(forge_model *m) {
 }
 
 int main(void) {
-    forge_model *llama = open_fixture("tiny-llama-q8_0.gguf");
-    forge_model *gemma2 = open_fixture("tiny-gemma2-f16.gguf");
-    forge_model *moe = open_fixture("tiny-qwen2moe-q4_k_m.gguf");
+    forge_model *llama = test_open_fixture("tiny-llama-q8_0.gguf");
+    forge_model *gemma2 = test_open_fixture("tiny-gemma2-f16.gguf");
+    forge_model *moe = test_open_fixture("tiny-qwen2moe-q4_k_m.gguf");
     if (llama) {
         test_parse(llama);
         test_identities(llama, "llama");

@@ -16,16 +16,6 @@ static const int32_t fixture_tokens[32] = {1,  300, 301, 512, 777, 1000, 5,   42
                                            651, 652, 653, 10, 11,  12,   900, 901, 902, 1020};
 
 
-static forge_model *open_fixture(const char *name) {
-    char path[512];
-    const char *dir = getenv("FORGE_FIXTURES");
-    forge_model *m = NULL;
-    forge_error e;
-    snprintf(path, sizeof path, "%s/models/%s", dir ? dir : "../shared/fixtures", name);
-    CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message);
-    return m;
-}
-
 static forge_memory_reading reading(uint64_t free_bytes) {
     forge_memory_reading r;
     memset(&r, 0, sizeof r);
@@ -358,8 +348,8 @@ static void test_monitor(void) {
 
 int main(void) {
     test_monitor();
-    forge_model *llama = open_fixture("tiny-llama-q4_0.gguf");
-    forge_model *qwen3 = open_fixture("tiny-qwen3-q8_0.gguf");
+    forge_model *llama = test_open_fixture("tiny-llama-q4_0.gguf");
+    forge_model *qwen3 = test_open_fixture("tiny-qwen3-q8_0.gguf");
     if (llama) {
         test_plan_terms(llama);
         test_budget(llama);
