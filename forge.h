@@ -6058,7 +6058,21 @@ int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, siz
                         char *message, size_t message_bytes);
 int forge_hip_matvec(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                      const float *bias, void *stream, char *message, size_t message_bytes);
-int forge_hip_argmax(const float *x, uint32_t n, int32_t *out_index, void *stream, char *message, size_t message_bytes);
+size_t forge_hip_argmax_scratch_bytes(void);
+int forge_hip_argmax(const float *x, uint32_t n, void *scratch, int32_t *out_index, void *stream, char *message, size_t message_bytes);
+size_t forge_hip_q8_bytes(uint32_t n);
+int forge_hip_q8_type(uint32_t type);
+int forge_hip_q8_quantize(const float *x, uint32_t n, void *q8, void *stream, char *message, size_t message_bytes);
+int forge_hip_rmsnorm_q8(const float *x, const float *w, float *y, uint32_t n, float eps, void *q8, void *stream, char *message,
+                         size_t message_bytes);
+int forge_hip_matvec_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const void *q8, float *y, const float *bias,
+                        int accumulate, void *stream, char *message, size_t message_bytes);
+int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32_t n_rows, uint32_t n_cols, const void *q8, float *h,
+                     void *q8_out, int act, void *stream, char *message, size_t message_bytes);
+int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                         uint32_t head_dim_v, uint32_t n_rot, int mode, uint32_t pos0, const uint32_t *dev_pos, float freq_base,
+                         float freq_scale, const float *freq_factors, void *cache_k, void *cache_v, uint32_t n_cells, void *stream,
+                         char *message, size_t message_bytes);
 int forge_hip_copy_device(void *dst, const void *src, size_t bytes, void *stream, char *message, size_t message_bytes);
 int forge_hip_memset(void *dst, int byte, size_t bytes, void *stream, char *message, size_t message_bytes);
 int forge_hip_add(float *dst, const float *src, size_t n, void *stream, char *message, size_t message_bytes);
@@ -6225,6 +6239,7 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
 static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_model *m, uint32_t n_ctx, uint32_t n_batch) {
 #ifdef FORGE_HIP
     return forge__align_gpu(forge_hip_attention_scratch_bytes(n_ctx, n_batch, forge__schedule_max_heads(s), m->config.head_dim_v)) +
+           2 * forge__align_gpu(forge_hip_q8_bytes(s->max_cols)) + forge__align_gpu(forge_hip_argmax_scratch_bytes()) +
            forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
 #else
     (void)s, (void)m, (void)n_ctx;
@@ -6591,6 +6606,9 @@ struct forge_context {
     uint64_t dev_scratch, dev_logits, dev_attn, dev_attn_bytes, dev_tokens, dev_kv, dev_capture;
     const float *dev_rope_factors;
     uint64_t dev_step;      /* the decode step's slots (FORGE__GPU_STEP_WORDS) */
+    uint64_t dev_q8[2];     /* decode: two quantized activation vectors (the input of a product, and the next) */
+    uint64_t dev_argmax;    /* forge_context_argmax's partial results */
+    int use_q8;             /* decode products on 8-bit activations (FORGE_NO_Q8=1 turns them off) */
     uint32_t *step_host;    /* their pinned host mirror */
     void *graph;            /* the recorded decode step; NULL: plain launches */
     int dev_pending;        /* a decode step queued and not yet waited for */
@@ -6744,15 +6762,129 @@ static forge_result forge__gpu_upload(forge_context *ctx, const forge_context_de
     return r;
 }
 
+/* Decode (one token) on 8-bit activations: products whose weight type has an integer path read
+   their input as a quantized vector (forge_hip_q8_quantize) from one of two device slots. The slot
+   in use holds the quantized form of value d->value, valid until an op writes that value; a norm
+   feeding a product writes it directly, gate and up products share it and write the gated result's
+   quantized form into the other slot (one launch for both matrices and the gate), and a product
+   whose only reader is the residual add that follows adds into the residual itself. Returns how many
+   ops were launched here (0: none, the op takes the ordinary path). */
+typedef struct forge__q8_state {
+    int32_t value; /* the value whose quantized form is in slot `slot`, or -1 */
+    int slot;
+} forge__q8_state;
+
+static int forge__q8_matmul_ok(forge_context *ctx, const forge__op *op) {
+    return op->kind == FORGE__OP_MATMUL && forge_hip_q8_type(op->w->type) && op->w->ne[0] % 32 == 0 &&
+           ctx->sched.values[op->src].width == (uint32_t)op->w->ne[0];
+}
+
+/* a product or the output head on 8-bit activations */
+static int forge__q8_product_ok(forge_context *ctx, const forge__op *op) {
+    return forge__q8_matmul_ok(ctx, op) || (op->kind == FORGE__OP_LOGITS && forge_hip_q8_type(op->w->type) && op->w->ne[0] % 32 == 0 &&
+                                             ctx->sched.values[op->src].width == (uint32_t)op->w->ne[0]);
+}
+
+static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, const uint32_t *dev_pos, forge__q8_state *d,
+                                            uint32_t *consumed, forge_error *error) {
+    const forge__schedule *s = &ctx->sched;
+    const forge__op *op = &s->ops[k], *next = k + 1 < s->n_ops ? &s->ops[k + 1] : NULL;
+    const forge__op *third = k + 2 < s->n_ops ? &s->ops[k + 2] : NULL;
+    uint8_t *slot;
+    *consumed = 0;
+    /* rope of the queries and keys, then the keys and values into the cache: one launch */
+    if (op->kind == FORGE__OP_ROPE && next && third && next->kind == FORGE__OP_ROPE && third->kind == FORGE__OP_KV_STORE &&
+        next->layer == op->layer && third->layer == op->layer && third->src == next->dst && op->dst != next->dst) {
+        const forge_config *c = ctx->c;
+        const uint32_t il = op->layer;
+        uint8_t *layer = ctx->dev + ctx->dev_kv + ctx->kv_layer_offset[il];
+        uint8_t *values = layer + (uint64_t)ctx->kv_cells[il] * c->layer_n_head_kv[il] * ctx->row_k_bytes;
+        FORGE__HIP(forge_hip_rope_store(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->dst), forge__dev_val(ctx, next->dst),
+                                        forge__dev_val(ctx, third->src2), op->n, next->n, c->head_dim, c->head_dim_v, c->n_rot,
+                                        (int)c->rope_type, dev_pos ? 0 : ctx->pos, dev_pos,
+                                        c->layer_is_swa[il] ? c->rope_freq_base_swa : c->rope_freq_base,
+                                        c->layer_is_swa[il] ? c->rope_freq_scale_swa : c->rope_freq_scale, ctx->dev_rope_factors, layer,
+                                        values, ctx->kv_cells[il], ctx->stream, FORGE__MSG));
+        if (d->value == op->dst || d->value == next->dst) d->value = -1;
+        *consumed = 3;
+        return FORGE_OK;
+    }
+    if (op->kind == FORGE__OP_RMSNORM && next && forge__q8_product_ok(ctx, next) && next->src == op->dst && op->n % 32 == 0) {
+        d->slot ^= 1;
+        FORGE__HIP(forge_hip_rmsnorm_q8(forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op->w), forge__dev_val(ctx, op->dst), op->n,
+                                        ctx->c->rms_eps, ctx->dev + ctx->dev_q8[d->slot], ctx->stream, FORGE__MSG));
+        d->value = op->dst;
+        *consumed = 1;
+        return FORGE_OK;
+    }
+    if (!forge__q8_product_ok(ctx, op)) return FORGE_OK;
+    if (d->value != op->src) {
+        d->slot ^= 1;
+        FORGE__HIP(forge_hip_q8_quantize(forge__dev_val(ctx, op->src), (uint32_t)op->w->ne[0], ctx->dev + ctx->dev_q8[d->slot], ctx->stream,
+                                         FORGE__MSG));
+        d->value = op->src;
+    }
+    slot = ctx->dev + ctx->dev_q8[d->slot];
+    if (op->kind == FORGE__OP_LOGITS) {
+        float *dev_logits = (float *)(void *)(ctx->dev + ctx->dev_logits);
+        FORGE__HIP(forge_hip_matvec_q8(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], slot, dev_logits, NULL, 0,
+                                       ctx->stream, FORGE__MSG));
+        if (ctx->c->final_softcap > 0.0f)
+            FORGE__HIP(forge_hip_softcap(dev_logits, op->n, ctx->c->final_softcap, ctx->stream, FORGE__MSG));
+        ctx->n_logit_rows = 1;
+        *consumed = 1;
+        return FORGE_OK;
+    }
+    /* gate, up, then gate = act(gate) * up, the up product read by the gate alone */
+    if (next && third && forge__q8_matmul_ok(ctx, next) && next->src == op->src && next->w->type == op->w->type &&
+        next->w->ne[0] == op->w->ne[0] && next->n == op->n && !op->bias && !next->bias && op->n % 32 == 0 &&
+        (third->kind == FORGE__OP_SWIGLU || third->kind == FORGE__OP_GEGLU) && third->dst == op->dst && third->src == next->dst &&
+        third->n == op->n && s->values[next->dst].last == k + 2 && op->n <= s->max_cols) {
+        FORGE__HIP(forge_hip_glu_q8(op->w->type, forge__dev_w(ctx, op->w), forge__dev_w(ctx, next->w), op->n, (uint32_t)op->w->ne[0], slot,
+                                    forge__dev_val(ctx, op->dst), ctx->dev + ctx->dev_q8[d->slot ^ 1],
+                                    third->kind == FORGE__OP_GEGLU, ctx->stream, FORGE__MSG));
+        d->slot ^= 1;
+        d->value = op->dst;
+        *consumed = 3;
+        return FORGE_OK;
+    }
+    /* a product read only by the residual add after it: added into the residual directly */
+    if (next && next->kind == FORGE__OP_ADD && next->src == op->dst && next->dst != op->src && s->values[op->dst].last == k + 1 &&
+        next->n == op->n) {
+        FORGE__HIP(forge_hip_matvec_q8(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], slot,
+                                       forge__dev_val(ctx, next->dst), forge__dev_f32(ctx, op->bias), 1, ctx->stream, FORGE__MSG));
+        if (d->value == next->dst) d->value = -1;
+        *consumed = 2;
+        return FORGE_OK;
+    }
+    FORGE__HIP(forge_hip_matvec_q8(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], slot, forge__dev_val(ctx, op->dst),
+                                   forge__dev_f32(ctx, op->bias), 0, ctx->stream, FORGE__MSG));
+    if (d->value == op->dst) d->value = -1;
+    *consumed = 1;
+    return FORGE_OK;
+}
+
 /* Launches the schedule's ops for n tokens whose ids are at dev_tokens (device memory). dev_pos
    NULL: the positions start at ctx->pos, passed as arguments; else they start at the uint32 at
    dev_pos, read when the kernels run: the form a graph records once and replays at any position. */
 static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const int32_t *dev_tokens, const uint32_t *dev_pos,
                                           forge_error *error) {
     const forge_config *c = ctx->c;
-    uint32_t k;
+    uint32_t k, consumed;
+    forge__q8_state q8;
+    forge_result r;
+    q8.value = -1;
+    q8.slot = 0;
     for (k = 0; k < ctx->sched.n_ops; k++) {
         const forge__op *op = &ctx->sched.ops[k];
+        if (n == 1 && ctx->use_q8) {
+            if ((r = forge__gpu_decode_fused(ctx, k, dev_pos, &q8, &consumed, error))) return r;
+            if (consumed) {
+                k += consumed - 1;
+                continue;
+            }
+            if (op->dst == q8.value) q8.value = -1; /* written: the quantized form is stale */
+        }
         switch (op->kind) {
         case FORGE__OP_EMBED:
             FORGE__HIP(forge_hip_embed(op->w->type, forge__dev_w(ctx, op->w), (uint32_t)op->w->ne[1], op->n, dev_tokens, n,
@@ -6962,6 +7094,16 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     offset += forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(int32_t));
     ctx->dev_step = offset;
     offset += forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
+    ctx->dev_q8[0] = offset;
+    offset += forge__align_gpu(forge_hip_q8_bytes(ctx->sched.max_cols));
+    ctx->dev_q8[1] = offset;
+    offset += forge__align_gpu(forge_hip_q8_bytes(ctx->sched.max_cols));
+    ctx->dev_argmax = offset;
+    offset += forge__align_gpu(forge_hip_argmax_scratch_bytes());
+    {
+        const char *off = getenv("FORGE_NO_Q8");
+        ctx->use_q8 = !(off && *off && strcmp(off, "0") != 0);
+    }
     ctx->dev_capture = offset;
     offset += ctx->plan.capture_bytes;
     if (ctx->plan.capture_bytes) { /* the host side of the staging, where the chunks are delivered */
@@ -7213,7 +7355,7 @@ FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_tok
         int32_t *slot = (int32_t *)(void *)(ctx->dev + ctx->dev_step) + 2;
         ctx->dev_pending = 0;
         FORGE__HIP(forge_hip_argmax((const float *)(void *)(ctx->dev + ctx->dev_logits) + (uint64_t)(ctx->n_logit_rows - 1) * n_vocab,
-                                    n_vocab, slot, ctx->stream, FORGE__MSG));
+                                    n_vocab, ctx->dev + ctx->dev_argmax, slot, ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_copy_from_device(ctx->step_host + 2, slot, sizeof(int32_t), ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
         *out_token = (int32_t)ctx->step_host[2];

@@ -40,6 +40,7 @@
 #define hipGetDevice cudaGetDevice
 #define hipDeviceGetAttribute cudaDeviceGetAttribute
 #define hipDeviceAttributeWarpSize cudaDevAttrWarpSize
+#define hipDeviceAttributeMultiprocessorCount cudaDevAttrMultiProcessorCount
 #define hipMemGetInfo cudaMemGetInfo
 #define hipMalloc cudaMalloc
 #define hipFree cudaFree
@@ -1102,6 +1103,391 @@ __global__ void __launch_bounds__(256) forge__k_matvec_fast(const uint8_t *__res
     }
 }
 
+__device__ __forceinline__ float forge__gelu(float x); // defined in >>rows
+
+// ---- decode on 8-bit activations ----
+// For one token, the input vector of a quantized product is first rounded to 8 bits per element in
+// groups of 32 (one float scale d = max|x| / 127 per group, q = round(x / d)), and the product then
+// runs on integer dot products of four bytes (dp4a): sum_j w_j x_j = d_w d_x sum_j q_w,j q_x,j with
+// the weight type's offsets and minimums applied through per-group sums of q_x. Four weights cost
+// one instruction instead of four conversions and four multiply-adds, and the activations a lane
+// reads shrink from 128 to 32 bytes per piece: the float kernel above was bound by its instruction
+// count, not by memory. The cost is the rounding of the activations (relative error about 0.4% of
+// a group's largest value per element), the same trade the reference engine makes in its quantized
+// products; the fixtures' tolerances leave room for it.
+//
+// Layout of a quantized vector of n elements (n a multiple of 32), forge_hip_q8_bytes(n) bytes:
+// n int8 values, then from byte FORGE__Q8_DS(n) one float4 per group: d, d * sum of q over the
+// group's first 16 elements, d * sum over its last 16, 0.
+#define FORGE__Q8_DS(n) (((size_t)(n) + 255) & ~(size_t)255)
+#define FORGE__MVQ_ROWS 4   // rows per wave
+#define FORGE__MVQ_WAVES 8  // waves per block: 32 rows of a block are one group of the quantized output
+#define FORGE__MVQ_MAX_THREADS (FORGE__MVQ_WAVES * 64)
+
+__device__ __forceinline__ int forge__dp4a(int a, int b, int c) {
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+    return c + (int)(int8_t)(a) * (int)(int8_t)(b) + (int)(int8_t)(a >> 8) * (int)(int8_t)(b >> 8) +
+           (int)(int8_t)(a >> 16) * (int)(int8_t)(b >> 16) + (int)(int8_t)(a >> 24) * (int)(int8_t)(b >> 24);
+#else
+    return __dp4a(a, b, c);
+#endif
+}
+
+// Lanes 32g .. 32g + 31 of a wave hold elements 32 (group) .. of the vector, element i in lane i % 32;
+// each rounds its element and lane 0 of the group writes the group's float4. Every lane of the wave
+// must call this (shuffles); `store` says whether this lane's element exists.
+__device__ __forceinline__ void forge__q8_put(float v, size_t i, int store, int8_t *__restrict__ qs, float4 *__restrict__ ds) {
+    float amax = fabsf(v);
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, FORGE_SHFL_XOR(amax, m));
+    const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * inv);
+    int s = q;
+#pragma unroll
+    for (int m = 8; m > 0; m >>= 1) s += FORGE_SHFL_XOR(s, m);
+    const int other = FORGE_SHFL_XOR(s, 16);
+    if (store) {
+        qs[i] = (int8_t)q;
+        if (i % 32 == 0) ds[i / 32] = make_float4(d, d * (float)s, d * (float)other, 0.0f);
+    }
+}
+
+__global__ void forge__k_q8_quantize(const float *__restrict__ x, uint32_t n, uint8_t *__restrict__ q8) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    forge__q8_put(i < n ? x[i] : 0.0f, i, i < n, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(n)));
+}
+
+// forge__k_rmsnorm for one row, also writing the result as a quantized vector. A single block does
+// the whole row, so it keeps its elements in registers between the sum and the scaling (rows up to
+// FORGE__NORM_CACHED x the block size; longer rows are read twice) and uses 1024 threads: a decode
+// step runs two of these per layer, and their latency, not their bytes, is what they cost.
+#define FORGE__NORM_CACHED 8
+#define FORGE__NORM_Q8_THREADS 1024
+__global__ void __launch_bounds__(FORGE__NORM_Q8_THREADS)
+forge__k_rmsnorm_q8(const float *x, const float *__restrict__ w, float *y, uint32_t n, float eps, uint8_t *__restrict__ q8) {
+    float cached[FORGE__NORM_CACHED], sum = 0.0f;
+    const int fits = n <= FORGE__NORM_CACHED * blockDim.x;
+#pragma unroll
+    for (int k = 0; k < FORGE__NORM_CACHED; k++) {
+        const uint32_t i = threadIdx.x + k * blockDim.x;
+        cached[k] = i < n ? x[i] : 0.0f;
+        sum += cached[k] * cached[k];
+    }
+    if (!fits)
+        for (uint32_t i = threadIdx.x + FORGE__NORM_CACHED * blockDim.x; i < n; i += blockDim.x) sum += x[i] * x[i];
+    sum = forge__block_sum(sum); // every thread has read its elements before any is written (y may be x)
+    const float scale = (float)(1.0 / sqrt((double)sum / n + (double)eps));
+    int8_t *qs = (int8_t *)q8;
+    float4 *ds = (float4 *)(q8 + FORGE__Q8_DS(n));
+#pragma unroll
+    for (int k = 0; k < FORGE__NORM_CACHED; k++) {
+        const uint32_t i = threadIdx.x + k * blockDim.x;
+        if (k * blockDim.x < n) { // the same for the whole block: whole waves take part in the shuffles
+            float v = 0.0f;
+            if (i < n) v = cached[k] * scale * w[i], y[i] = v;
+            forge__q8_put(v, i, i < n, qs, ds);
+        }
+    }
+    if (!fits) {
+        const uint32_t end = (n + blockDim.x - 1) / blockDim.x * blockDim.x;
+        for (uint32_t i = threadIdx.x + FORGE__NORM_CACHED * blockDim.x; i < end; i += blockDim.x) {
+            float v = 0.0f;
+            if (i < n) v = x[i] * scale * w[i], y[i] = v;
+            forge__q8_put(v, i, i < n, qs, ds);
+        }
+    }
+}
+
+// The activations of one piece: 8 words of 4 bytes and the scales and sums of the groups it touches.
+struct forge__xq {
+    int q[8];
+    float4 g0, g1, g2, g3;
+};
+
+__device__ __forceinline__ void forge__ld_q16(const int8_t *p, int *q) {
+    const int4 a = *(const int4 *)p;
+    q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
+}
+
+// Q4_0 and Q8_0: a piece is one block = one group.
+struct forge__pq_q4_0 : forge__p_q4_0 {
+    static __device__ __forceinline__ void load_q(const int8_t *qs, const float4 *ds, uint32_t p, forge__xq &x) {
+        forge__ld_q16(qs + 32 * (size_t)p, x.q);
+        forge__ld_q16(qs + 32 * (size_t)p + 16, x.q + 4);
+        x.g0 = ds[p];
+    }
+    static __device__ __forceinline__ float dotq(const raw &r, uint32_t, const forge__xq &x) {
+        const float d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
+        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t q = __byte_perm(r.w[i], r.w[i + 1], sel);
+            s = forge__dp4a((int)(q & 0x0f0f0f0fu), x.q[i], s);
+            s = forge__dp4a((int)((q >> 4) & 0x0f0f0f0fu), x.q[4 + i], s);
+        }
+        return d * (x.g0.x * (float)s - 8.0f * (x.g0.y + x.g0.z)); // sum x (n - 8)
+    }
+};
+
+struct forge__pq_q8_0 : forge__p_q8_0 {
+    static __device__ __forceinline__ void load_q(const int8_t *qs, const float4 *ds, uint32_t p, forge__xq &x) {
+        forge__pq_q4_0::load_q(qs, ds, p, x);
+    }
+    static __device__ __forceinline__ float dotq(const raw &r, uint32_t, const forge__xq &x) {
+        const float d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
+        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = forge__dp4a((int)__byte_perm(r.w[i], r.w[i + 1], sel), x.q[i], s);
+        return d * x.g0.x * (float)s;
+    }
+};
+
+// Q4_K: piece pi of a super-block holds 16 elements of group 2c (offset 16h) in its low nibbles and
+// 16 of group 2c + 1 in its high nibbles (c = pi / 2, h = pi % 2), as in forge__p_q4_k.
+struct forge__pq_q4_k : forge__p_q4_k {
+    static __device__ __forceinline__ void load_q(const int8_t *qs, const float4 *ds, uint32_t p, forge__xq &x) {
+        const size_t g = (size_t)(p / 8) * 8 + 2 * ((p % 8) / 2);
+        const uint32_t h = p % 2;
+        forge__ld_q16(qs + 32 * g + 16 * h, x.q);
+        forge__ld_q16(qs + 32 * (g + 1) + 16 * h, x.q + 4);
+        x.g0 = ds[g], x.g1 = ds[g + 1];
+    }
+    static __device__ __forceinline__ float dotq(const raw &r, uint32_t p, const forge__xq &x) {
+        const uint32_t c = (p % 8) / 2, h = p % 2;
+        const float d = forge__f16(r.head.x & 0xffffu), dmin = forge__f16(r.head.x >> 16);
+        const uint32_t A = r.head.y, B = r.head.z, C = r.head.w;
+        uint32_t sc, mn;
+        if (c < 2) {
+            sc = (A >> (16 * c)) & 0x3f3fu, mn = (B >> (16 * c)) & 0x3f3fu;
+        } else {
+            const uint32_t sh = 16 * (c - 2), cl = C >> sh;
+            sc = (cl & 0x0f0fu) | ((A >> sh >> 2) & 0x3030u);
+            mn = ((cl >> 4) & 0x0f0fu) | ((B >> sh >> 2) & 0x3030u);
+        }
+        const uint32_t q[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s0 = forge__dp4a((int)(q[i] & 0x0f0f0f0fu), x.q[i], s0);
+            s1 = forge__dp4a((int)((q[i] >> 4) & 0x0f0f0f0fu), x.q[4 + i], s1);
+        }
+        const float sum0 = h ? x.g0.z : x.g0.y, sum1 = h ? x.g1.z : x.g1.y;
+        return d * (forge__u2f(sc & 0xffu) * x.g0.x * (float)s0 + forge__u2f(sc >> 8) * x.g1.x * (float)s1) -
+               dmin * (forge__u2f(mn & 0xffu) * sum0 + forge__u2f(mn >> 8) * sum1);
+    }
+};
+
+// Q6_K: piece pi of a super-block: quarter k (0..3) holds 8 elements at offset 8t of group 4h + k
+// (h = pi / 4, t = pi % 4), as in forge__p_q6_k. The 6-bit values v become signed bytes v - 32 with
+// one add and one xor per word: v + 96 never carries out of its byte, and flipping the top bit
+// subtracts 128.
+struct forge__pq_q6_k : forge__p_q6_k {
+    static __device__ __forceinline__ void load_q(const int8_t *qs, const float4 *ds, uint32_t p, forge__xq &x) {
+        const uint32_t pi = p % 8, h = pi / 4, t = pi % 4;
+        const size_t g = (size_t)(p / 8) * 8 + 4 * h;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int2 a = *(const int2 *)(qs + 32 * (g + k) + 8 * t);
+            x.q[2 * k] = a.x, x.q[2 * k + 1] = a.y;
+        }
+        x.g0 = ds[g], x.g1 = ds[g + 1], x.g2 = ds[g + 2], x.g3 = ds[g + 3];
+    }
+    static __device__ __forceinline__ float dotq(const raw &r, uint32_t p, const forge__xq &x) {
+        const uint32_t pi = p % 8, h = pi / 4, t = pi % 4;
+        const uint32_t s01 = (h ? r.s[2] : r.s[0]) >> (8 * (t / 2)), s23 = (h ? r.s[3] : r.s[1]) >> (8 * (t / 2));
+        const int sc[4] = {(int)(int8_t)(s01 & 0xffu), (int)(int8_t)((s01 >> 16) & 0xffu), (int)(int8_t)(s23 & 0xffu),
+                           (int)(int8_t)((s23 >> 16) & 0xffu)};
+        const float dx[4] = {x.g0.x, x.g1.x, x.g2.x, x.g3.x};
+        float total = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int s = 0;
+#pragma unroll
+            for (int g = 0; g < 2; g++) {
+                const uint32_t ql = (k & 1) ? r.b[g] : r.a[g];
+                const uint32_t lo = (k & 2) ? (ql >> 4) & 0x0f0f0f0fu : ql & 0x0f0f0f0fu;
+                const uint32_t v = lo | (((r.h[g] >> (2 * k)) & 0x03030303u) << 4);
+                s = forge__dp4a((int)((v + 0x60606060u) ^ 0x80808080u), x.q[2 * k + g], s);
+            }
+            total += (float)(sc[k] * s) * dx[k];
+        }
+        return r.d * total;
+    }
+};
+
+// The decode product on quantized activations. A block is FORGE__MVQ_WAVES waves; the waves are
+// split into KSPLIT sets that walk interleaved pieces of the same rows (for matrices with few rows:
+// more blocks and more loads in flight), so a block covers FORGE__MVQ_ROWS * WAVES / KSPLIT rows.
+// Lane l of wave set j takes pieces (l + wave * j), then steps by wave * KSPLIT; sums meet in shared
+// memory and are added in wave order. GLU: two matrices (gate, up) of the same type share the
+// activations; the block writes h = act(gate) * up for its 32 rows and rounds them to q8_out
+// (blocks then cover exactly 32 rows: KSPLIT must be 1). Otherwise y = W x + bias, or y += that.
+template <class P, int KSPLIT, int GLU>
+__global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS)
+forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
+             const uint8_t *__restrict__ q8, float *y, const float *__restrict__ bias, int accumulate, int act,
+             uint8_t *__restrict__ q8_out) {
+    __shared__ float part[FORGE__MVQ_WAVES][2 * FORGE__MVQ_ROWS];
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave;
+    const uint32_t set = wid % KSPLIT, rows_per_block = FORGE__MVQ_ROWS * (FORGE__MVQ_WAVES / KSPLIT);
+    const uint32_t r0 = blockIdx.x * rows_per_block + (wid / KSPLIT) * FORGE__MVQ_ROWS;
+    const uint32_t n_pieces = n_cols / 32;
+    const int8_t *qs = (const int8_t *)q8;
+    const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS(n_cols));
+    const uint8_t *rows[FORGE__MVQ_ROWS], *ups[FORGE__MVQ_ROWS];
+#pragma unroll
+    for (int k = 0; k < FORGE__MVQ_ROWS; k++) {
+        const size_t r = (size_t)min(r0 + k, n_rows - 1) * row_bytes; // rows past the end: re-read, dropped
+        rows[k] = w + r;
+        ups[k] = GLU ? w_up + r : NULL;
+    }
+    float acc[2 * FORGE__MVQ_ROWS] = {0};
+    for (uint32_t p = lane + wave * set; p < n_pieces; p += wave * KSPLIT) {
+        typename P::raw raw[FORGE__MVQ_ROWS], raw_up[GLU ? FORGE__MVQ_ROWS : 1];
+#pragma unroll
+        for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(rows[k], p, raw[k]);
+        if (GLU)
+#pragma unroll
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(ups[k], p, raw_up[GLU ? k : 0]);
+        forge__xq xq;
+        P::load_q(qs, ds, p, xq);
+#pragma unroll
+        for (int k = 0; k < FORGE__MVQ_ROWS; k++) acc[k] += P::dotq(raw[k], p, xq);
+        if (GLU)
+#pragma unroll
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) acc[FORGE__MVQ_ROWS + k] += P::dotq(raw_up[GLU ? k : 0], p, xq);
+    }
+#pragma unroll
+    for (int k = 0; k < (GLU ? 2 : 1) * FORGE__MVQ_ROWS; k++) {
+        const float total = forge__wave_sum(acc[k]);
+        if (lane == 0) part[wid][k] = total;
+    }
+    if (KSPLIT > 1 || GLU) __syncthreads();
+    if (GLU) { // threads 0..31: one row each of the block's 32, rounded as one group
+        if (threadIdx.x < rows_per_block) {
+            const uint32_t wr = threadIdx.x / FORGE__MVQ_ROWS, k = threadIdx.x % FORGE__MVQ_ROWS;
+            const uint32_t r = blockIdx.x * rows_per_block + threadIdx.x;
+            const float g = part[wr][k], u = part[wr][FORGE__MVQ_ROWS + k];
+            const float h = (act ? forge__gelu(g) : g / (1.0f + expf(-g))) * u;
+            if (r < n_rows) y[r] = h;
+            forge__q8_put(r < n_rows ? h : 0.0f, r, r < n_rows, (int8_t *)q8_out, (float4 *)(q8_out + FORGE__Q8_DS(n_rows)));
+        }
+        return;
+    }
+    if (set == 0 && lane < FORGE__MVQ_ROWS && r0 + lane < n_rows) {
+        float total = 0.0f;
+        for (int j = 0; j < KSPLIT; j++) total += part[wid + j][lane];
+        const uint32_t r = r0 + lane;
+        if (bias) total += bias[r];
+        y[r] = accumulate ? y[r] + total : total;
+    }
+}
+
+static int forge__hip_sm_count(void) {
+    static int cached = 0;
+    if (!cached) {
+        int device = 0, n = 0;
+        if (hipGetDevice(&device) != hipSuccess || hipDeviceGetAttribute(&n, hipDeviceAttributeMultiprocessorCount, device) != hipSuccess ||
+            n <= 0)
+            n = 64;
+        cached = n;
+    }
+    return cached;
+}
+
+#define FORGE__Q8_TYPES(X)                                                                               \
+    X(FORGE_HIP_Q4_0, forge__pq_q4_0) X(FORGE_HIP_Q8_0, forge__pq_q8_0) X(FORGE_HIP_Q4_K, forge__pq_q4_k) \
+    X(FORGE_HIP_Q6_K, forge__pq_q6_k)
+
+template <class P>
+static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
+                              const uint8_t *q8, float *y, const float *bias, int accumulate, int act, uint8_t *q8_out, hipStream_t s) {
+    const uint32_t threads = FORGE__MVQ_WAVES * (uint32_t)forge__hip_wave_size(), rows = FORGE__MVQ_ROWS * FORGE__MVQ_WAVES;
+    if (w_up) {
+        forge__k_mvq<P, 1, 1><<<(n_rows + rows - 1) / rows, threads, 0, s>>>(w, w_up, row_bytes, n_rows, n_cols, q8, y, NULL, 0, act, q8_out);
+        return;
+    }
+    // split the waves of a block over the columns until the grid covers the machine twice
+    uint32_t split = 1;
+    while (split < 8 && (n_rows + rows / split - 1) / (rows / split) < 2u * (uint32_t)forge__hip_sm_count()) split *= 2;
+    const uint32_t blocks = (n_rows + rows / split - 1) / (rows / split);
+    switch (split) {
+    case 1: forge__k_mvq<P, 1, 0><<<blocks, threads, 0, s>>>(w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, NULL); break;
+    case 2: forge__k_mvq<P, 2, 0><<<blocks, threads, 0, s>>>(w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, NULL); break;
+    case 4: forge__k_mvq<P, 4, 0><<<blocks, threads, 0, s>>>(w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, NULL); break;
+    default: forge__k_mvq<P, 8, 0><<<blocks, threads, 0, s>>>(w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, NULL); break;
+    }
+}
+
+extern "C" {
+
+size_t forge_hip_q8_bytes(uint32_t n) { return FORGE__Q8_DS(n) + (size_t)(n / 32) * 16; }
+
+int forge_hip_q8_type(uint32_t type) {
+    switch (type) {
+#define FORGE__Q8_CASE(id, P) case id: return 1;
+        FORGE__Q8_TYPES(FORGE__Q8_CASE)
+#undef FORGE__Q8_CASE
+    default: return 0;
+    }
+}
+
+int forge_hip_q8_quantize(const float *x, uint32_t n, void *q8, void *stream, char *message, size_t message_bytes) {
+    if (n % 32) return forge__hip_refuse(message, message_bytes, "q8 quantize: the width must be a multiple of 32");
+    if (n == 0) return 0;
+    forge__k_q8_quantize<<<(n + 255) / 256, 256, 0, (hipStream_t)stream>>>(x, n, (uint8_t *)q8);
+    return forge__hip_launched("q8 quantize launch", message, message_bytes);
+}
+
+int forge_hip_rmsnorm_q8(const float *x, const float *w, float *y, uint32_t n, float eps, void *q8, void *stream, char *message,
+                         size_t message_bytes) {
+    if (n % 32 || n == 0) return forge__hip_refuse(message, message_bytes, "rmsnorm q8: the width must be a positive multiple of 32");
+    const uint32_t threads = n >= FORGE__NORM_Q8_THREADS ? FORGE__NORM_Q8_THREADS : (n + 63) / 64 * 64;
+    forge__k_rmsnorm_q8<<<1, threads, 0, (hipStream_t)stream>>>(x, w, y, n, eps, (uint8_t *)q8);
+    return forge__hip_launched("rmsnorm q8 launch", message, message_bytes);
+}
+
+// y = W x (+ bias), or y += that when accumulate, for one token whose x is the quantized vector q8
+// (forge_hip_q8_quantize). Types: those forge_hip_q8_type accepts.
+int forge_hip_matvec_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const void *q8, float *y, const float *bias,
+                        int accumulate, void *stream, char *message, size_t message_bytes) {
+    size_t row_bytes;
+    if (!forge_hip_q8_type(type)) return forge__hip_refuse(message, message_bytes, "matvec q8: the weight type has no 8-bit path");
+    if (forge__hip_weights(type, n_cols, &row_bytes, "matvec q8", message, message_bytes)) return -1;
+    if (n_rows == 0) return 0;
+    switch (type) {
+#define FORGE__Q8_CASE(id, P)                                                                            \
+    case id: forge__mvq_launch<P>((const uint8_t *)w, NULL, row_bytes, n_rows, n_cols, (const uint8_t *)q8, y, bias, accumulate, 0, NULL, \
+                                  (hipStream_t)stream); break;
+        FORGE__Q8_TYPES(FORGE__Q8_CASE)
+#undef FORGE__Q8_CASE
+    }
+    return forge__hip_launched("matvec q8 launch", message, message_bytes);
+}
+
+// h = act(W_gate x) * (W_up x) for one token (act 0 silu, 1 gelu), both matrices of one type and
+// shape, and h again as a quantized vector in q8_out (which must not be q8). n_rows a multiple of 32.
+int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32_t n_rows, uint32_t n_cols, const void *q8, float *h,
+                     void *q8_out, int act, void *stream, char *message, size_t message_bytes) {
+    size_t row_bytes;
+    if (!forge_hip_q8_type(type)) return forge__hip_refuse(message, message_bytes, "glu q8: the weight type has no 8-bit path");
+    if (forge__hip_weights(type, n_cols, &row_bytes, "glu q8", message, message_bytes)) return -1;
+    if (n_rows % 32) return forge__hip_refuse(message, message_bytes, "glu q8: the rows must be a multiple of 32");
+    if (n_rows == 0) return 0;
+    switch (type) {
+#define FORGE__Q8_CASE(id, P)                                                                            \
+    case id: forge__mvq_launch<P>((const uint8_t *)w_gate, (const uint8_t *)w_up, row_bytes, n_rows, n_cols, (const uint8_t *)q8, h, NULL, 0, \
+                                  act, (uint8_t *)q8_out, (hipStream_t)stream); break;
+        FORGE__Q8_TYPES(FORGE__Q8_CASE)
+#undef FORGE__Q8_CASE
+    }
+    return forge__hip_launched("glu q8 launch", message, message_bytes);
+}
+
+}  // extern "C"
+
 // Prompt, the fallback (AMD, F32/BF16 weights, no sm_80 code): a shared-memory tiled product in
 // f32. A block computes 64 rows x 64 tokens, 4 x 4 outputs per thread, walking the columns one
 // 32-element unit at a time: 64 threads dequantize one unit of one row each into shared memory,
@@ -1717,16 +2103,24 @@ __global__ void forge__k_sigmoid_scale(float *__restrict__ x, const float *__res
     FORGE__ROW_LOOP(n_tokens, n) x[(size_t)t * n + i] *= 1.0f / (1.0f + expf(-s[t]));
 }
 
-// Index of the largest value (the first one on ties; NaN never wins), in one block: each thread
-// scans a strided slice, then a tree in shared memory that prefers the lower index on equal values.
-#define FORGE__ARGMAX_THREADS 1024
-__global__ void __launch_bounds__(FORGE__ARGMAX_THREADS) forge__k_argmax(const float *__restrict__ x, uint32_t n, int32_t *out) {
+// Index of the largest value (the first one on ties; NaN never wins), in two launches: each of
+// FORGE__ARGMAX_PARTS blocks scans a strided slice and reduces it by a tree in shared memory that
+// prefers the lower index on equal values, writing one (value, index) pair; one block then reduces
+// the pairs the same way. The same answer as one pass, in any order of the blocks.
+#define FORGE__ARGMAX_THREADS 256
+#define FORGE__ARGMAX_PARTS 128
+__global__ void __launch_bounds__(FORGE__ARGMAX_THREADS)
+forge__k_argmax(const float *__restrict__ x, const uint32_t *__restrict__ x_index, uint32_t n, float *part_value, uint32_t *part_index,
+                int32_t *out) {
     __shared__ float best_value[FORGE__ARGMAX_THREADS];
     __shared__ uint32_t best_index[FORGE__ARGMAX_THREADS];
     float best = -INFINITY;
     uint32_t index = UINT32_MAX;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
-        if (x[i] > best || (index == UINT32_MAX && x[i] == best)) best = x[i], index = i;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float v = x[i];
+        const uint32_t at = x_index ? x_index[i] : i; // partial pairs: indices ascend with i, UINT32_MAX for none
+        if (at != UINT32_MAX && (v > best || (index == UINT32_MAX && v == best))) best = v, index = at;
+    }
     best_value[threadIdx.x] = best;
     best_index[threadIdx.x] = index;
     __syncthreads();
@@ -1743,7 +2137,10 @@ __global__ void __launch_bounds__(FORGE__ARGMAX_THREADS) forge__k_argmax(const f
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) *out = best_index[0] == UINT32_MAX ? 0 : (int32_t)best_index[0];
+    if (threadIdx.x == 0) {
+        if (out) *out = best_index[0] == UINT32_MAX ? 0 : (int32_t)best_index[0];
+        else part_value[blockIdx.x] = best_value[0], part_index[blockIdx.x] = best_index[0];
+    }
 }
 
 // A grid for n elements with a grid-stride loop: enough blocks to fill any device, no more.
@@ -1898,9 +2295,15 @@ int forge_hip_sigmoid_scale(float *x, const float *s, uint32_t n_tokens, uint32_
 
 // *out_index (device int32) = index of the largest of x[0..n), the first on ties: greedy decoding
 // copies back 4 bytes instead of the vocabulary's logits.
-int forge_hip_argmax(const float *x, uint32_t n, int32_t *out_index, void *stream, char *message, size_t message_bytes) {
+size_t forge_hip_argmax_scratch_bytes(void) { return FORGE__ARGMAX_PARTS * (sizeof(float) + sizeof(uint32_t)); }
+
+// scratch: forge_hip_argmax_scratch_bytes() of device memory, 4-byte aligned.
+int forge_hip_argmax(const float *x, uint32_t n, void *scratch, int32_t *out_index, void *stream, char *message, size_t message_bytes) {
     if (n == 0) return forge__hip_refuse(message, message_bytes, "argmax: no values");
-    forge__k_argmax<<<1, FORGE__ARGMAX_THREADS, 0, (hipStream_t)stream>>>(x, n, out_index);
+    float *part_value = (float *)scratch;
+    uint32_t *part_index = (uint32_t *)(part_value + FORGE__ARGMAX_PARTS);
+    forge__k_argmax<<<FORGE__ARGMAX_PARTS, FORGE__ARGMAX_THREADS, 0, (hipStream_t)stream>>>(x, NULL, n, part_value, part_index, NULL);
+    forge__k_argmax<<<1, FORGE__ARGMAX_THREADS, 0, (hipStream_t)stream>>>(part_value, part_index, FORGE__ARGMAX_PARTS, NULL, NULL, out_index);
     return forge__hip_launched("argmax launch", message, message_bytes);
 }
 
@@ -1913,6 +2316,41 @@ int forge_hip_argmax(const float *x, uint32_t n, int32_t *out_index, void *strea
 // F32, F16, or blocks of 32 as Q8_0 / Q4_0. Position pos lives in cell pos % n_cells, a ring of
 // n_cells rows (a sliding-window layer keeps only the window's cells); n_cells 0: cell = pos. The encoders below repeat forge__kv_encode's steps
 // (same divisions, round-to-nearest, clamps, no fused multiply-add), so the bytes are identical.
+
+// Item `item` of one cache row: element `item` (F32, F16) or 32-element block `item` (Q8_0, Q4_0)
+// of the row x, encoded into the cache row dst.
+template <int TYPE> __device__ __forceinline__ void forge__kv_put(const float *__restrict__ x, uint32_t item, uint8_t *__restrict__ dst) {
+    if (TYPE == FORGE_HIP_F32) {
+        ((float *)dst)[item] = x[item];
+    } else if (TYPE == FORGE_HIP_F16) {
+        ((uint16_t *)dst)[item] = (uint16_t)forge__to_f16(x[item]);
+    } else if (TYPE == FORGE_HIP_Q8_0) {
+        const float *v = x + 32 * item;
+        uint8_t *b = dst + 34 * (size_t)item;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
+        const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+        const uint32_t h16 = forge__to_f16(d);
+        b[0] = (uint8_t)(h16 & 0xffu), b[1] = (uint8_t)(h16 >> 8);
+        for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)(int)rintf(__fmul_rn(v[j], inv));
+    } else { // Q4_0: the value of largest magnitude maps to -8
+        const float *v = x + 32 * item;
+        uint8_t *b = dst + 18 * (size_t)item;
+        float max = 0.0f, amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j];
+        const float d = max / -8.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint32_t h16 = forge__to_f16(d);
+        b[0] = (uint8_t)(h16 & 0xffu), b[1] = (uint8_t)(h16 >> 8);
+        for (int j = 0; j < 16; j++) {
+            // __fmul_rn keeps the product rounded on its own, as the CPU computes it (no FMA)
+            int lo = (int)(__fmul_rn(v[j], inv) + 8.5f), hi = (int)(__fmul_rn(v[16 + j], inv) + 8.5f);
+            lo = lo < 0 ? 0 : lo > 15 ? 15 : lo;
+            hi = hi < 0 ? 0 : hi > 15 ? 15 : hi;
+            b[2 + j] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+}
 
 // One thread per element (F32, F16) or per 32-element block (Q8_0, Q4_0) of n_tokens x n_head_kv rows.
 // dev_pos (a decode graph's): the first position is read from device memory instead of pos0.
@@ -1929,36 +2367,7 @@ __global__ void forge__k_kv_store(const float *__restrict__ src, uint8_t *__rest
         const float *x = src + row * dim;
         const uint32_t pos = first_pos + t, cell = n_cells ? pos % n_cells : pos;
         uint8_t *dst = cache + ((size_t)cell * n_head_kv + h) * row_bytes;
-        if (TYPE == FORGE_HIP_F32) {
-            ((float *)dst)[item] = x[item];
-        } else if (TYPE == FORGE_HIP_F16) {
-            ((uint16_t *)dst)[item] = (uint16_t)forge__to_f16(x[item]);
-        } else if (TYPE == FORGE_HIP_Q8_0) {
-            const float *v = x + 32 * item;
-            uint8_t *b = dst + 34 * (size_t)item;
-            float amax = 0.0f;
-            for (int j = 0; j < 32; j++) amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
-            const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
-            const uint32_t h16 = forge__to_f16(d);
-            b[0] = (uint8_t)(h16 & 0xffu), b[1] = (uint8_t)(h16 >> 8);
-            for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)(int)rintf(__fmul_rn(v[j], inv));
-        } else { // Q4_0: the value of largest magnitude maps to -8
-            const float *v = x + 32 * item;
-            uint8_t *b = dst + 18 * (size_t)item;
-            float max = 0.0f, amax = 0.0f;
-            for (int j = 0; j < 32; j++)
-                if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j];
-            const float d = max / -8.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
-            const uint32_t h16 = forge__to_f16(d);
-            b[0] = (uint8_t)(h16 & 0xffu), b[1] = (uint8_t)(h16 >> 8);
-            for (int j = 0; j < 16; j++) {
-                // __fmul_rn keeps the product rounded on its own, as the CPU computes it (no FMA)
-                int lo = (int)(__fmul_rn(v[j], inv) + 8.5f), hi = (int)(__fmul_rn(v[16 + j], inv) + 8.5f);
-                lo = lo < 0 ? 0 : lo > 15 ? 15 : lo;
-                hi = hi < 0 ? 0 : hi > 15 ? 15 : hi;
-                b[2 + j] = (uint8_t)(lo | (hi << 4));
-            }
-        }
+        forge__kv_put<TYPE>(x, item, dst);
     }
 }
 
@@ -1987,6 +2396,75 @@ static int forge__hip_kv_store_one(uint32_t kv_type, const float *src, void *cac
     }
     return 0;
 }
+
+// Decode, one token: the rotary embedding of its query and key heads (in place, forge__k_rope's
+// arithmetic) and its key and value rows stored into the cache, in one block instead of four
+// launches. The angles are computed once for both.
+template <int TYPE>
+__global__ void forge__k_rope_store(float *q, float *k, const float *__restrict__ v, uint32_t n_head, uint32_t n_head_kv,
+                                    uint32_t head_dim, uint32_t head_dim_v, uint32_t n_rot, int neox, uint32_t pos0,
+                                    const uint32_t *__restrict__ dev_pos, float freq_base, float freq_scale,
+                                    const float *__restrict__ freq_factors, uint8_t *__restrict__ cache_k, uint8_t *__restrict__ cache_v,
+                                    uint32_t n_cells, size_t row_k_bytes, size_t row_v_bytes) {
+    __shared__ float cos_t[FORGE__ROPE_MAX_HALF], sin_t[FORGE__ROPE_MAX_HALF];
+    const uint32_t half = n_rot / 2, p = dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p;
+    const double pos = (double)p;
+    for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
+        double theta = pos * (double)freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
+        if (freq_factors) theta /= (double)freq_factors[i];
+        cos_t[i] = (float)cos(theta);
+        sin_t[i] = (float)sin(theta);
+    }
+    __syncthreads();
+    for (uint32_t j = threadIdx.x; j < (n_head + n_head_kv) * half; j += blockDim.x) {
+        const uint32_t h = j / half, i = j % half;
+        float *x = h < n_head ? q + (size_t)h * head_dim : k + (size_t)(h - n_head) * head_dim;
+        const uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        x[b] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+    __syncthreads(); // the rotated keys are stored below by other threads
+    const int per_element = TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16;
+    const uint32_t k_items = per_element ? head_dim : head_dim / 32, v_items = per_element ? head_dim_v : head_dim_v / 32;
+    for (uint32_t j = threadIdx.x; j < n_head_kv * (k_items + v_items); j += blockDim.x) {
+        if (j < n_head_kv * k_items) {
+            const uint32_t h = j / k_items;
+            forge__kv_put<TYPE>(k + (size_t)h * head_dim, j % k_items, cache_k + ((size_t)cell * n_head_kv + h) * row_k_bytes);
+        } else {
+            const uint32_t jv = j - n_head_kv * k_items, h = jv / v_items;
+            forge__kv_put<TYPE>(v + (size_t)h * head_dim_v, jv % v_items, cache_v + ((size_t)cell * n_head_kv + h) * row_v_bytes);
+        }
+    }
+}
+
+extern "C" {
+
+// One decode token: forge_hip_rope over q (n_head heads) and k (n_head_kv heads), then
+// forge_hip_kv_store of k and v, in one launch. dev_pos: the position read from device memory when
+// the kernel runs (a graph's), else pos0.
+int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                         uint32_t head_dim_v, uint32_t n_rot, int mode, uint32_t pos0, const uint32_t *dev_pos, float freq_base,
+                         float freq_scale, const float *freq_factors, void *cache_k, void *cache_v, uint32_t n_cells, void *stream,
+                         char *message, size_t message_bytes) {
+    const size_t row_k = forge__hip_kv_row_bytes(kv_type, head_dim), row_v = forge__hip_kv_row_bytes(kv_type, head_dim_v);
+    hipStream_t s = (hipStream_t)stream;
+    if (!row_k || !row_v) return forge__hip_refuse(message, message_bytes, "rope_store: the cache type does not suit the head size");
+    if (n_rot > head_dim || n_rot % 2 || n_rot / 2 > FORGE__ROPE_MAX_HALF || (mode != 0 && mode != 2))
+        return forge__hip_refuse(message, message_bytes, "rope_store: unsupported rotary dimensions or mode");
+    if (n_head_kv == 0) return 0;
+    switch (kv_type) {
+#define FORGE__ROPE_STORE(T)                                                                                 forge__k_rope_store<T><<<1, 256, 0, s>>>(q, k, v, n_head, n_head_kv, head_dim, head_dim_v, n_rot, mode == 2, pos0, dev_pos,                                              freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, (uint8_t *)cache_v, n_cells, row_k, row_v)
+    case FORGE_HIP_F32: FORGE__ROPE_STORE(FORGE_HIP_F32); break;
+    case FORGE_HIP_F16: FORGE__ROPE_STORE(FORGE_HIP_F16); break;
+    case FORGE_HIP_Q8_0: FORGE__ROPE_STORE(FORGE_HIP_Q8_0); break;
+    default: FORGE__ROPE_STORE(FORGE_HIP_Q4_0); break;
+#undef FORGE__ROPE_STORE
+    }
+    return forge__hip_launched("rope_store launch", message, message_bytes);
+}
+
+}  // extern "C"
 
 /* >>attention --------------------------------------------------------------------------------- */
 

@@ -165,10 +165,10 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv,
         if (CHECK(greedy(cpu, tc, 24, tokens, 8, n_vocab) && greedy(gpu, tg, 24, tokens, 8, n_vocab), "greedy runs")) {
             int same = 0;
             while (same < 24 && tc[same] == tg[same]) same++;
-            /* with an f16 cache the paths must not part; a q8_0 cache rounds keys and values that differ in
-               the last f16 bit to different steps, which can flip a near-tie of these random models later on */
-            if (kv == FORGE_KV_F16) CHECK(same == 24, "24 greedy tokens identical (%d)", same);
-            else if (same < 24) { /* where they part, the CPU's own top two must nearly tie (2% of the row's range) */
+            /* decode products on 8-bit activations (the default) and a q8_0 cache (which rounds keys and
+               values that differ in the last f16 bit to different steps) can flip a near-tie of these
+               random models; with f32 activations and an f16 cache the paths must not part (below) */
+            if (same < 24) { /* where they part, the CPU's own top two must nearly tie (2% of the row's range) */
                 uint32_t rows, v;
                 const float *l;
                 float lo, hi;
@@ -189,6 +189,20 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv,
                 }
             }
             if (same < 24) printf("  %-32s %-5s greedy tokens identical for %d of 24\n", name, forge_kv_type_name(kv), same);
+        }
+        if (kv == FORGE_KV_F16) { /* FORGE_NO_Q8=1: decode on f32 activations, the CPU's arithmetic */
+            forge_context *exact = NULL;
+            int ok;
+            setenv("FORGE_NO_Q8", "1", 1);
+            d.backend = FORGE_BACKEND_GPU;
+            ok = forge_context_create(m, &d, &exact, &e) == FORGE_OK;
+            unsetenv("FORGE_NO_Q8");
+            if (CHECK(ok, "gpu (f32 activations): %s", e.message) && CHECK(greedy(exact, tg, 24, tokens, 8, n_vocab), "greedy run")) {
+                int same = 0;
+                while (same < 24 && tc[same] == tg[same]) same++;
+                CHECK(same == 24, "f32 activations: 24 greedy tokens identical (%d)", same);
+            }
+            forge_context_destroy(exact);
         }
     }
     forge_context_destroy(cpu);
@@ -338,14 +352,16 @@ static void generator_greedy(const char *dir, const char *name) {
     int32_t out[2][24];
     int n[2] = {0, 0}, k;
     snprintf(path, sizeof path, "%s/models/%s", dir, name);
-    TEST_CASE("greedy generator: GPU (device argmax) tokens equal the CPU's");
+    TEST_CASE("greedy generator: GPU (device argmax, f32 activations) tokens equal the CPU's");
     if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
     if (!CHECK(forge_tokenizer_create(forge_model_gguf(m), NULL, &tok, &e) == FORGE_OK, "tokenizer: %s", e.message)) goto out;
     for (k = 0; k < 2; k++) {
         memset(&d, 0, sizeof d);
         d.backend = k ? FORGE_BACKEND_CPU : FORGE_BACKEND_GPU;
         d.n_ctx = 64;
+        if (!k) setenv("FORGE_NO_Q8", "1", 1);
         if (!CHECK(forge_context_create(m, &d, &ctx[k], &e) == FORGE_OK, "create: %s", e.message)) goto out;
+        unsetenv("FORGE_NO_Q8");
         if (!CHECK(forge_generator_create(ctx[k], tok, NULL, &gen[k], &e) == FORGE_OK, "generator: %s", e.message)) goto out;
         if (!CHECK(forge_generator_prompt(gen[k], "the quick brown fox", 19, 0, &e) == FORGE_OK, "prompt: %s", e.message)) goto out;
         while (n[k] < 24) {
@@ -631,6 +647,50 @@ static void memory_at_depth(const char *path) {
     forge_model_close(m);
 }
 
+/* Decode, one token at a time (products on 8-bit activations where the weight type has that path):
+   the 32 rows of logits against the fixture's float64 reference within its own tolerance, and,
+   printed beside it, the same decode with f32 activations (FORGE_NO_Q8=1). */
+static void decode_vs_reference(const char *dir, const char *name) {
+    char path[1024], label[256];
+    forge_model *m = NULL;
+    forge_context_desc d;
+    forge_error e;
+    double rel[2] = {-1.0, -1.0}, tol;
+    uint32_t n_vocab, i, rows;
+    int pass;
+    float *all;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    snprintf(label, sizeof label, "decode one token at a time vs float64 reference: %s", name);
+    TEST_CASE(label);
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    n_vocab = forge_model_config(m)->n_vocab;
+    all = (float *)malloc((size_t)32 * n_vocab * sizeof(float));
+    tol = fixture_tolerance(dir, name);
+    memset(&d, 0, sizeof d);
+    d.backend = FORGE_BACKEND_GPU;
+    d.n_ctx = 64;
+    d.n_batch = 1;
+    for (pass = 0; pass < 2 && all; pass++) {
+        forge_context *ctx = NULL;
+        int ok = 1;
+        if (pass == 1) setenv("FORGE_NO_Q8", "1", 1);
+        ok = forge_context_create(m, &d, &ctx, &e) == FORGE_OK;
+        if (pass == 1) unsetenv("FORGE_NO_Q8");
+        if (!CHECK(ok, "gpu: %s", e.message)) break;
+        for (i = 0; i < 32 && ok; i++) {
+            const float *l;
+            ok = forge_eval(ctx, &tokens[i], 1, &e) == FORGE_OK && (l = forge_context_logits(ctx, &rows)) != NULL && rows == 1;
+            if (ok) memcpy(all + (size_t)i * n_vocab, l, n_vocab * sizeof(float));
+        }
+        if (CHECK(ok, "decode step %u: %s", i, e.message)) rel[pass] = vs_reference(dir, name, all, n_vocab);
+        forge_context_destroy(ctx);
+    }
+    CHECK(tol > 0 && rel[0] >= 0 && rel[0] <= tol, "decode vs float64 reference: rel L2 %.3g (tolerance %.3g)", rel[0], tol);
+    printf("  %-32s decode vs float64 reference %.3g (f32 activations %.3g, tolerance %.3g)\n", name, rel[0], rel[1], tol);
+    free(all);
+    forge_model_close(m);
+}
+
 int main(int argc, char **argv) {
     static const char *const fixtures[] = {"tiny-llama-f16.gguf",      "tiny-llama-q4_0.gguf",     "tiny-llama-q4_k_m.gguf",
                                            "tiny-llama-q6_k.gguf",     "tiny-llama-iq4_xs.gguf",   "tiny-qwen2-q8_0.gguf",
@@ -664,6 +724,9 @@ int main(int argc, char **argv) {
     graph_vs_plain(argv[1], "tiny-qwen2-q8_0.gguf", FORGE_KV_Q8_0, 0, 2048, 250, 300);
     graph_vs_plain(argv[1], "tiny-qwen3moe-q4_k_m.gguf", FORGE_KV_F16, 0, 64, 8, 40);
     graph_vs_plain(argv[1], "tiny-glm4-q4_k_m.gguf", FORGE_KV_F16, 0, 64, 8, 40);
+    for (i = 0; i + 1 < sizeof fixtures / sizeof fixtures[0]; i++) decode_vs_reference(argv[1], fixtures[i]);
+    graph_vs_plain(argv[1], "tiny-llama-q4_k_m.gguf", FORGE_KV_F16, 0, 256, 20, 200);
+    graph_vs_plain(argv[1], "tiny-gemma-q4_k_m.gguf", FORGE_KV_F16, 0, 64, 8, 40);
     argmax_matches(argv[1], "tiny-llama-q4_k_m.gguf");
     generator_greedy(argv[1], "tiny-llama-q4_k_m.gguf");
     decode_steps(argv[1], "tiny-llama-q4_k_m.gguf");

@@ -438,6 +438,59 @@ static void check_kv_store(forge_kv_type kv, uint32_t n_cells) {
     free(k), free(v), free(ek), free(ev), free(gk), free(gv);
 }
 
+/* One decode token: rope of q and k and the cache store in one launch, bit for bit what forge_hip_rope
+   twice and forge_hip_kv_store do (the same arithmetic), at a position given as an argument and one
+   read from device memory, into a full cache and into a ring. */
+static void check_rope_store(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t n_rot, int mode, uint32_t pos,
+                             uint32_t n_cells, int use_dev_pos) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_rows = n_cells ? n_cells : pos + 1;
+    const forge_type_traits *t = forge_type_info(storage);
+    const size_t rk = hd / t->block_elems * t->block_bytes, cbytes = rk * n_kv * n_rows;
+    const size_t nq = (size_t)n_head * hd, nk = (size_t)n_kv * hd;
+    float *q = (float *)xmalloc(nq * sizeof(float)), *k = (float *)xmalloc(nk * sizeof(float)), *v = (float *)xmalloc(nk * sizeof(float));
+    float *a = (float *)xmalloc((nq + nk) * sizeof(float)), *b = (float *)xmalloc((nq + nk) * sizeof(float));
+    uint8_t *ca = (uint8_t *)xmalloc(2 * cbytes), *cb = (uint8_t *)xmalloc(2 * cbytes);
+    void *dq[2], *dk[2], *dv, *dc[2], *dpos;
+    size_t j, diff = 0;
+    int i;
+    random_floats(q, nq, -2.0f, 2.0f), random_floats(k, nk, -2.0f, 2.0f), random_floats(v, nk, -2.0f, 2.0f);
+    dv = dev_alloc(nk * sizeof(float), v);
+    dpos = dev_alloc(sizeof pos, &pos);
+    memset(ca, 0x5A, 2 * cbytes);
+    for (i = 0; i < 2; i++) dq[i] = dev_alloc(nq * sizeof(float), q), dk[i] = dev_alloc(nk * sizeof(float), k), dc[i] = dev_alloc(2 * cbytes, ca);
+    forge_hip_rope((float *)dq[0], 1, n_head, hd, n_rot, mode, pos, 10000.0f, 1.0f, NULL, NULL, msg, sizeof msg);
+    forge_hip_rope((float *)dk[0], 1, n_kv, hd, n_rot, mode, pos, 10000.0f, 1.0f, NULL, NULL, msg, sizeof msg);
+    forge_hip_kv_store(storage, (const float *)dk[0], (const float *)dv, dc[0], (uint8_t *)dc[0] + cbytes, 1, n_kv, hd, hd, pos, n_cells, NULL,
+                       msg, sizeof msg);
+    CHECK(forge_hip_rope_store(storage, (float *)dq[1], (float *)dk[1], (const float *)dv, n_head, n_kv, hd, hd, n_rot, mode,
+                               use_dev_pos ? 0 : pos, use_dev_pos ? (const uint32_t *)dpos : NULL, 10000.0f, 1.0f, NULL, dc[1],
+                               (uint8_t *)dc[1] + cbytes, n_cells, NULL, msg, sizeof msg) == 0,
+          "rope_store: %s", msg);
+    if (dev_fetch(a, dq[0], nq * sizeof(float)) && dev_fetch(a + nq, dk[0], nk * sizeof(float)) && dev_fetch(b, dq[1], nq * sizeof(float)) &&
+        dev_fetch(b + nq, dk[1], nk * sizeof(float)) && dev_fetch(ca, dc[0], 2 * cbytes) && dev_fetch(cb, dc[1], 2 * cbytes)) {
+        for (j = 0; j < 2 * cbytes; j++) diff += ca[j] != cb[j];
+        CHECK(memcmp(a, b, (nq + nk) * sizeof(float)) == 0 && diff == 0, "rope_store %s %s: q/k %s, %zu cache bytes differ", t->name,
+              mode == 2 ? "NEOX" : "NORM", memcmp(a, b, (nq + nk) * sizeof(float)) ? "differ" : "equal", diff);
+    }
+    for (i = 0; i < 2; i++) forge_hip_arena_free(dq[i]), forge_hip_arena_free(dk[i]), forge_hip_arena_free(dc[i]);
+    forge_hip_arena_free(dv), forge_hip_arena_free(dpos);
+    free(q), free(k), free(v), free(a), free(b), free(ca), free(cb);
+}
+
+static void test_rope_store(void) {
+    size_t i;
+    TEST_CASE("decode rope + KV store in one launch");
+    for (i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++) {
+        check_rope_store(kv_types[i], 32, 8, 128, 128, 0, 1234, 0, 0);
+        check_rope_store(kv_types[i], 32, 8, 128, 128, 0, 1234, 0, 1);
+        check_rope_store(kv_types[i], 14, 2, 64, 48, 2, 77, 16, 1); /* partial NEOX, a ring */
+        check_rope_store(kv_types[i], 8, 1, 256, 256, 2, 5, 0, 0);
+    }
+    CHECK(forge_hip_rope_store(FORGE_TYPE_Q8_0, NULL, NULL, NULL, 4, 4, 40, 40, 40, 0, 0, NULL, 1e4f, 1.0f, NULL, NULL, NULL, 0, NULL, msg,
+                               sizeof msg) == -1,
+          "a q8_0 cache of 40-wide heads must be refused");
+}
+
 static void test_kv_store(void) {
     size_t i;
     TEST_CASE("kv_store, every cache type, bytes equal to forge__kv_encode, plain and ring");
@@ -640,7 +693,7 @@ static void test_elementwise(void) {
     const size_t n = 100003;
     float *a = (float *)xmalloc(n * sizeof(float)), *b = (float *)xmalloc(n * sizeof(float)), *ref = (float *)xmalloc(n * sizeof(float));
     float *got = (float *)xmalloc(n * sizeof(float));
-    void *da, *db, *dout;
+    void *da, *db, *dout, *dscratch;
     int32_t index = -1;
     size_t i;
     TEST_CASE("add, swiglu, argmax");
@@ -672,18 +725,30 @@ static void test_elementwise(void) {
         logits[123457] = 11.0f;
         da = dev_alloc(vocab * sizeof(float), logits);
         dout = dev_alloc(sizeof(int32_t), NULL);
-        CHECK(forge_hip_argmax((const float *)da, vocab, (int32_t *)dout, NULL, msg, sizeof msg) == 0, "argmax: %s", msg);
+        dscratch = dev_alloc(forge_hip_argmax_scratch_bytes(), NULL);
+        CHECK(forge_hip_argmax((const float *)da, vocab, dscratch, (int32_t *)dout, NULL, msg, sizeof msg) == 0, "argmax: %s", msg);
         if (dev_fetch(&index, dout, sizeof index)) CHECK(index == 123457, "argmax: %d, expected 123457", (int)index);
         logits[99] = 11.0f;
         forge_hip_copy_to_device(da, logits, vocab * sizeof(float), NULL, msg, sizeof msg);
-        forge_hip_argmax((const float *)da, vocab, (int32_t *)dout, NULL, msg, sizeof msg);
+        forge_hip_argmax((const float *)da, vocab, dscratch, (int32_t *)dout, NULL, msg, sizeof msg);
         if (dev_fetch(&index, dout, sizeof index)) CHECK(index == 99, "argmax tie: %d, expected 99", (int)index);
         for (i = 0; i < vocab; i++) logits[i] = -3.0f;
         forge_hip_copy_to_device(da, logits, vocab * sizeof(float), NULL, msg, sizeof msg);
-        forge_hip_argmax((const float *)da, vocab, (int32_t *)dout, NULL, msg, sizeof msg);
+        forge_hip_argmax((const float *)da, vocab, dscratch, (int32_t *)dout, NULL, msg, sizeof msg);
         if (dev_fetch(&index, dout, sizeof index)) CHECK(index == 0, "argmax all equal: %d, expected 0", (int)index);
-        forge_hip_argmax((const float *)da, 1000, (int32_t *)dout, NULL, msg, sizeof msg);
-        forge_hip_arena_free(da), forge_hip_arena_free(dout);
+        /* the last of several maxima far apart in the vector, the others -inf and NaN */
+        for (i = 0; i < vocab; i++) logits[i] = i % 7 ? -INFINITY : NAN;
+        logits[150001] = 1.0f, logits[77] = 1.0f, logits[5000] = 1.0f;
+        forge_hip_copy_to_device(da, logits, vocab * sizeof(float), NULL, msg, sizeof msg);
+        forge_hip_argmax((const float *)da, vocab, dscratch, (int32_t *)dout, NULL, msg, sizeof msg);
+        if (dev_fetch(&index, dout, sizeof index)) CHECK(index == 77, "argmax with -inf and NaN: %d, expected 77", (int)index);
+        forge_hip_argmax((const float *)da, 1000, dscratch, (int32_t *)dout, NULL, msg, sizeof msg);
+        if (dev_fetch(&index, dout, sizeof index)) CHECK(index == 77, "argmax of 1000: %d, expected 77", (int)index);
+        for (i = 0; i < vocab; i++) logits[i] = -INFINITY;
+        forge_hip_copy_to_device(da, logits, vocab * sizeof(float), NULL, msg, sizeof msg);
+        forge_hip_argmax((const float *)da, vocab, dscratch, (int32_t *)dout, NULL, msg, sizeof msg);
+        if (dev_fetch(&index, dout, sizeof index)) CHECK(index == 0, "argmax all -inf: %d, expected 0", (int)index);
+        forge_hip_arena_free(da), forge_hip_arena_free(dout), forge_hip_arena_free(dscratch);
         free(logits);
     }
     free(a), free(b), free(ref), free(got);
@@ -1084,6 +1149,227 @@ static void bench_moe(void) {
     }
 }
 
+/* ---- decode on 8-bit activations ---- */
+
+/* The rounding the device does: groups of 32, d = max|x| / 127, q = x * (127 / max|x|) rounded to
+   nearest even; dq receives d * q. */
+static void q8_ref(const float *x, size_t n, int8_t *q, float *dq) {
+    size_t g, i;
+    for (g = 0; g < n / 32; g++) {
+        float amax = 0.0f, d, inv;
+        for (i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * g + i]));
+        d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (i = 0; i < 32; i++) {
+            float v = x[32 * g + i] * inv;
+            q[32 * g + i] = (int8_t)lrintf(v);
+            dq[32 * g + i] = d * (float)q[32 * g + i];
+        }
+    }
+}
+
+/* the device's quantized vector: its bytes equal q8_ref's, and its scales and sums match */
+static int check_q8_vector(const void *dq8, const float *x, size_t n, const char *what) {
+    const size_t bytes = forge_hip_q8_bytes((uint32_t)n), ds = (n + 255) / 256 * 256;
+    uint8_t *got = (uint8_t *)xmalloc(bytes);
+    int8_t *q = (int8_t *)xmalloc(n);
+    float *dq = (float *)xmalloc(n * sizeof(float));
+    size_t i, bad = 0, bad_ds = 0;
+    int ok = 0;
+    q8_ref(x, n, q, dq);
+    if (dev_fetch(got, dq8, bytes)) {
+        for (i = 0; i < n; i++) bad += (int8_t)got[i] != q[i];
+        for (i = 0; i < n / 32; i++) {
+            float f[4], d = 0.0f, s0 = 0.0f, s1 = 0.0f;
+            size_t j;
+            memcpy(f, got + ds + 16 * i, 16);
+            for (j = 0; j < 32; j++) d = fmaxf(d, fabsf(x[32 * i + j]));
+            d /= 127.0f;
+            for (j = 0; j < 16; j++) s0 += (float)q[32 * i + j], s1 += (float)q[32 * i + 16 + j];
+            bad_ds += f[0] != d || fabsf(f[1] - d * s0) > 1e-6f * (1.0f + fabsf(d * s0)) || fabsf(f[2] - d * s1) > 1e-6f * (1.0f + fabsf(d * s1));
+        }
+        CHECK(bad == 0 && bad_ds == 0, "%s: %zu of %zu bytes and %zu of %zu group scales differ from the rounding rule", what, bad, n, bad_ds,
+              n / 32);
+        ok = bad == 0 && bad_ds == 0;
+    }
+    free(got), free(q), free(dq);
+    return ok;
+}
+
+/* y = W x over quantized x: against a double product of the dequantized weights and the rounded
+   activations (what the integer path computes, up to float rounding: 1e-5), and against the f32
+   activations (the rounding itself: 2e-2). Also y += W x (+ bias) into a residual. */
+static void check_matvec_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int with_bias, int accumulate) {
+    const forge_type_traits *t = forge_type_info(type);
+    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes;
+    uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
+    float *wf = (float *)xmalloc((size_t)n_rows * n_cols * sizeof(float)), *x = (float *)xmalloc(n_cols * sizeof(float));
+    float *dq = (float *)xmalloc(n_cols * sizeof(float)), *bias = (float *)xmalloc(n_rows * sizeof(float));
+    float *y0 = (float *)xmalloc(n_rows * sizeof(float)), *y = (float *)xmalloc(n_rows * sizeof(float));
+    int8_t *q = (int8_t *)xmalloc(n_cols);
+    double *ref = (double *)xmalloc(n_rows * sizeof(double)), *ref32 = (double *)xmalloc(n_rows * sizeof(double));
+    void *dw, *dx, *dq8, *dy, *db;
+    uint32_t r, c;
+    random_blocks(type, w, (uint64_t)n_rows * (n_cols / t->block_elems));
+    forge_dequantize(type, w, wf, (uint64_t)n_rows * n_cols);
+    random_floats(x, n_cols, -1.0f, 1.0f);
+    x[5] = 7.0f; /* one large value in a group: the others round coarser */
+    random_floats(bias, n_rows, -1.0f, 1.0f);
+    random_floats(y0, n_rows, -3.0f, 3.0f);
+    q8_ref(x, n_cols, q, dq);
+    for (r = 0; r < n_rows; r++) {
+        double s = (with_bias ? bias[r] : 0.0) + (accumulate ? y0[r] : 0.0), s32 = s;
+        for (c = 0; c < n_cols; c++) s += (double)wf[(size_t)r * n_cols + c] * dq[c], s32 += (double)wf[(size_t)r * n_cols + c] * x[c];
+        ref[r] = s, ref32[r] = s32;
+    }
+    dw = dev_alloc(row_bytes * n_rows, w), dx = dev_alloc(n_cols * sizeof(float), x), dq8 = dev_alloc(forge_hip_q8_bytes(n_cols), NULL);
+    db = dev_alloc(n_rows * sizeof(float), bias), dy = dev_alloc(n_rows * sizeof(float), y0);
+    CHECK(forge_hip_q8_quantize((const float *)dx, n_cols, dq8, NULL, msg, sizeof msg) == 0, "q8 quantize: %s", msg);
+    CHECK(forge_hip_matvec_q8(type, dw, n_rows, n_cols, dq8, (float *)dy, with_bias ? (const float *)db : NULL, accumulate, NULL, msg,
+                              sizeof msg) == 0,
+          "matvec q8 %s: %s", t->name, msg);
+    if (check_q8_vector(dq8, x, n_cols, "q8 quantize") && dev_fetch(y, dy, n_rows * sizeof(float))) {
+        const double err = norm_error_d(y, ref, n_rows), err32 = norm_error_d(y, ref32, n_rows);
+        printf("  matvec q8 %-5s %5u x %5u%s%s: err %.2e (vs f32 activations %.2e)\n", t->name, n_rows, n_cols, with_bias ? " +bias" : "",
+               accumulate ? " +=" : "", err, err32);
+        CHECK(err < 1e-5, "matvec q8 %s %ux%u: normalized error %.3e against the rounded activations", t->name, n_rows, n_cols, err);
+        CHECK(err32 < 2e-2, "matvec q8 %s %ux%u: normalized error %.3e against f32 activations", t->name, n_rows, n_cols, err32);
+    }
+    forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dq8), forge_hip_arena_free(db), forge_hip_arena_free(dy);
+    free(w), free(wf), free(x), free(dq), free(bias), free(y0), free(y), free(q), free(ref), free(ref32);
+}
+
+/* h = act(gate x) * (up x) in one launch, and h rounded into a second quantized vector */
+static void check_glu_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int act) {
+    const forge_type_traits *t = forge_type_info(type);
+    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, n_w = (size_t)n_rows * n_cols;
+    uint8_t *wg = (uint8_t *)xmalloc(row_bytes * n_rows), *wu = (uint8_t *)xmalloc(row_bytes * n_rows);
+    float *fg = (float *)xmalloc(n_w * sizeof(float)), *fu = (float *)xmalloc(n_w * sizeof(float));
+    float *x = (float *)xmalloc(n_cols * sizeof(float)), *dq = (float *)xmalloc(n_cols * sizeof(float));
+    float *h = (float *)xmalloc(n_rows * sizeof(float));
+    int8_t *q = (int8_t *)xmalloc(n_cols);
+    double *ref = (double *)xmalloc(n_rows * sizeof(double));
+    void *dwg, *dwu, *dx, *dq8, *dh, *dout;
+    uint32_t r, c;
+    random_blocks(type, wg, (uint64_t)n_rows * (n_cols / t->block_elems));
+    random_blocks(type, wu, (uint64_t)n_rows * (n_cols / t->block_elems));
+    forge_dequantize(type, wg, fg, n_w);
+    forge_dequantize(type, wu, fu, n_w);
+    random_floats(x, n_cols, -1.0f, 1.0f);
+    q8_ref(x, n_cols, q, dq);
+    for (r = 0; r < n_rows; r++) {
+        double g = 0.0, u = 0.0;
+        for (c = 0; c < n_cols; c++) g += (double)fg[(size_t)r * n_cols + c] * dq[c], u += (double)fu[(size_t)r * n_cols + c] * dq[c];
+        ref[r] = (act ? gelu_ref(g) : g / (1.0 + exp(-g))) * u;
+    }
+    dwg = dev_alloc(row_bytes * n_rows, wg), dwu = dev_alloc(row_bytes * n_rows, wu), dx = dev_alloc(n_cols * sizeof(float), x);
+    dq8 = dev_alloc(forge_hip_q8_bytes(n_cols), NULL), dh = dev_alloc(n_rows * sizeof(float), NULL);
+    dout = dev_alloc(forge_hip_q8_bytes(n_rows), NULL);
+    forge_hip_q8_quantize((const float *)dx, n_cols, dq8, NULL, msg, sizeof msg);
+    CHECK(forge_hip_glu_q8(type, dwg, dwu, n_rows, n_cols, dq8, (float *)dh, dout, act, NULL, msg, sizeof msg) == 0, "glu q8 %s: %s",
+          t->name, msg);
+    if (dev_fetch(h, dh, n_rows * sizeof(float))) {
+        const double err = norm_error_d(h, ref, n_rows);
+        printf("  glu q8 %-5s %5u x %5u %s: err %.2e\n", t->name, n_rows, n_cols, act ? "gelu" : "silu", err);
+        CHECK(err < 1e-4, "glu q8 %s %ux%u: normalized error %.3e", t->name, n_rows, n_cols, err);
+        check_q8_vector(dout, h, n_rows, "glu q8 output");
+    }
+    forge_hip_arena_free(dwg), forge_hip_arena_free(dwu), forge_hip_arena_free(dx), forge_hip_arena_free(dq8), forge_hip_arena_free(dh);
+    forge_hip_arena_free(dout);
+    free(wg), free(wu), free(fg), free(fu), free(x), free(dq), free(h), free(q), free(ref);
+}
+
+static void test_q8(void) {
+    static const uint32_t q8_types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
+    size_t i;
+    TEST_CASE("decode on 8-bit activations");
+    for (i = 0; i < sizeof q8_types / sizeof q8_types[0]; i++) {
+        const uint32_t type = q8_types[i];
+        CHECK(forge_hip_q8_type(type) == 1, "type %u should have an 8-bit path", type);
+        check_matvec_q8(type, 300, 1024, 0, 0);  /* a partial block of rows */
+        check_matvec_q8(type, 129, 2304, 1, 1);  /* bias and accumulate, the columns split over waves */
+        check_matvec_q8(type, 1024, 4096, 0, 1); /* a narrow projection */
+        check_matvec_q8(type, 5000, 1536, 1, 0);
+        check_glu_q8(type, 320, 1536, 0);
+        check_glu_q8(type, 96, 4096, 1);
+    }
+    { /* rmsnorm with its quantized output: the f32 result as forge_hip_rmsnorm, the bytes as the rule */
+        const uint32_t n = 4096;
+        float *x = (float *)xmalloc(n * sizeof(float)), *w = (float *)xmalloc(n * sizeof(float)), *y = (float *)xmalloc(n * sizeof(float));
+        float *y2 = (float *)xmalloc(n * sizeof(float));
+        void *dx, *dw, *dy, *dy2, *dq8;
+        random_floats(x, n, -2.0f, 2.0f), random_floats(w, n, 0.5f, 1.5f);
+        dx = dev_alloc(n * sizeof(float), x), dw = dev_alloc(n * sizeof(float), w), dy = dev_alloc(n * sizeof(float), NULL);
+        dy2 = dev_alloc(n * sizeof(float), NULL), dq8 = dev_alloc(forge_hip_q8_bytes(n), NULL);
+        CHECK(forge_hip_rmsnorm_q8((const float *)dx, (const float *)dw, (float *)dy, n, 1e-5f, dq8, NULL, msg, sizeof msg) == 0,
+              "rmsnorm q8: %s", msg);
+        forge_hip_rmsnorm((const float *)dx, (const float *)dw, (float *)dy2, 1, n, 1e-5f, NULL, msg, sizeof msg);
+        if (dev_fetch(y, dy, n * sizeof(float)) && dev_fetch(y2, dy2, n * sizeof(float))) {
+            const double err = norm_error_f(y, y2, n);
+            CHECK(err < 1e-6, "rmsnorm q8: its f32 output is %.3e from rmsnorm's", err);
+            check_q8_vector(dq8, y, n, "rmsnorm q8");
+        }
+        forge_hip_arena_free(dx), forge_hip_arena_free(dw), forge_hip_arena_free(dy), forge_hip_arena_free(dy2), forge_hip_arena_free(dq8);
+        free(x), free(w), free(y), free(y2);
+    }
+    /* refusals */
+    CHECK(forge_hip_q8_type(FORGE_TYPE_F16) == 0 && forge_hip_q8_type(FORGE_TYPE_Q5_K) == 0, "F16 and Q5_K have no 8-bit path");
+    CHECK(forge_hip_matvec_q8(FORGE_TYPE_F16, NULL, 4, 64, NULL, NULL, NULL, 0, NULL, msg, sizeof msg) == -1 && strstr(msg, "8-bit"),
+          "an F16 matvec on 8-bit activations must be refused: %s", msg);
+    CHECK(forge_hip_matvec_q8(FORGE_TYPE_Q4_K, NULL, 4, 100, NULL, NULL, NULL, 0, NULL, msg, sizeof msg) == -1 && strstr(msg, "256"),
+          "a Q4_K row of 100 elements must be refused: %s", msg);
+    CHECK(forge_hip_q8_quantize(NULL, 100, NULL, NULL, msg, sizeof msg) == -1, "a width of 100 must be refused");
+    CHECK(forge_hip_glu_q8(FORGE_TYPE_Q4_0, NULL, NULL, 40, 64, NULL, NULL, NULL, 0, NULL, msg, sizeof msg) == -1 && strstr(msg, "32"),
+          "glu q8 over 40 rows must be refused: %s", msg);
+}
+
+/* Decode products at the shapes of real models: the f32-activation kernel against the 8-bit one
+   (microseconds a launch, GB/s of weights; 200 launches after a warm-up). */
+static void bench_decode_shapes(void) {
+    static const struct { uint32_t type, rows, cols; const char *what; } shapes[] = {
+        {FORGE_TYPE_Q4_K, 4096, 4096, "8B q/o"},          {FORGE_TYPE_Q4_K, 1024, 4096, "8B k"},
+        {FORGE_TYPE_Q6_K, 1024, 4096, "8B v"},            {FORGE_TYPE_Q4_K, 14336, 4096, "8B gate/up"},
+        {FORGE_TYPE_Q6_K, 4096, 14336, "8B down (Q6_K)"}, {FORGE_TYPE_Q4_K, 4096, 14336, "8B down (Q4_K)"},
+        {FORGE_TYPE_Q6_K, 128256, 4096, "8B head"},       {FORGE_TYPE_Q4_K, 1536, 1536, "1.5B q/o"},
+        {FORGE_TYPE_Q4_K, 256, 1536, "1.5B k/v"},         {FORGE_TYPE_Q4_K, 8960, 1536, "1.5B gate/up"},
+        {FORGE_TYPE_Q6_K, 1536, 8960, "1.5B down"},       {FORGE_TYPE_Q6_K, 151936, 1536, "1.5B head"},
+        {FORGE_TYPE_Q4_0, 14336, 4096, "8B gate Q4_0"},   {FORGE_TYPE_Q8_0, 14336, 4096, "8B gate Q8_0"},
+    };
+    const uint32_t reps = 200;
+    size_t i;
+    printf("decode products (us a launch, GB/s of weights): f32 activations | 8-bit activations\n");
+    for (i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const forge_type_traits *t = forge_type_info(shapes[i].type);
+        const size_t bytes = (size_t)shapes[i].cols / t->block_elems * t->block_bytes * shapes[i].rows;
+        uint8_t *w = (uint8_t *)xmalloc(bytes);
+        float *x = (float *)xmalloc(shapes[i].cols * sizeof(float));
+        void *dw, *dx, *dy, *dq8;
+        double t0, t1, t2;
+        uint32_t k;
+        random_blocks(shapes[i].type, w, (uint64_t)shapes[i].rows * (shapes[i].cols / t->block_elems));
+        random_floats(x, shapes[i].cols, -1.0f, 1.0f);
+        dw = dev_alloc(bytes, w), dx = dev_alloc(shapes[i].cols * sizeof(float), x), dy = dev_alloc(shapes[i].rows * sizeof(float), NULL);
+        dq8 = dev_alloc(forge_hip_q8_bytes(shapes[i].cols), NULL);
+        forge_hip_q8_quantize((const float *)dx, shapes[i].cols, dq8, NULL, msg, sizeof msg);
+        forge_hip_matvec(shapes[i].type, dw, shapes[i].rows, shapes[i].cols, (const float *)dx, (float *)dy, NULL, NULL, msg, sizeof msg);
+        forge_hip_matvec_q8(shapes[i].type, dw, shapes[i].rows, shapes[i].cols, dq8, (float *)dy, NULL, 0, NULL, msg, sizeof msg);
+        forge_hip_stream_sync(NULL, msg, sizeof msg);
+        t0 = now_s();
+        for (k = 0; k < reps; k++)
+            forge_hip_matvec(shapes[i].type, dw, shapes[i].rows, shapes[i].cols, (const float *)dx, (float *)dy, NULL, NULL, msg, sizeof msg);
+        forge_hip_stream_sync(NULL, msg, sizeof msg);
+        t1 = now_s();
+        for (k = 0; k < reps; k++)
+            forge_hip_matvec_q8(shapes[i].type, dw, shapes[i].rows, shapes[i].cols, dq8, (float *)dy, NULL, 0, NULL, msg, sizeof msg);
+        forge_hip_stream_sync(NULL, msg, sizeof msg);
+        t2 = now_s();
+        printf("  %-16s %-5s %6u x %5u %7.2f MiB | %7.1f us %6.0f GB/s | %7.1f us %6.0f GB/s\n", shapes[i].what, t->name, shapes[i].rows,
+               shapes[i].cols, bytes / 1048576.0, (t1 - t0) / reps * 1e6, bytes * reps / (t1 - t0) / 1e9, (t2 - t1) / reps * 1e6,
+               bytes * reps / (t2 - t1) / 1e9);
+        forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(dq8);
+        free(w), free(x);
+    }
+}
+
 int main(int argc, char **argv) {
     forge_hip_device_info info;
     (void)argv;
@@ -1098,11 +1384,13 @@ int main(int argc, char **argv) {
     test_norms();
     test_rope();
     test_kv_store();
+    test_rope_store();
     test_attention();
     test_attention_prompt();
     test_elementwise();
     test_rows_more();
     test_moe();
-    if (argc < 2) bench_matvec(), bench_matmul(), bench_moe(); /* any argument skips the tables */
+    test_q8();
+    if (argc < 2) bench_decode_shapes(), bench_matvec(), bench_matmul(), bench_moe(); /* any argument skips the tables */
     return test_summary();
 }
