@@ -1157,44 +1157,27 @@ __global__ void forge__k_q8_quantize(const float *__restrict__ x, uint32_t n, ui
     forge__q8_put(i < n ? x[i] : 0.0f, i, i < n, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(n)));
 }
 
-// forge__k_rmsnorm for one row, also writing the result as a quantized vector. A single block does
-// the whole row, so it keeps its elements in registers between the sum and the scaling (rows up to
-// FORGE__NORM_CACHED x the block size; longer rows are read twice) and uses 1024 threads: a decode
-// step runs two of these per layer, and their latency, not their bytes, is what they cost.
-#define FORGE__NORM_CACHED 8
-#define FORGE__NORM_Q8_THREADS 1024
+// forge__k_rmsnorm for one row, also writing the result as a quantized vector. Every block adds up
+// the squares of the whole row (16-byte loads, the same order in every block, so the same scale) and
+// then writes its own slice: a decode step runs two of these per layer, and a single block's
+// latency was what they cost. y may be x only with one block (the launcher sees to it).
+#define FORGE__NORM_Q8_THREADS 256
 __global__ void __launch_bounds__(FORGE__NORM_Q8_THREADS)
 forge__k_rmsnorm_q8(const float *x, const float *__restrict__ w, float *y, uint32_t n, float eps, uint8_t *__restrict__ q8) {
-    float cached[FORGE__NORM_CACHED], sum = 0.0f;
-    const int fits = n <= FORGE__NORM_CACHED * blockDim.x;
-#pragma unroll
-    for (int k = 0; k < FORGE__NORM_CACHED; k++) {
-        const uint32_t i = threadIdx.x + k * blockDim.x;
-        cached[k] = i < n ? x[i] : 0.0f;
-        sum += cached[k] * cached[k];
+    float sum = 0.0f;
+    for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) { // n is a multiple of 32
+        const float4 a = *(const float4 *)(x + i);
+        sum += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     }
-    if (!fits)
-        for (uint32_t i = threadIdx.x + FORGE__NORM_CACHED * blockDim.x; i < n; i += blockDim.x) sum += x[i] * x[i];
-    sum = forge__block_sum(sum); // every thread has read its elements before any is written (y may be x)
+    sum = forge__block_sum(sum); // with one block, every element is read before any is written
     const float scale = (float)(1.0 / sqrt((double)sum / n + (double)eps));
     int8_t *qs = (int8_t *)q8;
     float4 *ds = (float4 *)(q8 + FORGE__Q8_DS(n));
-#pragma unroll
-    for (int k = 0; k < FORGE__NORM_CACHED; k++) {
-        const uint32_t i = threadIdx.x + k * blockDim.x;
-        if (k * blockDim.x < n) { // the same for the whole block: whole waves take part in the shuffles
-            float v = 0.0f;
-            if (i < n) v = cached[k] * scale * w[i], y[i] = v;
-            forge__q8_put(v, i, i < n, qs, ds);
-        }
-    }
-    if (!fits) {
-        const uint32_t end = (n + blockDim.x - 1) / blockDim.x * blockDim.x;
-        for (uint32_t i = threadIdx.x + FORGE__NORM_CACHED * blockDim.x; i < end; i += blockDim.x) {
-            float v = 0.0f;
-            if (i < n) v = x[i] * scale * w[i], y[i] = v;
-            forge__q8_put(v, i, i < n, qs, ds);
-        }
+    const uint32_t end = (n + blockDim.x - 1) / blockDim.x * blockDim.x; // whole waves take every turn
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < end; i += gridDim.x * blockDim.x) {
+        float v = 0.0f;
+        if (i < n) v = x[i] * scale * w[i], y[i] = v;
+        forge__q8_put(v, i, i < n, qs, ds);
     }
 }
 
@@ -1325,7 +1308,9 @@ struct forge__pq_q6_k : forge__p_q6_k {
 // activations; the block writes h = act(gate) * up for its 32 rows and rounds them to q8_out
 // (blocks then cover exactly 32 rows: KSPLIT must be 1). Otherwise y = W x + bias, or y += that.
 template <class P, int KSPLIT, int GLU>
-__global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS)
+// the single products in at most 64 registers (four 256-thread blocks a multiprocessor); the gate/up
+// pair keeps its registers: capped at 64 it spilled and ran 25% slower
+__global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, GLU ? 1 : 2)
 forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
              const uint8_t *__restrict__ q8, float *y, const float *__restrict__ bias, int accumulate, int act,
              uint8_t *__restrict__ q8_out) {
@@ -1345,19 +1330,19 @@ forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, si
     }
     float acc[2 * FORGE__MVQ_ROWS] = {0};
     for (uint32_t p = lane + wave * set; p < n_pieces; p += wave * KSPLIT) {
-        typename P::raw raw[FORGE__MVQ_ROWS], raw_up[GLU ? FORGE__MVQ_ROWS : 1];
+        typename P::raw raw[FORGE__MVQ_ROWS];
 #pragma unroll
         for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(rows[k], p, raw[k]);
-        if (GLU)
-#pragma unroll
-            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(ups[k], p, raw_up[GLU ? k : 0]);
         forge__xq xq;
         P::load_q(qs, ds, p, xq);
 #pragma unroll
         for (int k = 0; k < FORGE__MVQ_ROWS; k++) acc[k] += P::dotq(raw[k], p, xq);
-        if (GLU)
+        if (GLU) { // the up rows after the gate rows: half the registers of loading both at once
 #pragma unroll
-            for (int k = 0; k < FORGE__MVQ_ROWS; k++) acc[FORGE__MVQ_ROWS + k] += P::dotq(raw_up[GLU ? k : 0], p, xq);
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(ups[k], p, raw[k]);
+#pragma unroll
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) acc[FORGE__MVQ_ROWS + k] += P::dotq(raw[k], p, xq);
+        }
     }
 #pragma unroll
     for (int k = 0; k < (GLU ? 2 : 1) * FORGE__MVQ_ROWS; k++) {
@@ -1444,8 +1429,8 @@ int forge_hip_q8_quantize(const float *x, uint32_t n, void *q8, void *stream, ch
 int forge_hip_rmsnorm_q8(const float *x, const float *w, float *y, uint32_t n, float eps, void *q8, void *stream, char *message,
                          size_t message_bytes) {
     if (n % 32 || n == 0) return forge__hip_refuse(message, message_bytes, "rmsnorm q8: the width must be a positive multiple of 32");
-    const uint32_t threads = n >= FORGE__NORM_Q8_THREADS ? FORGE__NORM_Q8_THREADS : (n + 63) / 64 * 64;
-    forge__k_rmsnorm_q8<<<1, threads, 0, (hipStream_t)stream>>>(x, w, y, n, eps, (uint8_t *)q8);
+    const uint32_t threads = FORGE__NORM_Q8_THREADS, blocks = x == y ? 1 : (n + threads - 1) / threads;
+    forge__k_rmsnorm_q8<<<blocks, threads, 0, (hipStream_t)stream>>>(x, w, y, n, eps, (uint8_t *)q8);
     return forge__hip_launched("rmsnorm q8 launch", message, message_bytes);
 }
 
@@ -2398,44 +2383,38 @@ static int forge__hip_kv_store_one(uint32_t kv_type, const float *src, void *cac
 }
 
 // Decode, one token: the rotary embedding of its query and key heads (in place, forge__k_rope's
-// arithmetic) and its key and value rows stored into the cache, in one block instead of four
-// launches. The angles are computed once for both.
+// arithmetic) and its key and value rows stored into the cache, in one launch instead of four. One
+// block per head: query heads, then key heads (rotated, then stored), then value heads (stored);
+// thread i computes the angle of pair i itself, so no block waits on another.
 template <int TYPE>
 __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict__ v, uint32_t n_head, uint32_t n_head_kv,
                                     uint32_t head_dim, uint32_t head_dim_v, uint32_t n_rot, int neox, uint32_t pos0,
                                     const uint32_t *__restrict__ dev_pos, float freq_base, float freq_scale,
                                     const float *__restrict__ freq_factors, uint8_t *__restrict__ cache_k, uint8_t *__restrict__ cache_v,
                                     uint32_t n_cells, size_t row_k_bytes, size_t row_v_bytes) {
-    __shared__ float cos_t[FORGE__ROPE_MAX_HALF], sin_t[FORGE__ROPE_MAX_HALF];
-    const uint32_t half = n_rot / 2, p = dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p;
-    const double pos = (double)p;
-    for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
-        double theta = pos * (double)freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
-        if (freq_factors) theta /= (double)freq_factors[i];
-        cos_t[i] = (float)cos(theta);
-        sin_t[i] = (float)sin(theta);
-    }
-    __syncthreads();
-    for (uint32_t j = threadIdx.x; j < (n_head + n_head_kv) * half; j += blockDim.x) {
-        const uint32_t h = j / half, i = j % half;
-        float *x = h < n_head ? q + (size_t)h * head_dim : k + (size_t)(h - n_head) * head_dim;
-        const uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        const float x0 = x[a], x1 = x[b];
-        x[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        x[b] = x0 * sin_t[i] + x1 * cos_t[i];
-    }
-    __syncthreads(); // the rotated keys are stored below by other threads
+    const uint32_t half = n_rot / 2, p = dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p, b = blockIdx.x;
     const int per_element = TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16;
-    const uint32_t k_items = per_element ? head_dim : head_dim / 32, v_items = per_element ? head_dim_v : head_dim_v / 32;
-    for (uint32_t j = threadIdx.x; j < n_head_kv * (k_items + v_items); j += blockDim.x) {
-        if (j < n_head_kv * k_items) {
-            const uint32_t h = j / k_items;
-            forge__kv_put<TYPE>(k + (size_t)h * head_dim, j % k_items, cache_k + ((size_t)cell * n_head_kv + h) * row_k_bytes);
-        } else {
-            const uint32_t jv = j - n_head_kv * k_items, h = jv / v_items;
-            forge__kv_put<TYPE>(v + (size_t)h * head_dim_v, jv % v_items, cache_v + ((size_t)cell * n_head_kv + h) * row_v_bytes);
+    if (b < n_head + n_head_kv) {
+        float *x = b < n_head ? q + (size_t)b * head_dim : k + (size_t)(b - n_head) * head_dim;
+        for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
+            double theta = (double)p * (double)freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
+            if (freq_factors) theta /= (double)freq_factors[i];
+            const float c = (float)cos(theta), s = (float)sin(theta);
+            const uint32_t a = neox ? i : 2 * i, e = neox ? i + half : 2 * i + 1;
+            const float x0 = x[a], x1 = x[e];
+            x[a] = x0 * c - x1 * s;
+            x[e] = x0 * s + x1 * c;
         }
+        if (b < n_head) return;
+        __syncthreads(); // the rotated key row is stored below by other threads of the block
+        const uint32_t h = b - n_head, items = per_element ? head_dim : head_dim / 32;
+        for (uint32_t j = threadIdx.x; j < items; j += blockDim.x)
+            forge__kv_put<TYPE>(x, j, cache_k + ((size_t)cell * n_head_kv + h) * row_k_bytes);
+        return;
     }
+    const uint32_t h = b - n_head - n_head_kv, items = per_element ? head_dim_v : head_dim_v / 32;
+    for (uint32_t j = threadIdx.x; j < items; j += blockDim.x)
+        forge__kv_put<TYPE>(v + (size_t)h * head_dim_v, j, cache_v + ((size_t)cell * n_head_kv + h) * row_v_bytes);
 }
 
 extern "C" {
@@ -2454,7 +2433,10 @@ int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, u
         return forge__hip_refuse(message, message_bytes, "rope_store: unsupported rotary dimensions or mode");
     if (n_head_kv == 0) return 0;
     switch (kv_type) {
-#define FORGE__ROPE_STORE(T)                                                                                 forge__k_rope_store<T><<<1, 256, 0, s>>>(q, k, v, n_head, n_head_kv, head_dim, head_dim_v, n_rot, mode == 2, pos0, dev_pos,                                              freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, (uint8_t *)cache_v, n_cells, row_k, row_v)
+#define FORGE__ROPE_STORE(T)                                                                             \
+    forge__k_rope_store<T><<<n_head + 2 * n_head_kv, 128, 0, s>>>(q, k, v, n_head, n_head_kv, head_dim, head_dim_v, n_rot, mode == 2, \
+                                                                  pos0, dev_pos, freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, \
+                                                                  (uint8_t *)cache_v, n_cells, row_k, row_v)
     case FORGE_HIP_F32: FORGE__ROPE_STORE(FORGE_HIP_F32); break;
     case FORGE_HIP_F16: FORGE__ROPE_STORE(FORGE_HIP_F16); break;
     case FORGE_HIP_Q8_0: FORGE__ROPE_STORE(FORGE_HIP_Q8_0); break;
