@@ -6069,6 +6069,10 @@ int forge_hip_matvec_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t 
                         int accumulate, void *stream, char *message, size_t message_bytes);
 int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32_t n_rows, uint32_t n_cols, const void *q8, float *h,
                      void *q8_out, int act, void *stream, char *message, size_t message_bytes);
+int forge_hip_matvec3_q8_ok(uint32_t type_a, uint32_t type_b);
+int forge_hip_matvec3_q8(uint32_t type_a, uint32_t type_b, const void *const w[3], const uint32_t n_rows[3], uint32_t n_cols,
+                         const void *q8, float *const y[3], const float *const bias[3], void *stream, char *message,
+                         size_t message_bytes);
 int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                          uint32_t head_dim_v, uint32_t n_rot, int mode, uint32_t pos0, const uint32_t *dev_pos, float freq_base,
                          float freq_scale, const float *freq_factors, void *cache_k, void *cache_v, uint32_t n_cells, void *stream,
@@ -6833,6 +6837,23 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
             FORGE__HIP(forge_hip_softcap(dev_logits, op->n, ctx->c->final_softcap, ctx->stream, FORGE__MSG));
         ctx->n_logit_rows = 1;
         *consumed = 1;
+        return FORGE_OK;
+    }
+    /* the query, key and value products of one input: one launch */
+    if (next && third && forge__q8_matmul_ok(ctx, next) && forge__q8_matmul_ok(ctx, third) && next->src == op->src &&
+        third->src == op->src && next->w->type == op->w->type && next->w->ne[0] == op->w->ne[0] && third->w->ne[0] == op->w->ne[0] &&
+        forge_hip_matvec3_q8_ok(op->w->type, third->w->type) && op->dst != op->src && next->dst != op->src && third->dst != op->src) {
+        const void *w[3];
+        uint32_t rows[3];
+        float *y[3];
+        const float *bias[3];
+        int i;
+        for (i = 0; i < 3; i++) {
+            const forge__op *o = &s->ops[k + (uint32_t)i];
+            w[i] = forge__dev_w(ctx, o->w), rows[i] = o->n, y[i] = forge__dev_val(ctx, o->dst), bias[i] = forge__dev_f32(ctx, o->bias);
+        }
+        FORGE__HIP(forge_hip_matvec3_q8(op->w->type, third->w->type, w, rows, (uint32_t)op->w->ne[0], slot, y, bias, ctx->stream, FORGE__MSG));
+        *consumed = 3;
         return FORGE_OK;
     }
     /* gate, up, then gate = act(gate) * up, the up product read by the gate alone */

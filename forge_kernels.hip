@@ -1308,16 +1308,14 @@ struct forge__pq_q6_k : forge__p_q6_k {
 // activations; the block writes h = act(gate) * up for its 32 rows and rounds them to q8_out
 // (blocks then cover exactly 32 rows: KSPLIT must be 1). Otherwise y = W x + bias, or y += that.
 template <class P, int KSPLIT, int GLU>
-// the single products in at most 64 registers (four 256-thread blocks a multiprocessor); the gate/up
-// pair keeps its registers: capped at 64 it spilled and ran 25% slower
-__global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, GLU ? 1 : 2)
-forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
-             const uint8_t *__restrict__ q8, float *y, const float *__restrict__ bias, int accumulate, int act,
-             uint8_t *__restrict__ q8_out) {
+__device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up,
+                                                 size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
+                                                 float *y, const float *__restrict__ bias, int accumulate, int act,
+                                                 uint8_t *__restrict__ q8_out) {
     __shared__ float part[FORGE__MVQ_WAVES][2 * FORGE__MVQ_ROWS];
     const uint32_t wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave;
     const uint32_t set = wid % KSPLIT, rows_per_block = FORGE__MVQ_ROWS * (FORGE__MVQ_WAVES / KSPLIT);
-    const uint32_t r0 = blockIdx.x * rows_per_block + (wid / KSPLIT) * FORGE__MVQ_ROWS;
+    const uint32_t r0 = block * rows_per_block + (wid / KSPLIT) * FORGE__MVQ_ROWS;
     const uint32_t n_pieces = n_cols / 32;
     const int8_t *qs = (const int8_t *)q8;
     const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS(n_cols));
@@ -1353,7 +1351,7 @@ forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, si
     if (GLU) { // threads 0..31: one row each of the block's 32, rounded as one group
         if (threadIdx.x < rows_per_block) {
             const uint32_t wr = threadIdx.x / FORGE__MVQ_ROWS, k = threadIdx.x % FORGE__MVQ_ROWS;
-            const uint32_t r = blockIdx.x * rows_per_block + threadIdx.x;
+            const uint32_t r = block * rows_per_block + threadIdx.x;
             const float g = part[wr][k], u = part[wr][FORGE__MVQ_ROWS + k];
             const float h = (act ? forge__gelu(g) : g / (1.0f + expf(-g))) * u;
             if (r < n_rows) y[r] = h;
@@ -1368,6 +1366,37 @@ forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, si
         if (bias) total += bias[r];
         y[r] = accumulate ? y[r] + total : total;
     }
+}
+
+// the single products in at most 64 registers (four 256-thread blocks a multiprocessor); the gate/up
+// pair keeps its registers: capped at 64 it spilled and ran 25% slower
+template <class P, int KSPLIT, int GLU>
+__global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, GLU ? 1 : 2)
+forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
+             const uint8_t *__restrict__ q8, float *y, const float *__restrict__ bias, int accumulate, int act,
+             uint8_t *__restrict__ q8_out) {
+    forge__mvq_block<P, KSPLIT, GLU>(blockIdx.x, w, w_up, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, act, q8_out);
+}
+
+// Three products of the same quantized input in one launch (the query, key and value projections):
+// the blocks of the first matrix, then the second's, then the third's; the first two of type PA.
+struct forge__mv3 {
+    const uint8_t *w[3];
+    size_t row_bytes[3];
+    uint32_t n_rows[3], first[3];
+    float *y[3];
+    const float *bias[3];
+};
+
+template <class PA, class PB, int KSPLIT>
+__global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2) forge__k_mvq3(forge__mv3 m, uint32_t n_cols, const uint8_t *__restrict__ q8) {
+    const uint32_t b = blockIdx.x;
+    if (b < m.first[1])
+        forge__mvq_block<PA, KSPLIT, 0>(b, m.w[0], NULL, m.row_bytes[0], m.n_rows[0], n_cols, q8, m.y[0], m.bias[0], 0, 0, NULL);
+    else if (b < m.first[2])
+        forge__mvq_block<PA, KSPLIT, 0>(b - m.first[1], m.w[1], NULL, m.row_bytes[1], m.n_rows[1], n_cols, q8, m.y[1], m.bias[1], 0, 0, NULL);
+    else
+        forge__mvq_block<PB, KSPLIT, 0>(b - m.first[2], m.w[2], NULL, m.row_bytes[2], m.n_rows[2], n_cols, q8, m.y[2], m.bias[2], 0, 0, NULL);
 }
 
 static int forge__hip_sm_count(void) {
@@ -1469,6 +1498,62 @@ int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32
 #undef FORGE__Q8_CASE
     }
     return forge__hip_launched("glu q8 launch", message, message_bytes);
+}
+
+}  // extern "C"
+
+template <class PA, class PB>
+static void forge__mvq3_launch(forge__mv3 &m, uint32_t n_cols, const uint8_t *q8, hipStream_t s) {
+    const uint32_t threads = FORGE__MVQ_WAVES * (uint32_t)forge__hip_wave_size(), rows = FORGE__MVQ_ROWS * FORGE__MVQ_WAVES;
+    uint32_t split = 1, blocks = 0;
+    for (;;) { // as forge__mvq_launch: split until the three matrices' blocks cover the machine twice
+        blocks = 0;
+        for (int i = 0; i < 3; i++) m.first[i] = blocks, blocks += (m.n_rows[i] + rows / split - 1) / (rows / split);
+        if (split == 8 || blocks >= 2u * (uint32_t)forge__hip_sm_count()) break;
+        split *= 2;
+    }
+    switch (split) {
+    case 1: forge__k_mvq3<PA, PB, 1><<<blocks, threads, 0, s>>>(m, n_cols, q8); break;
+    case 2: forge__k_mvq3<PA, PB, 2><<<blocks, threads, 0, s>>>(m, n_cols, q8); break;
+    case 4: forge__k_mvq3<PA, PB, 4><<<blocks, threads, 0, s>>>(m, n_cols, q8); break;
+    default: forge__k_mvq3<PA, PB, 8><<<blocks, threads, 0, s>>>(m, n_cols, q8); break;
+    }
+}
+
+// The type pairs forge_hip_matvec3_q8 takes: the first two matrices of type_a, the third of type_b.
+#define FORGE__Q8_PAIRS(X)                                                                               \
+    X(FORGE_HIP_Q4_0, forge__pq_q4_0, FORGE_HIP_Q4_0, forge__pq_q4_0)                                    \
+    X(FORGE_HIP_Q8_0, forge__pq_q8_0, FORGE_HIP_Q8_0, forge__pq_q8_0)                                    \
+    X(FORGE_HIP_Q4_K, forge__pq_q4_k, FORGE_HIP_Q4_K, forge__pq_q4_k)                                    \
+    X(FORGE_HIP_Q4_K, forge__pq_q4_k, FORGE_HIP_Q6_K, forge__pq_q6_k)                                    \
+    X(FORGE_HIP_Q6_K, forge__pq_q6_k, FORGE_HIP_Q6_K, forge__pq_q6_k)
+
+extern "C" {
+
+int forge_hip_matvec3_q8_ok(uint32_t type_a, uint32_t type_b) {
+#define FORGE__PAIR_OK(ta, PA, tb, PB) if (type_a == ta && type_b == tb) return 1;
+    FORGE__Q8_PAIRS(FORGE__PAIR_OK)
+#undef FORGE__PAIR_OK
+    return 0;
+}
+
+// y[i] = W[i] x (+ bias[i]) for i = 0, 1, 2 in one launch, x the quantized vector q8 of n_cols
+// elements: W[0], W[1] of type_a, W[2] of type_b (a pair forge_hip_matvec3_q8_ok accepts).
+int forge_hip_matvec3_q8(uint32_t type_a, uint32_t type_b, const void *const w[3], const uint32_t n_rows[3], uint32_t n_cols,
+                         const void *q8, float *const y[3], const float *const bias[3], void *stream, char *message,
+                         size_t message_bytes) {
+    forge__mv3 m;
+    if (!forge_hip_matvec3_q8_ok(type_a, type_b)) return forge__hip_refuse(message, message_bytes, "matvec3 q8: unsupported type pair");
+    for (int i = 0; i < 3; i++) {
+        if (forge__hip_weights(i < 2 ? type_a : type_b, n_cols, &m.row_bytes[i], "matvec3 q8", message, message_bytes)) return -1;
+        if (n_rows[i] == 0) return forge__hip_refuse(message, message_bytes, "matvec3 q8: a matrix without rows");
+        m.w[i] = (const uint8_t *)w[i], m.n_rows[i] = n_rows[i], m.y[i] = y[i], m.bias[i] = bias[i];
+    }
+#define FORGE__PAIR_LAUNCH(ta, PA, tb, PB)                                                               \
+    if (type_a == ta && type_b == tb) forge__mvq3_launch<PA, PB>(m, n_cols, (const uint8_t *)q8, (hipStream_t)stream);
+    FORGE__Q8_PAIRS(FORGE__PAIR_LAUNCH)
+#undef FORGE__PAIR_LAUNCH
+    return forge__hip_launched("matvec3 q8 launch", message, message_bytes);
 }
 
 }  // extern "C"

@@ -1278,6 +1278,47 @@ static void check_glu_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int ac
     free(wg), free(wu), free(fg), free(fu), free(x), free(dq), free(h), free(q), free(ref);
 }
 
+/* q, k and v of one input in one launch: each output as its own forge_hip_matvec_q8 gives it (the
+   column split may differ, so up to float rounding) */
+static void check_matvec3_q8(uint32_t type_a, uint32_t type_b, uint32_t rows_q, uint32_t rows_kv, uint32_t n_cols, int with_bias) {
+    const uint32_t rows[3] = {rows_q, rows_kv, rows_kv}, types[3] = {type_a, type_a, type_b};
+    void *dw[3], *dy[3], *dy1[3], *db[3], *dx, *dq8;
+    float *x = (float *)xmalloc(n_cols * sizeof(float)), *got = (float *)xmalloc(rows_q * sizeof(float)), *want = (float *)xmalloc(rows_q * sizeof(float));
+    const void *w_arg[3];
+    float *y_arg[3];
+    const float *b_arg[3];
+    double worst = 0.0;
+    int i;
+    random_floats(x, n_cols, -1.0f, 1.0f);
+    dx = dev_alloc(n_cols * sizeof(float), x), dq8 = dev_alloc(forge_hip_q8_bytes(n_cols), NULL);
+    forge_hip_q8_quantize((const float *)dx, n_cols, dq8, NULL, msg, sizeof msg);
+    for (i = 0; i < 3; i++) {
+        const forge_type_traits *t = forge_type_info(types[i]);
+        const size_t bytes = (size_t)n_cols / t->block_elems * t->block_bytes * rows[i];
+        uint8_t *w = (uint8_t *)xmalloc(bytes);
+        float *bias = (float *)xmalloc(rows[i] * sizeof(float));
+        random_blocks(types[i], w, (uint64_t)rows[i] * (n_cols / t->block_elems));
+        random_floats(bias, rows[i], -1.0f, 1.0f);
+        dw[i] = dev_alloc(bytes, w), db[i] = dev_alloc(rows[i] * sizeof(float), bias);
+        dy[i] = dev_alloc(rows[i] * sizeof(float), NULL), dy1[i] = dev_alloc(rows[i] * sizeof(float), NULL);
+        w_arg[i] = dw[i], y_arg[i] = (float *)dy[i], b_arg[i] = with_bias ? (const float *)db[i] : NULL;
+        forge_hip_matvec_q8(types[i], dw[i], rows[i], n_cols, dq8, (float *)dy1[i], b_arg[i], 0, NULL, msg, sizeof msg);
+        free(w), free(bias);
+    }
+    CHECK(forge_hip_matvec3_q8(type_a, type_b, w_arg, rows, n_cols, dq8, y_arg, b_arg, NULL, msg, sizeof msg) == 0, "matvec3 q8: %s", msg);
+    for (i = 0; i < 3; i++)
+        if (dev_fetch(got, dy[i], rows[i] * sizeof(float)) && dev_fetch(want, dy1[i], rows[i] * sizeof(float))) {
+            const double err = norm_error_f(got, want, rows[i]);
+            worst = err > worst ? err : worst;
+        }
+    printf("  matvec3 q8 %-5s %-5s %5u + 2 x %4u rows x %5u%s: err %.2e against three launches\n", forge_type_info(type_a)->name,
+           forge_type_info(type_b)->name, rows_q, rows_kv, n_cols, with_bias ? " +bias" : "", worst);
+    CHECK(worst < 1e-6, "matvec3 q8: normalized error %.3e against three launches", worst);
+    for (i = 0; i < 3; i++) forge_hip_arena_free(dw[i]), forge_hip_arena_free(dy[i]), forge_hip_arena_free(dy1[i]), forge_hip_arena_free(db[i]);
+    forge_hip_arena_free(dx), forge_hip_arena_free(dq8);
+    free(x), free(got), free(want);
+}
+
 static void test_q8(void) {
     static const uint32_t q8_types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
     size_t i;
@@ -1292,6 +1333,12 @@ static void test_q8(void) {
         check_glu_q8(type, 320, 1536, 0);
         check_glu_q8(type, 96, 4096, 1);
     }
+    check_matvec3_q8(FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, 4096, 1024, 4096, 0); /* Llama-3-8B q, k, v */
+    check_matvec3_q8(FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K, 1536, 256, 1536, 1);  /* Qwen2.5-1.5B, with biases */
+    check_matvec3_q8(FORGE_TYPE_Q4_0, FORGE_TYPE_Q4_0, 300, 100, 1024, 1);
+    check_matvec3_q8(FORGE_TYPE_Q8_0, FORGE_TYPE_Q8_0, 2048, 512, 2048, 0);
+    check_matvec3_q8(FORGE_TYPE_Q6_K, FORGE_TYPE_Q6_K, 896, 128, 2304, 1);
+    CHECK(forge_hip_matvec3_q8_ok(FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_K) == 0, "Q6_K then Q4_K is not a pair the launch takes");
     { /* rmsnorm with its quantized output: the f32 result as forge_hip_rmsnorm, the bytes as the rule */
         const uint32_t n = 4096;
         float *x = (float *)xmalloc(n * sizeof(float)), *w = (float *)xmalloc(n * sizeof(float)), *y = (float *)xmalloc(n * sizeof(float));
