@@ -2681,7 +2681,7 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
 
 // Combines the splits of one (head, token): the same rescaling as the waves' merge above.
 __global__ void forge__k_attention_merge(const float *__restrict__ partial, float *__restrict__ out, uint32_t n_head,
-                                         uint32_t hdv, uint32_t n_split) {
+                                         uint32_t hdv, uint32_t n_split, uint8_t *__restrict__ q8 = NULL) {
     const uint32_t h = blockIdx.x, t = blockIdx.y;
     const float *rec = partial + ((size_t)t * n_head + h) * n_split * (hdv + 2);
     float m_all = -INFINITY, l_all = 0.0f;
@@ -2697,6 +2697,8 @@ __global__ void forge__k_attention_merge(const float *__restrict__ partial, floa
             if (m != -INFINITY) sum += rec[s * (hdv + 2) + 2 + d] * expf(m - m_all);
         }
         out[((size_t)t * n_head + h) * hdv + d] = sum / l_all;
+        if (q8) // one token, hdv a multiple of 32: whole waves of one head take part
+            forge__q8_put(sum / l_all, (size_t)h * hdv + d, 1, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(n_head * hdv)));
     }
 }
 
@@ -3535,7 +3537,7 @@ template <int TYPE> __device__ __forceinline__ void forge__kv_load8(const uint8_
 template <int TYPE, int G>
 __global__ void __launch_bounds__(FORGE__ATTD_THREADS)
 forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split,
-                          float *__restrict__ partial, const uint32_t *__restrict__ dev_pos) {
+                          float *__restrict__ partial, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ q8) {
     __shared__ float s_m[FORGE__ATTD_THREADS / 32][G];
     __shared__ float s_l[G];
     __shared__ float s_o[G][FORGE__ATTD_MAX_DIM];
@@ -3649,6 +3651,9 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
         const uint32_t g = i / hd, d = i % hd;
         if (n_split == 1) {
             a.out[((size_t)t * a.n_head + h0 + g) * hd + d] = s_o[g][d] / s_l[g];
+            if (q8) // one token; group * hd is a multiple of 32, so whole waves take part
+                forge__q8_put(s_o[g][d] / s_l[g], (size_t)(h0 + g) * hd + d, 1, (int8_t *)q8,
+                              (float4 *)(q8 + FORGE__Q8_DS(a.n_head * hd)));
         } else {
             float *rec = partial + (((size_t)t * a.n_head + h0 + g) * n_split + split) * (hd + 2);
             if (d == 0) {
@@ -3663,7 +3668,8 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
 
 // Launches forge__k_attention_decode when the shape suits it (see above); returns 0 when it does not.
 static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t row_k_bytes, size_t row_v_bytes,
-                                       const uint32_t *dev_pos, void *scratch, size_t scratch_bytes, hipStream_t s) {
+                                       const uint32_t *dev_pos, void *scratch, size_t scratch_bytes, hipStream_t s,
+                                       uint8_t *q8 = NULL) {
     const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv;
     if (hd != a.head_dim_v || hd > FORGE__ATTD_MAX_DIM || hd < 8 || (hd & (hd - 1)) != 0 || group > FORGE__ATTD_MAX_GROUP ||
         a.n_head_kv > 65535u)
@@ -3681,7 +3687,7 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     float *partial = (float *)scratch;
     const int gp = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 #define FORGE__ATTD_LAUNCH(T, GP) \
-    forge__k_attention_decode<T, GP><<<grid, FORGE__ATTD_THREADS, 0, s>>>(a, row_k_bytes, row_v_bytes, n_split, partial, dev_pos)
+    forge__k_attention_decode<T, GP><<<grid, FORGE__ATTD_THREADS, 0, s>>>(a, row_k_bytes, row_v_bytes, n_split, partial, dev_pos, q8)
 #define FORGE__ATTD_TYPE(T) \
     switch (gp) { \
     case 1: FORGE__ATTD_LAUNCH(T, 1); break; \
@@ -3697,7 +3703,7 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     }
 #undef FORGE__ATTD_TYPE
 #undef FORGE__ATTD_LAUNCH
-    if (n_split > 1) forge__k_attention_merge<<<dim3(a.n_head, a.n_tokens), 128, 0, s>>>(partial, a.out, a.n_head, hd, n_split);
+    if (n_split > 1) forge__k_attention_merge<<<dim3(a.n_head, a.n_tokens), 128, 0, s>>>(partial, a.out, a.n_head, hd, n_split, q8);
     return 1;
 }
 
@@ -3741,6 +3747,23 @@ int forge_hip_attention_at(const forge_hip_attention_args *args, const uint32_t 
     }
     if (n_split > 1) forge__k_attention_merge<<<dim3(a.n_head, a.n_tokens), 128, 0, s>>>(partial, a.out, a.n_head, a.head_dim_v, n_split);
     return forge__hip_launched("attention launch", message, message_bytes);
+}
+
+// forge_hip_attention_at for one token that also writes its output as a quantized vector (see
+// forge_hip_q8_quantize) into q8, for the product that reads it: by the decode kernel or its merge
+// where they serve the shape, else by a quantize launch after it.
+int forge_hip_attention_at_q8(const forge_hip_attention_args *args, const uint32_t *dev_pos, void *q8, void *scratch,
+                              size_t scratch_bytes, void *stream, char *message, size_t message_bytes) {
+    forge_hip_attention_args a = *args;
+    const size_t row_k_bytes = forge__hip_kv_row_bytes(a.kv_type, a.head_dim), row_v_bytes = forge__hip_kv_row_bytes(a.kv_type, a.head_dim_v);
+    if (!dev_pos || !q8) return forge__hip_refuse(message, message_bytes, "attention_at_q8: no device position or no q8 vector");
+    if (a.n_tokens != 1 || a.head_dim_v % 32) return forge__hip_refuse(message, message_bytes, "attention_at_q8: one token, heads of 32k values");
+    if (forge__hip_attention_check(&a, message, message_bytes)) return -1;
+    if (a.scale == 0.0f) a.scale = (float)(1.0 / sqrt((double)a.head_dim));
+    if (forge__hip_attention_decode(a, row_k_bytes, row_v_bytes, dev_pos, scratch, scratch_bytes, (hipStream_t)stream, (uint8_t *)q8))
+        return forge__hip_launched("attention launch", message, message_bytes);
+    if (forge_hip_attention_at(args, dev_pos, scratch, scratch_bytes, stream, message, message_bytes)) return -1;
+    return forge_hip_q8_quantize(a.out, a.n_head * a.head_dim_v, q8, stream, message, message_bytes);
 }
 
 }  // extern "C"

@@ -1319,6 +1319,43 @@ static void check_matvec3_q8(uint32_t type_a, uint32_t type_b, uint32_t rows_q, 
     free(x), free(got), free(want);
 }
 
+/* decode attention that also writes its output quantized: the output as forge_hip_attention_at's,
+   the quantized vector as the rounding rule of that output; one pass and split with merge */
+static void check_attention_q8(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t pos) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_ctx = 4096;
+    const forge_type_traits *t = forge_type_info(storage);
+    const size_t rk = hd / t->block_elems * t->block_bytes, cache_bytes = rk * n_kv * n_ctx, n_out = (size_t)n_head * hd;
+    const size_t scratch_bytes = forge_hip_attention_scratch_bytes(n_ctx, 1, n_head, hd);
+    float *kv_rows = (float *)xmalloc((size_t)n_ctx * n_kv * hd * sizeof(float)), *q = (float *)xmalloc(n_out * sizeof(float));
+    float *o1 = (float *)xmalloc(n_out * sizeof(float)), *o2 = (float *)xmalloc(n_out * sizeof(float));
+    void *dkv_f, *dk, *dv, *dq, *dout1, *dout2, *dq8, *dpos, *scratch;
+    forge_hip_attention_args a;
+    random_floats(kv_rows, (size_t)n_ctx * n_kv * hd, -1.0f, 1.0f);
+    random_floats(q, n_out, -1.0f, 1.0f);
+    dkv_f = dev_alloc((size_t)n_ctx * n_kv * hd * sizeof(float), kv_rows);
+    dk = dev_alloc(cache_bytes, NULL), dv = dev_alloc(cache_bytes, NULL);
+    forge_hip_kv_store(storage, (const float *)dkv_f, (const float *)dkv_f, dk, dv, n_ctx, n_kv, hd, hd, 0, 0, NULL, msg, sizeof msg);
+    dq = dev_alloc(n_out * sizeof(float), q), dout1 = dev_alloc(n_out * sizeof(float), NULL), dout2 = dev_alloc(n_out * sizeof(float), NULL);
+    dq8 = dev_alloc(forge_hip_q8_bytes((uint32_t)n_out), NULL), dpos = dev_alloc(sizeof pos, &pos), scratch = dev_alloc(scratch_bytes, NULL);
+    memset(&a, 0, sizeof a);
+    a.q = (const float *)dq, a.cache_k = dk, a.cache_v = dv, a.kv_type = storage, a.n_tokens = 1, a.n_head = n_head, a.n_head_kv = n_kv;
+    a.head_dim = hd, a.head_dim_v = hd, a.pos0 = n_ctx - 1;
+    a.out = (float *)dout1;
+    CHECK(forge_hip_attention_at(&a, (const uint32_t *)dpos, scratch, scratch_bytes, NULL, msg, sizeof msg) == 0, "attention_at: %s", msg);
+    a.out = (float *)dout2;
+    CHECK(forge_hip_attention_at_q8(&a, (const uint32_t *)dpos, dq8, scratch, scratch_bytes, NULL, msg, sizeof msg) == 0,
+          "attention_at_q8: %s", msg);
+    if (dev_fetch(o1, dout1, n_out * sizeof(float)) && dev_fetch(o2, dout2, n_out * sizeof(float))) {
+        CHECK(memcmp(o1, o2, n_out * sizeof(float)) == 0, "attention_at_q8 %s pos %u: its output differs from attention_at's", t->name, pos);
+        if (check_q8_vector(dq8, o2, n_out, "attention_at_q8"))
+            printf("  attention q8 %-4s %u heads / %u, head_dim %u, position %u: output and its rounding as the rule\n", t->name, n_head,
+                   n_kv, hd, pos);
+    }
+    forge_hip_arena_free(dkv_f), forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(dq), forge_hip_arena_free(dout1);
+    forge_hip_arena_free(dout2), forge_hip_arena_free(dq8), forge_hip_arena_free(dpos), forge_hip_arena_free(scratch);
+    free(kv_rows), free(q), free(o1), free(o2);
+}
+
 static void test_q8(void) {
     static const uint32_t q8_types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
     size_t i;
@@ -1339,6 +1376,12 @@ static void test_q8(void) {
     check_matvec3_q8(FORGE_TYPE_Q8_0, FORGE_TYPE_Q8_0, 2048, 512, 2048, 0);
     check_matvec3_q8(FORGE_TYPE_Q6_K, FORGE_TYPE_Q6_K, 896, 128, 2304, 1);
     CHECK(forge_hip_matvec3_q8_ok(FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_K) == 0, "Q6_K then Q4_K is not a pair the launch takes");
+    check_attention_q8(FORGE_KV_F16, 32, 8, 128, 5);    /* one pass */
+    check_attention_q8(FORGE_KV_F16, 32, 8, 128, 3000); /* split, merged */
+    check_attention_q8(FORGE_KV_Q8_0, 12, 2, 128, 2000);
+    check_attention_q8(FORGE_KV_F32, 16, 16, 64, 700);
+    check_attention_q8(FORGE_KV_F16, 8, 1, 256, 100);
+    check_attention_q8(FORGE_KV_F16, 16, 1, 128, 100);  /* a group too large for the decode kernel: a quantize launch after */
     { /* rmsnorm with its quantized output: the f32 result as forge_hip_rmsnorm, the bytes as the rule */
         const uint32_t n = 4096;
         float *x = (float *)xmalloc(n * sizeof(float)), *w = (float *)xmalloc(n * sizeof(float)), *y = (float *)xmalloc(n * sizeof(float));
