@@ -1319,27 +1319,24 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
     const uint32_t n_pieces = n_cols / 32;
     const int8_t *qs = (const int8_t *)q8;
     const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS(n_cols));
-    const uint8_t *rows[FORGE__MVQ_ROWS], *ups[FORGE__MVQ_ROWS];
-#pragma unroll
-    for (int k = 0; k < FORGE__MVQ_ROWS; k++) {
-        const size_t r = (size_t)min(r0 + k, n_rows - 1) * row_bytes; // rows past the end: re-read, dropped
-        rows[k] = w + r;
-        ups[k] = GLU ? w_up + r : NULL;
-    }
     float acc[2 * FORGE__MVQ_ROWS] = {0};
-    for (uint32_t p = lane + wave * set; p < n_pieces; p += wave * KSPLIT) {
-        typename P::raw raw[FORGE__MVQ_ROWS];
+    // GLU: the gate rows over all the pieces, then the up rows (the activations are read twice, from
+    // cache): the registers of a single product, so four blocks fit a multiprocessor and the grid of
+    // a large FFN runs in one wave
 #pragma unroll
-        for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(rows[k], p, raw[k]);
-        forge__xq xq;
-        P::load_q(qs, ds, p, xq);
+    for (int m = 0; m < (GLU ? 2 : 1); m++) {
+        const uint8_t *rows[FORGE__MVQ_ROWS];
 #pragma unroll
-        for (int k = 0; k < FORGE__MVQ_ROWS; k++) acc[k] += P::dotq(raw[k], p, xq);
-        if (GLU) { // the up rows after the gate rows: half the registers of loading both at once
+        for (int k = 0; k < FORGE__MVQ_ROWS; k++) // rows past the end: re-read, dropped
+            rows[k] = (m ? w_up : w) + (size_t)min(r0 + k, n_rows - 1) * row_bytes;
+        for (uint32_t p = lane + wave * set; p < n_pieces; p += wave * KSPLIT) {
+            typename P::raw raw[FORGE__MVQ_ROWS];
 #pragma unroll
-            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(ups[k], p, raw[k]);
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(rows[k], p, raw[k]);
+            forge__xq xq;
+            P::load_q(qs, ds, p, xq);
 #pragma unroll
-            for (int k = 0; k < FORGE__MVQ_ROWS; k++) acc[FORGE__MVQ_ROWS + k] += P::dotq(raw[k], p, xq);
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) acc[m * FORGE__MVQ_ROWS + k] += P::dotq(raw[k], p, xq);
         }
     }
 #pragma unroll
@@ -1368,10 +1365,9 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
     }
 }
 
-// the single products in at most 64 registers (four 256-thread blocks a multiprocessor); the gate/up
-// pair keeps its registers: capped at 64 it spilled and ran 25% slower
+// at most 64 registers: four 256-thread blocks a multiprocessor
 template <class P, int KSPLIT, int GLU>
-__global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, GLU ? 1 : 2)
+__global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2)
 forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
              const uint8_t *__restrict__ q8, float *y, const float *__restrict__ bias, int accumulate, int act,
              uint8_t *__restrict__ q8_out) {
