@@ -823,6 +823,16 @@ FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *
    back 4 bytes. FORGE_ERR_ARGUMENT before any eval; FORGE_ERR_IO when the device fails (a fault
    of the eval itself may surface here: a GPU decode step returns once its work is queued). */
 FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error);
+/* The token `sampler` draws from the last logits row of the last forge_eval: the same token, the
+   same draw from its generator, as forge_sampler_sample on forge_context_logits' last row (it
+   does not record the token either: call forge_sampler_accept). On the GPU the vocabulary stays
+   on the device when it can: a greedy sampler without repetition penalty uses
+   forge_context_argmax, and one with 0 < top_k < 256 (and no repetition penalty) has the device
+   pick the top_k + 1 best logits, sorted as the sampler sorts them, and copies back only those; the
+   host finishes temperature, top-p, min-p and the draw on them. Other settings, NaN or +inf
+   logits, or logits already copied to the host take the host path. The sampler must have been
+   created for the model's vocabulary. */
+FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error);
 FORGE_API uint32_t forge_context_pos(const forge_context *ctx);
 FORGE_API void forge_context_reset(forge_context *ctx); /* forget the sequence */
 /* The captures of the last chunk evaluated (n_tokens 0 before any); returns 0 when the context
@@ -5209,14 +5219,15 @@ static float forge__repeat_penalize(float logit, float penalty) {
     return (float)v;
 }
 
+static forge_result forge__sampler_finish(forge_sampler *s, size_t n, int sorted, int32_t *out_token, forge_error *error);
+
 FORGE_API forge_result forge_sampler_sample(forge_sampler *s, const float *logits, int32_t *out_token,
                                             forge_error *error) {
     forge__candidate *c;
     const forge_sampler_desc *d;
-    size_t n = 0, i, k;
+    size_t n = 0, k;
     uint32_t v, h;
     int sorted = 0;
-    double max_logit, total, u, cumulative;
     if (out_token) *out_token = -1;
     if (!s || !logits || !out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_sampler_sample: null argument");
     c = s->candidates;
@@ -5268,6 +5279,16 @@ FORGE_API forge_result forge_sampler_sample(forge_sampler *s, const float *logit
         n = k;
         sorted = 1;
     }
+    return forge__sampler_finish(s, n, sorted, out_token, error);
+}
+
+/* Steps 4 to 8 over the candidates s->candidates[0..n): sorted best first when `sorted`, else in
+   ascending id order. */
+static forge_result forge__sampler_finish(forge_sampler *s, size_t n, int sorted, int32_t *out_token, forge_error *error) {
+    forge__candidate *c = s->candidates;
+    const forge_sampler_desc *d = &s->desc;
+    size_t i, k;
+    double max_logit, total, u, cumulative;
 
     /* 4, 5. temperature and softmax; the max is subtracted before dividing, so a tiny temperature
        sends the others to 0 instead of overflowing */
@@ -6066,6 +6087,9 @@ int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, siz
 int forge_hip_matvec(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                      const float *bias, void *stream, char *message, size_t message_bytes);
 size_t forge_hip_argmax_scratch_bytes(void);
+size_t forge_hip_top_k_scratch_bytes(uint32_t n);
+uint32_t forge_hip_top_k_max(void);
+int forge_hip_top_k(const float *logits, uint32_t n, uint32_t k, void *scratch, void *stream, char *message, size_t message_bytes);
 int forge_hip_argmax(const float *x, uint32_t n, void *scratch, int32_t *out_index, void *stream, char *message, size_t message_bytes);
 size_t forge_hip_q8_bytes(uint32_t n);
 int forge_hip_q8_type(uint32_t type);
@@ -6253,6 +6277,7 @@ static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_m
 #ifdef FORGE_HIP
     return forge__align_gpu(forge_hip_attention_scratch_bytes(n_ctx, n_batch, forge__schedule_max_heads(s), m->config.head_dim_v)) +
            2 * forge__align_gpu(forge_hip_q8_bytes(s->max_cols)) + forge__align_gpu(forge_hip_argmax_scratch_bytes()) +
+           forge__align_gpu(forge_hip_top_k_scratch_bytes(m->config.n_vocab)) +
            forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
 #else
     (void)s, (void)m, (void)n_ctx;
@@ -6621,6 +6646,9 @@ struct forge_context {
     uint64_t dev_step;      /* the decode step's slots (FORGE__GPU_STEP_WORDS) */
     uint64_t dev_q8[2];     /* decode: two quantized activation vectors (the input of a product, and the next) */
     uint64_t dev_argmax;    /* forge_context_argmax's partial results */
+    uint64_t dev_sample;    /* forge_context_sample's candidate selection */
+    uint8_t *sample_host;   /* pinned: the selection's flag and keys, copied back */
+    uint32_t n_device_samples; /* draws forge_context_sample finished from device candidates */
     int use_q8;             /* decode products on 8-bit activations (FORGE_NO_Q8=1 turns them off) */
     uint32_t *step_host;    /* their pinned host mirror */
     void *graph;            /* the recorded decode step; NULL: plain launches */
@@ -7127,6 +7155,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
         char message[256];
         if (forge_hip_host_alloc(FORGE__GPU_STEP_WORDS * sizeof(uint32_t), (void **)&ctx->step_host, message, sizeof message) != 0)
             return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the decode step's slots: %s", message);
+        if (forge_hip_host_alloc(16 + 8 * (size_t)forge_hip_top_k_max(), (void **)&ctx->sample_host, message, sizeof message) != 0)
+            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the sampler's candidate buffer: %s", message);
     }
 
     /* the arena: weights | scratch | logits | attention scratch | token ids | step slots | capture | KV cache */
@@ -7149,6 +7179,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     offset += forge__align_gpu(forge_hip_q8_bytes(ctx->sched.max_cols));
     ctx->dev_argmax = offset;
     offset += forge__align_gpu(forge_hip_argmax_scratch_bytes());
+    ctx->dev_sample = offset;
+    offset += forge__align_gpu(forge_hip_top_k_scratch_bytes(c->n_vocab));
     {
         const char *off = getenv("FORGE_NO_Q8");
         ctx->use_q8 = !(off && *off && strcmp(off, "0") != 0);
@@ -7352,6 +7384,7 @@ FORGE_API void forge_context_destroy(forge_context *ctx) {
     }
     forge_hip_graph_destroy(ctx->graph);
     forge_hip_host_free(ctx->step_host);
+    forge_hip_host_free(ctx->sample_host);
     if (ctx->stream) forge_hip_stream_destroy(ctx->stream);
     forge_hip_arena_free(ctx->dev);
 #endif
@@ -7419,6 +7452,70 @@ FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_tok
     *out_token = best == UINT32_MAX ? 0 : (int32_t)best;
     forge__ok(error);
     return FORGE_OK;
+}
+
+FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error) {
+    const float *logits;
+    uint32_t rows = 0;
+    if (out_token) *out_token = -1;
+    if (!ctx || !sampler || !out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_context_sample: null argument");
+    if (!ctx->n_logit_rows) return forge__fail(error, FORGE_ERR_ARGUMENT, "no logits: evaluate tokens first");
+    if (sampler->n_vocab != ctx->c->n_vocab)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "the sampler was made for %lu tokens, the model has %lu",
+                           (unsigned long)sampler->n_vocab, (unsigned long)ctx->c->n_vocab);
+#ifdef FORGE_HIP
+    if (ctx->r.backend == FORGE_BACKEND_GPU && !ctx->logits_on_host && sampler->desc.repeat_penalty == 0.0f) {
+        const forge_sampler_desc *d = &sampler->desc;
+        const uint32_t n_vocab = ctx->c->n_vocab;
+        uint32_t want = 0;
+        if (d->temperature == 0.0f) want = 1; /* greedy: the best key */
+        else if (d->top_k > 0 && (uint32_t)d->top_k < forge_hip_top_k_max() && (uint32_t)d->top_k < n_vocab)
+            want = (uint32_t)d->top_k + 1; /* one more than top_k: tells whether the sampler's top-k applies */
+        if (want) {
+            uint8_t *scratch = ctx->dev + ctx->dev_sample;
+            uint32_t flag, i, n = 0;
+            forge__candidate *c = sampler->candidates;
+            ctx->dev_pending = 0;
+            FORGE__HIP(forge_hip_top_k((const float *)(void *)(ctx->dev + ctx->dev_logits) + (uint64_t)(ctx->n_logit_rows - 1) * n_vocab,
+                                       n_vocab, want, scratch, ctx->stream, FORGE__MSG));
+            FORGE__HIP(forge_hip_copy_from_device(ctx->sample_host, scratch, 16 + 8 * (size_t)want, ctx->stream, FORGE__MSG));
+            FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
+            memcpy(&flag, ctx->sample_host, sizeof flag);
+            for (i = 0; i < want && !flag; i++) { /* keys best first; padding (0) and -inf end the list */
+                uint64_t key;
+                uint32_t mono, bits;
+                float x;
+                memcpy(&key, ctx->sample_host + 16 + 8 * (size_t)i, sizeof key);
+                mono = (uint32_t)(key >> 32);
+                bits = (mono & 0x80000000u) ? mono & 0x7fffffffu : ~mono;
+                memcpy(&x, &bits, sizeof x);
+                if (key == 0 || !(x >= -FLT_MAX)) break;
+                c[n].logit = x;
+                c[n].id = (int32_t)~(uint32_t)key;
+                n++;
+            }
+            if (!flag && n > 0) { /* NaN, +inf or nothing but -inf: the host path says which */
+                ctx->n_device_samples++;
+                if (d->temperature == 0.0f) {
+                    *out_token = c[0].id;
+                    forge__ok(error);
+                    return FORGE_OK;
+                }
+                if (n == want) return forge__sampler_finish(sampler, (size_t)d->top_k, 1, out_token, error);
+                for (i = 1; i < n; i++) { /* every finite logit is here: the sampler keeps them in id order */
+                    forge__candidate t = c[i];
+                    uint32_t j = i;
+                    while (j > 0 && c[j - 1].id > t.id) c[j] = c[j - 1], j--;
+                    c[j] = t;
+                }
+                return forge__sampler_finish(sampler, n, 0, out_token, error);
+            }
+        }
+    }
+#endif
+    logits = forge_context_logits(ctx, &rows);
+    if (!logits || !rows) return forge__fail(error, FORGE_ERR_IO, "the logits of the last step could not be read");
+    return forge_sampler_sample(sampler, logits + (size_t)(rows - 1) * ctx->c->n_vocab, out_token, error);
 }
 
 static float *forge__val(forge_context *ctx, int32_t v) {
@@ -8208,8 +8305,7 @@ static forge_result forge__generator_eval(forge_generator *g, const int32_t *tok
 
 FORGE_API forge_result forge_generator_step(forge_generator *g, forge_step *s, forge_error *error) {
     forge_result r;
-    uint32_t rows, n_ctx;
-    const float *logits;
+    uint32_t n_ctx;
     int32_t token;
     size_t n_text = 0, more = 0;
     if (!g || !s) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_generator_step: null argument");
@@ -8232,10 +8328,8 @@ FORGE_API forge_result forge_generator_step(forge_generator *g, forge_step *s, f
     if (g->ctx->r.backend == FORGE_BACKEND_GPU && g->sampler->desc.temperature == 0.0f && g->sampler->desc.repeat_penalty == 0.0f) {
         /* greedy with nothing to adjust the logits: the device picks, and the vocabulary stays there */
         if ((r = forge_context_argmax(g->ctx, &token, error))) return r;
-    } else {
-        logits = forge_context_logits(g->ctx, &rows);
-        if (!logits) return forge__fail(error, FORGE_ERR_IO, "the logits of the last step could not be read");
-        if ((r = forge_sampler_sample(g->sampler, logits + (size_t)(rows - 1) * g->ctx->c->n_vocab, &token, error))) return r;
+    } else if ((r = forge_context_sample(g->ctx, g->sampler, &token, error))) { /* candidates from the device where it can */
+        return r;
     }
     forge_sampler_accept(g->sampler, token);
     s->token = token;

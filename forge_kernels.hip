@@ -17,6 +17,7 @@
 //                prompts in query tiles on the tensor cores (mma), a portable tiled path elsewhere
 //   >>moe        mixture of experts: top-k routing, per-expert matmul by route, weighted sum
 //   >>capture    hidden-state capture rows as f32 / f16 / bf16
+//   >>sample     the k best logits of a row as sorted keys, for sampling without copying the vocabulary
 //
 // Conventions of every launcher: plain C arguments and device pointers, a stream as `void *`
 // (NULL is the default stream), returns 0, or -1 with the runtime's message in `message`; never
@@ -4125,6 +4126,98 @@ int forge_hip_capture_store(void *dst, const float *src, size_t n, int dtype, vo
     if (n == 0) return 0;
     forge__k_capture_store<<<forge__hip_blocks(n, 256), 256, 0, (hipStream_t)stream>>>((uint8_t *)dst, src, n, dtype);
     return forge__hip_launched("capture_store launch", message, message_bytes);
+}
+
+}  // extern "C"
+
+/* >>sample ------------------------------------------------------------------------------------ */
+
+// The k best logits of a row for the sampler, so a sampled decode step copies back k candidates
+// instead of the vocabulary. A logit and its token id become one 64-bit key that orders them as the
+// sampler does (higher logit first, the lower id first among equal logits; -0 counts as +0): the
+// float's bits made monotone in the high word, the inverted id in the low word. Each block sorts
+// a chunk of 1024 keys in shared memory (bitonic, descending) and keeps its k best; the kept keys
+// are chunked again until one chunk remains. Deterministic; NaN or +inf anywhere sets a flag (the
+// host then takes the path that names the bad logit). Key 0 is padding, below every real key.
+#define FORGE__TOPK_CHUNK 1024
+#define FORGE__TOPK_THREADS 512
+#define FORGE__TOPK_MAX 256
+
+__device__ __forceinline__ unsigned long long forge__topk_key(float v, uint32_t id) {
+    const uint32_t bits = __float_as_uint(v + 0.0f); // -0 becomes +0
+    const uint32_t mono = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+    return ((unsigned long long)mono << 32) | (unsigned long long)(~id);
+}
+
+__global__ void __launch_bounds__(FORGE__TOPK_THREADS)
+forge__k_topk(const float *__restrict__ logits, const unsigned long long *__restrict__ in, uint32_t n, uint32_t k,
+              unsigned long long *__restrict__ out, uint32_t *__restrict__ flag) {
+    __shared__ unsigned long long key[FORGE__TOPK_CHUNK];
+    const size_t base = (size_t)blockIdx.x * FORGE__TOPK_CHUNK;
+    for (uint32_t i = threadIdx.x; i < FORGE__TOPK_CHUNK; i += blockDim.x) {
+        const size_t at = base + i;
+        unsigned long long v = 0ull;
+        if (at < n) {
+            if (logits) {
+                const float x = logits[at];
+                if (!(x <= 3.402823466e38f) && !(x < 0.0f)) atomicOr(flag, 1u); // NaN or +inf
+                v = forge__topk_key(x, (uint32_t)at);
+            } else {
+                v = in[at];
+            }
+        }
+        key[i] = v;
+    }
+    for (uint32_t size = 2; size <= FORGE__TOPK_CHUNK; size <<= 1)
+        for (uint32_t stride = size / 2; stride > 0; stride >>= 1) {
+            __syncthreads();
+            for (uint32_t t = threadIdx.x; t < FORGE__TOPK_CHUNK / 2; t += blockDim.x) {
+                const uint32_t i = 2 * t - (t & (stride - 1)), j = i + stride; // the pair (i, i + stride)
+                const bool descending = (i & size) == 0;
+                const unsigned long long a = key[i], b = key[j];
+                if ((a < b) == descending) key[i] = b, key[j] = a;
+            }
+        }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < k; i += blockDim.x) out[(size_t)blockIdx.x * k + i] = key[i];
+}
+
+static size_t forge__topk_count(uint32_t n, uint32_t k) { return (size_t)((n + FORGE__TOPK_CHUNK - 1) / FORGE__TOPK_CHUNK) * k; }
+
+extern "C" {
+
+// Device scratch for forge_hip_top_k over rows of n logits: a 16-byte head (the flag), the k best
+// keys, and two buffers for the rounds between.
+size_t forge_hip_top_k_scratch_bytes(uint32_t n) {
+    const size_t a = forge__topk_count(n, FORGE__TOPK_MAX), b = forge__topk_count((uint32_t)(a < 0xffffffffu ? a : 0xffffffffu), FORGE__TOPK_MAX);
+    return 16 + (size_t)FORGE__TOPK_MAX * 8 + (a + b) * 8;
+}
+
+uint32_t forge_hip_top_k_max(void) { return FORGE__TOPK_MAX; }
+
+// The k (1..forge_hip_top_k_max()) best of n logits as keys, best first, at scratch + 16; the uint32
+// at scratch is nonzero when a logit is NaN or +inf. One copy of 16 + 8k bytes from scratch brings
+// back both. Keys: high word the logit's bits made monotone (v >= 0: bits | 2^31, else ~bits),
+// low word ~id; key 0 is padding (fewer than k logits).
+int forge_hip_top_k(const float *logits, uint32_t n, uint32_t k, void *scratch, void *stream, char *message, size_t message_bytes) {
+    hipStream_t s = (hipStream_t)stream;
+    uint8_t *base = (uint8_t *)scratch;
+    uint32_t *flag = (uint32_t *)base;
+    unsigned long long *final_keys = (unsigned long long *)(base + 16);
+    unsigned long long *buf[2] = {final_keys + FORGE__TOPK_MAX, final_keys + FORGE__TOPK_MAX + forge__topk_count(n, FORGE__TOPK_MAX)};
+    const unsigned long long *in = NULL;
+    hipError_t err;
+    int which = 0;
+    if (k == 0 || k > FORGE__TOPK_MAX || n == 0) return forge__hip_refuse(message, message_bytes, "top_k: k must be 1..256 and n positive");
+    if ((err = hipMemsetAsync(flag, 0, 16, s)) != hipSuccess) return forge__hip_fail(err, "top_k flag", message, message_bytes);
+    for (;;) {
+        const uint32_t blocks = (n + FORGE__TOPK_CHUNK - 1) / FORGE__TOPK_CHUNK;
+        unsigned long long *out = blocks == 1 ? final_keys : buf[which];
+        forge__k_topk<<<blocks, FORGE__TOPK_THREADS, 0, s>>>(in ? NULL : logits, in, n, k, out, flag);
+        if (blocks == 1) break;
+        in = out, n = blocks * k, which ^= 1;
+    }
+    return forge__hip_launched("top_k launch", message, message_bytes);
 }
 
 }  // extern "C"

@@ -93,6 +93,41 @@ TEST__MAYBE_UNUSED static forge_model *test_open_fixture(const char *name) {
     return m;
 }
 
+/* forge_context_sample against forge_sampler_sample on the same logits: two samplers made from d,
+   one fed through each, over `steps` steps from the prompt (each step evaluates the token drawn).
+   Returns the steps whose tokens agreed (steps when all did). */
+TEST__MAYBE_UNUSED static int test_sample_walk(forge_context *ctx, uint32_t n_vocab, const int32_t *prompt, uint32_t n_prompt,
+                                               const forge_sampler_desc *d, int steps) {
+    forge_sampler *a = NULL, *b = NULL;
+    forge_error e;
+    uint32_t rows = 0, i;
+    int step, same = 0;
+    if (!CHECK(forge_sampler_create(d, n_vocab, &a, &e) == FORGE_OK && forge_sampler_create(d, n_vocab, &b, &e) == FORGE_OK, "samplers: %s",
+               e.message))
+        goto out;
+    forge_context_reset(ctx);
+    if (!CHECK(forge_eval(ctx, prompt, n_prompt, &e) == FORGE_OK, "eval: %s", e.message)) goto out;
+    for (i = 0; i < n_prompt; i++) forge_sampler_accept(a, prompt[i]), forge_sampler_accept(b, prompt[i]);
+    for (step = 0; step < steps; step++) {
+        int32_t ta = -1, tb = -2;
+        const float *l;
+        if (!CHECK(forge_context_sample(ctx, a, &ta, &e) == FORGE_OK, "forge_context_sample: %s", e.message)) break;
+        l = forge_context_logits(ctx, &rows);
+        if (!CHECK(l && rows >= 1, "logits")) break;
+        if (!CHECK(forge_sampler_sample(b, l + (size_t)(rows - 1) * n_vocab, &tb, &e) == FORGE_OK, "forge_sampler_sample: %s", e.message))
+            break;
+        if (ta != tb) break;
+        same++;
+        forge_sampler_accept(a, ta), forge_sampler_accept(b, tb);
+        if (forge_context_pos(ctx) + 1 >= forge_context_plan(ctx)->n_ctx) break;
+        if (!CHECK(forge_eval(ctx, &ta, 1, &e) == FORGE_OK, "eval: %s", e.message)) break;
+    }
+out:
+    forge_sampler_destroy(a);
+    forge_sampler_destroy(b);
+    return same;
+}
+
 static int test_summary(void) {
     printf("%d cases\n", test__state.cases);
     printf("%d passed, %d failed\n", test__state.passed, test__state.failed);

@@ -346,6 +346,40 @@ static void test_monitor(void) {
     CHECK(forge_monitor_poll(&m, NULL, &used, &e) == FORGE_OK && used >= 0.0 && used <= 1.0, "this machine: %g", used);
 }
 
+/* forge_context_sample on the CPU: the host sampler's token for every setting, and its refusals */
+static void test_context_sample(forge_model *m) {
+    static const int32_t prompt[8] = {1, 15, 300, 42, 7, 900, 12, 5};
+    forge_sampler_desc d[6];
+    forge_context_desc cd;
+    forge_context *ctx = NULL;
+    forge_sampler *other = NULL;
+    forge_error e;
+    int32_t token = 7;
+    int i;
+    TEST_CASE("forge_context_sample (CPU) equals forge_sampler_sample");
+    memset(d, 0, sizeof d);
+    d[1].temperature = 0.8f, d[1].top_k = 40, d[1].seed = 1;
+    d[2].temperature = 1.5f, d[2].seed = 2;
+    d[3].temperature = 0.7f, d[3].top_p = 0.9f, d[3].min_p = 0.05f, d[3].seed = 3;
+    d[4].temperature = 1.0f, d[4].top_k = 5, d[4].repeat_penalty = 1.3f, d[4].seed = 4;
+    d[5].temperature = 2.0f, d[5].top_k = 300, d[5].top_p = 0.95f, d[5].seed = 5;
+    memset(&cd, 0, sizeof cd);
+    cd.n_ctx = 64;
+    cd.backend = FORGE_BACKEND_CPU;
+    if (!CHECK(forge_context_create(m, &cd, &ctx, &e) == FORGE_OK, "create: %s", e.message)) return;
+    CHECK(forge_sampler_create(&d[1], 7, &other, &e) == FORGE_OK, "sampler: %s", e.message);
+    CHECK(forge_context_sample(ctx, other, &token, &e) == FORGE_ERR_ARGUMENT && token == -1, "before any eval: refused");
+    for (i = 0; i < 6; i++) {
+        int same = test_sample_walk(ctx, forge_model_config(m)->n_vocab, prompt, 8, &d[i], 40);
+        CHECK(same == 40, "setting %d: %d of 40 tokens equal", i, same);
+    }
+    CHECK(forge_context_sample(ctx, other, &token, &e) == FORGE_ERR_ARGUMENT && strstr(e.message, "sampler"),
+          "a sampler for another vocabulary: %s", e.message);
+    CHECK(forge_context_sample(ctx, NULL, &token, &e) == FORGE_ERR_ARGUMENT, "no sampler: refused");
+    forge_sampler_destroy(other);
+    forge_context_destroy(ctx);
+}
+
 int main(void) {
     test_monitor();
     forge_model *llama = test_open_fixture("tiny-llama-q4_0.gguf");
@@ -356,6 +390,7 @@ int main(void) {
         test_allocation_failures(llama);
         test_eval(llama, "tiny-llama-q4_0");
         test_kv_types(llama);
+        test_context_sample(llama);
     }
     if (qwen3) test_eval(qwen3, "tiny-qwen3-q8_0");
     forge_model_close(llama);

@@ -16,6 +16,8 @@
      creation equals the plan within 2%; one device allocation per context and none while decoding;
      free memory identical after 1000 decode steps; a plan larger than free memory is refused with
      nothing taken; a failing device allocation leaves free memory where it was;
+   - forge_context_sample: the host sampler's token on the device path, with the cost of a draw on
+     BIG_MODEL's vocabulary;
    - with DEPTH_MODEL: free device memory and the allocation count unchanged at depths 16K and 64K
      ($FORGE_TEST_DEPTH), f16 and q8_0 caches. */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
@@ -26,6 +28,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 #ifdef __cplusplus
 extern "C" {
@@ -691,6 +700,146 @@ static void decode_vs_reference(const char *dir, const char *name) {
     forge_model_close(m);
 }
 
+/* Writes a row of logits where the last eval's last row lives on the device, as if an eval had
+   produced it (the row count and the host copy's state set to match). */
+static int inject_logits(forge_context *ctx, const float *row, uint32_t n_vocab) {
+    char message[256];
+    float *dev = (float *)(void *)(ctx->dev + ctx->dev_logits);
+    if (forge_hip_copy_to_device(dev, row, n_vocab * sizeof(float), ctx->stream, message, sizeof message) != 0 ||
+        forge_hip_stream_sync(ctx->stream, message, sizeof message) != 0)
+        return 0;
+    ctx->n_logit_rows = 1;
+    ctx->logits_on_host = 0;
+    return 1;
+}
+
+/* forge_context_sample on the GPU: the host sampler's token on the same logits for every setting,
+   the device path taken exactly where it should be, and crafted rows (ties, signed zeros, masked
+   tokens leaving fewer than top_k, NaN, all masked). */
+static void sample_on_device(const char *dir, const char *name) {
+    static const int32_t prompt[8] = {1, 15, 300, 42, 7, 900, 12, 5};
+    char path[1024];
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_context_desc cd;
+    forge_sampler_desc d[9];
+    forge_error e;
+    uint32_t n_vocab, v;
+    int i;
+    float *row;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    TEST_CASE("forge_context_sample on the GPU equals forge_sampler_sample");
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    n_vocab = forge_model_config(m)->n_vocab;
+    memset(&cd, 0, sizeof cd);
+    cd.n_ctx = 64;
+    cd.backend = FORGE_BACKEND_GPU;
+    if (!CHECK(forge_context_create(m, &cd, &ctx, &e) == FORGE_OK, "create: %s", e.message)) {
+        forge_model_close(m);
+        return;
+    }
+    memset(d, 0, sizeof d);
+    d[1].temperature = 0.8f, d[1].top_k = 40, d[1].seed = 11;
+    d[2].temperature = 1.0f, d[2].top_k = 1, d[2].seed = 12;
+    d[3].temperature = 1.3f, d[3].top_k = 255, d[3].seed = 13;
+    d[4].temperature = 0.7f, d[4].top_k = 50, d[4].top_p = 0.9f, d[4].min_p = 0.05f, d[4].seed = 14;
+    d[5].temperature = 1.0f, d[5].seed = 15;                                   /* no top-k: host */
+    d[6].temperature = 0.9f, d[6].top_p = 0.95f, d[6].seed = 16;               /* host */
+    d[7].temperature = 1.0f, d[7].top_k = 40, d[7].repeat_penalty = 1.2f, d[7].seed = 17; /* host */
+    d[8].temperature = 1.0f, d[8].top_k = 256, d[8].seed = 18;                 /* above the device's 255: host */
+    for (i = 0; i < 9; i++) {
+        const uint32_t before = ctx->n_device_samples;
+        const int device = i <= 4, same = test_sample_walk(ctx, n_vocab, prompt, 8, &d[i], 40);
+        CHECK(same == 40, "setting %d: %d of 40 tokens equal to the host sampler's", i, same);
+        CHECK(ctx->n_device_samples - before == (device ? 40u : 0u), "setting %d: %u of 40 draws from device candidates, expected %d", i,
+              ctx->n_device_samples - before, device ? 40 : 0);
+        printf("  setting %d (temp %.1f top_k %d top_p %.2f min_p %.2f penalty %.1f): %d of 40 equal, %u from the device\n", i,
+               (double)d[i].temperature, (int)d[i].top_k, (double)d[i].top_p, (double)d[i].min_p, (double)d[i].repeat_penalty, same,
+               ctx->n_device_samples - before);
+    }
+    row = (float *)malloc(n_vocab * sizeof(float));
+    for (i = 0; i < 6 && row; i++) { /* crafted rows, 20 seeds each */
+        forge_sampler_desc sd;
+        int seed, equal = 0;
+        for (v = 0; v < n_vocab; v++) {
+            switch (i) {
+            case 0: row[v] = (float)(v % 7) * 0.5f; break;                         /* many exact ties */
+            case 1: row[v] = v % 3 == 0 ? 0.0f : v % 3 == 1 ? -0.0f : -1.0f; break; /* signed zeros tie */
+            case 2: row[v] = v % 100 == 3 ? (float)v * 0.01f : -INFINITY; break;    /* 10 finite, top_k 40 */
+            case 3: row[v] = v < 40 ? (float)(v % 5) : -INFINITY; break;           /* exactly top_k finite */
+            case 4: row[v] = v == 500 ? NAN : 0.1f * (float)(v % 11); break;       /* NaN: the host's message */
+            default: row[v] = -INFINITY; break;                                    /* nothing to draw */
+            }
+        }
+        for (seed = 0; seed < 20; seed++) {
+            forge_sampler *a = NULL, *b = NULL;
+            forge_error ea, eb;
+            int32_t ta = -1, tb = -1;
+            forge_result ra, rb;
+            memset(&sd, 0, sizeof sd);
+            sd.temperature = 1.0f, sd.top_k = 40, sd.top_p = seed % 2 ? 0.8f : 0.0f, sd.seed = (uint64_t)seed;
+            if (forge_sampler_create(&sd, n_vocab, &a, &ea) != FORGE_OK || forge_sampler_create(&sd, n_vocab, &b, &eb) != FORGE_OK ||
+                !inject_logits(ctx, row, n_vocab)) {
+                forge_sampler_destroy(a), forge_sampler_destroy(b);
+                break;
+            }
+            ra = forge_context_sample(ctx, a, &ta, &ea);
+            rb = forge_sampler_sample(b, row, &tb, &eb);
+            equal += ra == rb && ta == tb && (ra == FORGE_OK || strcmp(ea.message, eb.message) == 0);
+            forge_sampler_destroy(a), forge_sampler_destroy(b);
+        }
+        CHECK(equal == 20, "crafted row %d: %d of 20 draws equal to the host sampler's (result, token, message)", i, equal);
+    }
+    free(row);
+    forge_context_destroy(ctx);
+    forge_model_close(m);
+}
+
+/* A 151,936-token vocabulary (a Qwen2.5 shape): forge_context_sample (top_k 40, top_p 0.95) on the
+   device against copying the logits and sampling on the host; microseconds a draw. */
+static void sample_timing(const char *path) {
+    static const int32_t prompt[4] = {1, 2, 3, 4};
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_context_desc cd;
+    forge_sampler_desc sd;
+    forge_sampler *s = NULL;
+    forge_error e;
+    int32_t token;
+    uint32_t rows, n_vocab;
+    int k;
+    double t0, t1, t2;
+    TEST_CASE("sampling cost: device candidates against the copied vocabulary");
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    n_vocab = forge_model_config(m)->n_vocab;
+    memset(&cd, 0, sizeof cd);
+    cd.n_ctx = 256;
+    cd.backend = FORGE_BACKEND_GPU;
+    memset(&sd, 0, sizeof sd);
+    sd.temperature = 0.8f, sd.top_k = 40, sd.top_p = 0.95f, sd.seed = 1;
+    if (CHECK(forge_context_create(m, &cd, &ctx, &e) == FORGE_OK, "create: %s", e.message) &&
+        CHECK(forge_sampler_create(&sd, n_vocab, &s, &e) == FORGE_OK, "sampler: %s", e.message) &&
+        CHECK(forge_eval(ctx, prompt, 4, &e) == FORGE_OK, "eval: %s", e.message)) {
+        forge_context_sample(ctx, s, &token, &e); /* warm-up */
+        t0 = now_seconds();
+        for (k = 0; k < 50; k++) CHECK(forge_context_sample(ctx, s, &token, &e) == FORGE_OK, "sample: %s", e.message);
+        t1 = now_seconds();
+        for (k = 0; k < 50; k++) {
+            const float *l;
+            ctx->logits_on_host = 0; /* copy again, as after every step */
+            l = forge_context_logits(ctx, &rows);
+            CHECK(l && forge_sampler_sample(s, l + (size_t)(rows - 1) * n_vocab, &token, &e) == FORGE_OK, "host sample");
+        }
+        t2 = now_seconds();
+        printf("  vocabulary %u: device candidates %.1f us a draw, copy + host sampler %.1f us a draw\n", n_vocab, (t1 - t0) / 50 * 1e6,
+               (t2 - t1) / 50 * 1e6);
+        CHECK(ctx->n_device_samples == 51, "every draw from device candidates (%u)", ctx->n_device_samples);
+    }
+    forge_sampler_destroy(s);
+    forge_context_destroy(ctx);
+    forge_model_close(m);
+}
+
 int main(int argc, char **argv) {
     static const char *const fixtures[] = {"tiny-llama-f16.gguf",      "tiny-llama-q4_0.gguf",     "tiny-llama-q4_k_m.gguf",
                                            "tiny-llama-q6_k.gguf",     "tiny-llama-iq4_xs.gguf",   "tiny-qwen2-q8_0.gguf",
@@ -729,8 +878,10 @@ int main(int argc, char **argv) {
     graph_vs_plain(argv[1], "tiny-gemma-q4_k_m.gguf", FORGE_KV_F16, 0, 64, 8, 40);
     argmax_matches(argv[1], "tiny-llama-q4_k_m.gguf");
     generator_greedy(argv[1], "tiny-llama-q4_k_m.gguf");
+    sample_on_device(argv[1], "tiny-llama-q4_k_m.gguf");
     decode_steps(argv[1], "tiny-llama-q4_k_m.gguf");
     if (argc > 2) memory_promises(argv[2]);
+    if (argc > 2) sample_timing(argv[2]);
     if (argc > 3) memory_at_depth(argv[3]);
     return test_summary();
 }
