@@ -826,12 +826,12 @@ FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_tok
 /* The token `sampler` draws from the last logits row of the last forge_eval: the same token, the
    same draw from its generator, as forge_sampler_sample on forge_context_logits' last row (it
    does not record the token either: call forge_sampler_accept). On the GPU the vocabulary stays
-   on the device when it can: a greedy sampler without repetition penalty uses
-   forge_context_argmax, and one with 0 < top_k < 256 (and no repetition penalty) has the device
-   pick the top_k + 1 best logits, sorted as the sampler sorts them, and copies back only those; the
-   host finishes temperature, top-p, min-p and the draw on them. Other settings, NaN or +inf
-   logits, or logits already copied to the host take the host path. The sampler must have been
-   created for the model's vocabulary. */
+   on the device when it can: for a greedy sampler, or one with 0 < top_k < 256, the device applies
+   the repetition penalty (to a copy of the row; up to 1024 remembered tokens) and picks the
+   top_k + 1 best logits (1 for greedy), sorted as the sampler sorts them; only those come back and
+   the host finishes temperature, top-p, min-p and the draw on them. Other settings (no top_k, or a
+   larger one), NaN or +inf logits, or logits already copied to the host take the host path. The
+   sampler must have been created for the model's vocabulary. */
 FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error);
 FORGE_API uint32_t forge_context_pos(const forge_context *ctx);
 FORGE_API void forge_context_reset(forge_context *ctx); /* forget the sequence */
@@ -6089,7 +6089,9 @@ int forge_hip_matvec(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
 size_t forge_hip_argmax_scratch_bytes(void);
 size_t forge_hip_top_k_scratch_bytes(uint32_t n);
 uint32_t forge_hip_top_k_max(void);
-int forge_hip_top_k(const float *logits, uint32_t n, uint32_t k, void *scratch, void *stream, char *message, size_t message_bytes);
+uint32_t forge_hip_top_k_history_max(void);
+int forge_hip_top_k(const float *logits, uint32_t n, uint32_t k, const int32_t *history, uint32_t n_history, float penalty, void *scratch,
+                    void *stream, char *message, size_t message_bytes);
 int forge_hip_argmax(const float *x, uint32_t n, void *scratch, int32_t *out_index, void *stream, char *message, size_t message_bytes);
 size_t forge_hip_q8_bytes(uint32_t n);
 int forge_hip_q8_type(uint32_t type);
@@ -7155,7 +7157,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
         char message[256];
         if (forge_hip_host_alloc(FORGE__GPU_STEP_WORDS * sizeof(uint32_t), (void **)&ctx->step_host, message, sizeof message) != 0)
             return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the decode step's slots: %s", message);
-        if (forge_hip_host_alloc(16 + 8 * (size_t)forge_hip_top_k_max(), (void **)&ctx->sample_host, message, sizeof message) != 0)
+        if (forge_hip_host_alloc(16 + 8 * (size_t)forge_hip_top_k_max() + 4 * (size_t)forge_hip_top_k_history_max(), (void **)&ctx->sample_host,
+                                 message, sizeof message) != 0)
             return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the sampler's candidate buffer: %s", message);
     }
 
@@ -7464,7 +7467,8 @@ FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *s
         return forge__fail(error, FORGE_ERR_ARGUMENT, "the sampler was made for %lu tokens, the model has %lu",
                            (unsigned long)sampler->n_vocab, (unsigned long)ctx->c->n_vocab);
 #ifdef FORGE_HIP
-    if (ctx->r.backend == FORGE_BACKEND_GPU && !ctx->logits_on_host && sampler->desc.repeat_penalty == 0.0f) {
+    if (ctx->r.backend == FORGE_BACKEND_GPU && !ctx->logits_on_host &&
+        (sampler->desc.repeat_penalty == 0.0f || sampler->history_count <= forge_hip_top_k_history_max())) {
         const forge_sampler_desc *d = &sampler->desc;
         const uint32_t n_vocab = ctx->c->n_vocab;
         uint32_t want = 0;
@@ -7473,11 +7477,14 @@ FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *s
             want = (uint32_t)d->top_k + 1; /* one more than top_k: tells whether the sampler's top-k applies */
         if (want) {
             uint8_t *scratch = ctx->dev + ctx->dev_sample;
+            int32_t *history = (int32_t *)(void *)(ctx->sample_host + 16 + 8 * (size_t)forge_hip_top_k_max());
+            const uint32_t n_history = d->repeat_penalty > 0.0f ? sampler->history_count : 0;
             uint32_t flag, i, n = 0;
             forge__candidate *c = sampler->candidates;
             ctx->dev_pending = 0;
+            if (n_history) memcpy(history, sampler->history, (size_t)n_history * sizeof(int32_t));
             FORGE__HIP(forge_hip_top_k((const float *)(void *)(ctx->dev + ctx->dev_logits) + (uint64_t)(ctx->n_logit_rows - 1) * n_vocab,
-                                       n_vocab, want, scratch, ctx->stream, FORGE__MSG));
+                                       n_vocab, want, history, n_history, d->repeat_penalty, scratch, ctx->stream, FORGE__MSG));
             FORGE__HIP(forge_hip_copy_from_device(ctx->sample_host, scratch, 16 + 8 * (size_t)want, ctx->stream, FORGE__MSG));
             FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
             memcpy(&flag, ctx->sample_host, sizeof flag);

@@ -4184,32 +4184,76 @@ forge__k_topk(const float *__restrict__ logits, const unsigned long long *__rest
 
 static size_t forge__topk_count(uint32_t n, uint32_t k) { return (size_t)((n + FORGE__TOPK_CHUNK - 1) / FORGE__TOPK_CHUNK) * k; }
 
+// The repetition penalty, as forge.h's forge__repeat_penalize computes it (in double, clamped to
+// finite floats, -inf kept): applied to a copy of the row, so the logits themselves stay as they
+// are. The copy also flags NaN and +inf of the original row (a penalty would hide +inf).
+#define FORGE__TOPK_HISTORY 1024
+__global__ void forge__k_row_copy(const float *__restrict__ row, uint32_t n, float *__restrict__ copy, uint32_t *__restrict__ flag) {
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float x = row[i];
+        if (!(x <= 3.402823466e38f) && !(x < 0.0f)) atomicOr(flag, 1u);
+        copy[i] = x;
+    }
+}
+
+__global__ void forge__k_penalize(const float *__restrict__ row, uint32_t n, float *__restrict__ copy, const int32_t *__restrict__ history,
+                                  uint32_t n_history, float penalty) {
+    const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n_history) return;
+    const int32_t t = history[j];
+    if (t < 0 || (uint32_t)t >= n) return;
+    const float x = row[t];
+    const double v = x > 0.0f ? (double)x / penalty : (double)x * penalty;
+    float out = (float)v;
+    if (x < -3.402823466e38f) out = x;
+    else if (v > 3.402823466e38) out = 3.402823466e38f;
+    else if (v < -3.402823466e38) out = -3.402823466e38f;
+    copy[t] = out; // a token repeated in the history gets the same value each time: penalized once
+}
+
 extern "C" {
 
 // Device scratch for forge_hip_top_k over rows of n logits: a 16-byte head (the flag), the k best
 // keys, and two buffers for the rounds between.
 size_t forge_hip_top_k_scratch_bytes(uint32_t n) {
     const size_t a = forge__topk_count(n, FORGE__TOPK_MAX), b = forge__topk_count((uint32_t)(a < 0xffffffffu ? a : 0xffffffffu), FORGE__TOPK_MAX);
-    return 16 + (size_t)FORGE__TOPK_MAX * 8 + (a + b) * 8;
+    return 16 + (size_t)FORGE__TOPK_MAX * 8 + (a + b) * 8 + (size_t)n * 4 + FORGE__TOPK_HISTORY * 4;
 }
 
 uint32_t forge_hip_top_k_max(void) { return FORGE__TOPK_MAX; }
+uint32_t forge_hip_top_k_history_max(void) { return FORGE__TOPK_HISTORY; }
 
 // The k (1..forge_hip_top_k_max()) best of n logits as keys, best first, at scratch + 16; the uint32
 // at scratch is nonzero when a logit is NaN or +inf. One copy of 16 + 8k bytes from scratch brings
 // back both. Keys: high word the logit's bits made monotone (v >= 0: bits | 2^31, else ~bits),
 // low word ~id; key 0 is padding (fewer than k logits).
-int forge_hip_top_k(const float *logits, uint32_t n, uint32_t k, void *scratch, void *stream, char *message, size_t message_bytes) {
+//
+// history (pinned host memory, n_history <= forge_hip_top_k_history_max() token ids) and penalty > 0:
+// the keys are those of the row with the repetition penalty applied to those tokens (the row itself
+// is not changed); n_history 0 or penalty 0: the row as it is.
+int forge_hip_top_k(const float *logits, uint32_t n, uint32_t k, const int32_t *history, uint32_t n_history, float penalty, void *scratch,
+                    void *stream, char *message, size_t message_bytes) {
     hipStream_t s = (hipStream_t)stream;
     uint8_t *base = (uint8_t *)scratch;
     uint32_t *flag = (uint32_t *)base;
     unsigned long long *final_keys = (unsigned long long *)(base + 16);
-    unsigned long long *buf[2] = {final_keys + FORGE__TOPK_MAX, final_keys + FORGE__TOPK_MAX + forge__topk_count(n, FORGE__TOPK_MAX)};
+    const size_t a = forge__topk_count(n, FORGE__TOPK_MAX), b = forge__topk_count((uint32_t)(a < 0xffffffffu ? a : 0xffffffffu), FORGE__TOPK_MAX);
+    unsigned long long *buf[2] = {final_keys + FORGE__TOPK_MAX, final_keys + FORGE__TOPK_MAX + a};
+    float *copy = (float *)(final_keys + FORGE__TOPK_MAX + a + b);
+    int32_t *dev_history = (int32_t *)(copy + n);
     const unsigned long long *in = NULL;
     hipError_t err;
     int which = 0;
     if (k == 0 || k > FORGE__TOPK_MAX || n == 0) return forge__hip_refuse(message, message_bytes, "top_k: k must be 1..256 and n positive");
+    if (n_history > FORGE__TOPK_HISTORY) return forge__hip_refuse(message, message_bytes, "top_k: more history than its device slot holds");
     if ((err = hipMemsetAsync(flag, 0, 16, s)) != hipSuccess) return forge__hip_fail(err, "top_k flag", message, message_bytes);
+    if (history && n_history && penalty > 0.0f) {
+        if ((err = hipMemcpyAsync(dev_history, history, (size_t)n_history * 4, hipMemcpyHostToDevice, s)) != hipSuccess)
+            return forge__hip_fail(err, "top_k history", message, message_bytes);
+        forge__k_row_copy<<<forge__hip_blocks(n, 256), 256, 0, s>>>(logits, n, copy, flag);
+        forge__k_penalize<<<(n_history + 255) / 256, 256, 0, s>>>(logits, n, copy, dev_history, n_history, penalty);
+        logits = copy;
+    }
     for (;;) {
         const uint32_t blocks = (n + FORGE__TOPK_CHUNK - 1) / FORGE__TOPK_CHUNK;
         unsigned long long *out = blocks == 1 ? final_keys : buf[which];

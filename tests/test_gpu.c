@@ -722,7 +722,7 @@ static void sample_on_device(const char *dir, const char *name) {
     forge_model *m = NULL;
     forge_context *ctx = NULL;
     forge_context_desc cd;
-    forge_sampler_desc d[9];
+    forge_sampler_desc d[11];
     forge_error e;
     uint32_t n_vocab, v;
     int i;
@@ -745,11 +745,13 @@ static void sample_on_device(const char *dir, const char *name) {
     d[4].temperature = 0.7f, d[4].top_k = 50, d[4].top_p = 0.9f, d[4].min_p = 0.05f, d[4].seed = 14;
     d[5].temperature = 1.0f, d[5].seed = 15;                                   /* no top-k: host */
     d[6].temperature = 0.9f, d[6].top_p = 0.95f, d[6].seed = 16;               /* host */
-    d[7].temperature = 1.0f, d[7].top_k = 40, d[7].repeat_penalty = 1.2f, d[7].seed = 17; /* host */
-    d[8].temperature = 1.0f, d[8].top_k = 256, d[8].seed = 18;                 /* above the device's 255: host */
-    for (i = 0; i < 9; i++) {
+    d[7].temperature = 1.0f, d[7].top_k = 256, d[7].seed = 17;                 /* above the device's 255: host */
+    d[8].temperature = 1.0f, d[8].top_k = 40, d[8].repeat_penalty = 1.2f, d[8].seed = 18;
+    d[9].repeat_penalty = 1.5f, d[9].repeat_last_n = 16;                       /* greedy with a penalty */
+    d[10].temperature = 0.9f, d[10].top_k = 20, d[10].repeat_penalty = 0.8f, d[10].min_p = 0.1f, d[10].seed = 20;
+    for (i = 0; i < 11; i++) {
         const uint32_t before = ctx->n_device_samples;
-        const int device = i <= 4, same = test_sample_walk(ctx, n_vocab, prompt, 8, &d[i], 40);
+        const int device = i <= 4 || i >= 8, same = test_sample_walk(ctx, n_vocab, prompt, 8, &d[i], 40);
         CHECK(same == 40, "setting %d: %d of 40 tokens equal to the host sampler's", i, same);
         CHECK(ctx->n_device_samples - before == (device ? 40u : 0u), "setting %d: %u of 40 draws from device candidates, expected %d", i,
               ctx->n_device_samples - before, device ? 40 : 0);
