@@ -3581,32 +3581,40 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
                 for (int j = 0; j < 8; j++) k[u][j] = 0.0f, v[u][j] = 0.0f;
             }
         }
+        // the scores of both positions, then one online-softmax step for the pair: one rescale of the
+        // running sums per two positions, in base 2 (m and the scores times log2(e), exp2 throughout)
+        float s[2][G];
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            float s[G];
+        for (int u = 0; u < 2; u++)
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 float acc = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 8; j++) acc += qv[g][j] * k[u][j];
-                s[g] = acc;
+                s[u][g] = acc;
             }
-            for (uint32_t mask = L / 2; mask > 0; mask >>= 1) {
+        for (uint32_t mask = L / 2; mask > 0; mask >>= 1) {
 #pragma unroll
-                for (int g = 0; g < G; g++) s[g] += FORGE_SHFL_XOR(s[g], mask);
+            for (int u = 0; u < 2; u++)
+#pragma unroll
+                for (int g = 0; g < G; g++) s[u][g] += FORGE_SHFL_XOR(s[u][g], mask);
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float sc[2];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                float x = s[u][g];
+                if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+                sc[u] = valid[u] ? x * 1.4426950408889634f : -INFINITY;
             }
-            if (valid[u]) {
+            const float m_new = fmaxf(m[g], fmaxf(sc[0], sc[1]));
+            if (m_new == -INFINITY) continue; // neither position is in range (the same for the lane group)
+            const float shrink = exp2f(m[g] - m_new), w0 = exp2f(sc[0] - m_new), w1 = exp2f(sc[1] - m_new);
+            l[g] = l[g] * shrink + w0 + w1;
 #pragma unroll
-                for (int g = 0; g < G; g++) {
-                    float sc = s[g];
-                    if (a.softcap > 0.0f) sc = a.softcap * tanhf(sc / a.softcap);
-                    const float m_new = fmaxf(m[g], sc), shrink = expf(m[g] - m_new), weight = expf(sc - m_new);
-                    l[g] = l[g] * shrink + weight;
-#pragma unroll
-                    for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * shrink + weight * v[u][j];
-                    m[g] = m_new;
-                }
-            }
+            for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * shrink + w0 * v[0][j] + w1 * v[1][j];
+            m[g] = m_new;
         }
     }
     // the block's max per head: over the lane-groups of a wave by shuffles, then over the waves
@@ -3623,7 +3631,7 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
     for (int g = 0; g < G; g++) {
         float m_all = -INFINITY;
         for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
-        const float f = m[g] == -INFINITY ? 0.0f : expf(m[g] - m_all);
+        const float f = m[g] == -INFINITY ? 0.0f : exp2f(m[g] - m_all);
 #pragma unroll
         for (int j = 0; j < 8; j++) o[g][j] *= f;
         l[g] *= f;
@@ -3656,7 +3664,7 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
             if (d == 0) {
                 float m_all = -INFINITY;
                 for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
-                rec[0] = m_all, rec[1] = s_l[g];
+                rec[0] = m_all * 0.6931471805599453f, rec[1] = s_l[g]; // the merge works in base e
             }
             rec[2 + d] = s_o[g][d];
         }
