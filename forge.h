@@ -700,6 +700,7 @@ FORGE_API forge_result forge_capture_parse(const forge_config *config, const cha
 /* "blocks.5.hook_resid_post", "ln_final.hook_normalized"; returns out. */
 FORGE_API const char *forge_capture_name(const forge_capture *capture, char *out, size_t out_bytes);
 FORGE_API const char *forge_capture_dtype_name(forge_capture_dtype dtype); /* "f32", "f16", "bf16" */
+FORGE_API uint32_t forge_capture_dtype_bytes(forge_capture_dtype dtype);   /* bytes of one value: 4, 2, 2 */
 FORGE_API forge_result forge_capture_dtype_parse(const char *text, forge_capture_dtype *out, forge_error *error);
 
 /* Zero means default everywhere. */
@@ -6365,7 +6366,7 @@ static uint64_t forge__cpu_work_bytes(uint32_t n_threads, uint32_t max_cols) {
 }
 
 /* Bytes of one element of a capture type. */
-static uint32_t forge__capture_elem_bytes(forge_capture_dtype t) { return t == FORGE_CAPTURE_F32 ? 4u : 2u; }
+FORGE_API uint32_t forge_capture_dtype_bytes(forge_capture_dtype dtype) { return dtype == FORGE_CAPTURE_F32 ? 4u : 2u; }
 
 /* The capture staging: n_batch rows of each capture, each region aligned for the backend. offsets
    (optional) receives where each capture's region starts. */
@@ -6373,7 +6374,7 @@ static uint64_t forge__capture_bytes(const forge__schedule *s, const forge__reso
     uint64_t total = 0, align = r->backend == FORGE_BACKEND_GPU ? 256 : 64;
     uint32_t i;
     for (i = 0; i < s->n_captures; i++) {
-        uint64_t bytes = (uint64_t)r->n_batch * s->capture_width[i] * forge__capture_elem_bytes(r->capture_dtype);
+        uint64_t bytes = (uint64_t)r->n_batch * s->capture_width[i] * forge_capture_dtype_bytes(r->capture_dtype);
         if (offsets) offsets[i] = total;
         total += (bytes + align - 1) / align * align;
     }
@@ -7252,7 +7253,7 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
     if (ctx->sched.n_captures) { /* this chunk's rows of every capture, to the host */
         for (k = 0; k < ctx->sched.n_captures; k++)
             FORGE__HIP(forge_hip_copy_from_device(ctx->capture + ctx->capture_offset[k], ctx->dev + ctx->dev_capture + ctx->capture_offset[k],
-                                                  (size_t)n * ctx->sched.capture_width[k] * forge__capture_elem_bytes(ctx->r.capture_dtype),
+                                                  (size_t)n * ctx->sched.capture_width[k] * forge_capture_dtype_bytes(ctx->r.capture_dtype),
                                                   ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
     } else if (n > 1) {

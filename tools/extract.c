@@ -42,7 +42,7 @@ typedef struct extract_state {
 /* Every chunk: append its rows to each capture's file. */
 static void extract_on_chunk(void *user, const forge_capture_chunk *chunk) {
     extract_state *st = (extract_state *)user;
-    uint32_t i, elem = chunk->dtype == FORGE_CAPTURE_F32 ? 4 : 2;
+    uint32_t i, elem = forge_capture_dtype_bytes(chunk->dtype);
     for (i = 0; i < chunk->n_captures && i < st->n_files; i++) {
         size_t bytes = (size_t)chunk->n_tokens * chunk->width[i] * elem;
         if (fwrite(chunk->data[i], 1, bytes, st->files[i]) != bytes) st->failed = 1;
@@ -148,25 +148,7 @@ static int cmd_extract(int argc, char **argv) {
 
     /* the tokens: ids given, or the text tokenized as one sequence */
     if (token_arg) {
-        const char *s = token_arg;
-        size_t cap = 0;
-        while (*s) {
-            char *end = NULL;
-            long v = strtol(s, &end, 10);
-            if (end == s || v < 0 || v > 0x7fffffffL || (*end && *end != ',')) {
-                fprintf(stderr, "forge extract: --tokens: '%s' is not a list of token ids\n", token_arg);
-                goto done;
-            }
-            if (n_ids == cap) {
-                int32_t *grown;
-                cap = cap ? 2 * cap : 256;
-                grown = (int32_t *)realloc(ids, cap * sizeof *ids);
-                if (!grown) goto done;
-                ids = grown;
-            }
-            ids[n_ids++] = (int32_t)v;
-            s = *end ? end + 1 : end;
-        }
+        if (cli_parse_ids("forge extract", token_arg, &ids, &n_ids)) goto done;
     } else {
         size_t len = 0;
         if (text_path) {

@@ -555,6 +555,35 @@ static int cmd_plan(int argc, char **argv) {
     return v.fits ? 0 : 1;
 }
 
+/* A comma-separated list of token ids ("1,300,301") into a new array (the caller frees *ids, on
+   failure too); -1 with the reason printed after `who` when the text is not such a list. */
+static int cli_parse_ids(const char *who, const char *text, int32_t **ids, size_t *n_ids) {
+    const char *s = text;
+    size_t cap = 0;
+    *ids = NULL, *n_ids = 0;
+    while (*s) {
+        char *end = NULL;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > 0x7fffffffL || (*end && *end != ',')) {
+            fprintf(stderr, "%s: --tokens: '%s' is not a list of token ids\n", who, text);
+            return -1;
+        }
+        if (*n_ids == cap) {
+            int32_t *grown;
+            cap = cap ? 2 * cap : 64;
+            grown = (int32_t *)realloc(*ids, cap * sizeof **ids);
+            if (!grown) {
+                fprintf(stderr, "%s: out of memory for the token ids\n", who);
+                return -1;
+            }
+            *ids = grown;
+        }
+        (*ids)[(*n_ids)++] = (int32_t)v;
+        s = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 /* ---- forge eval ----------------------------------------------------------------------------- */
 
 static int cmd_eval(int argc, char **argv) {
@@ -565,7 +594,7 @@ static int cmd_eval(int argc, char **argv) {
     forge_context *ctx = NULL;
     forge_error err;
     int32_t *tokens = NULL;
-    uint32_t n_tokens = 0, cap = 0, done = 0, n_vocab;
+    uint32_t n_tokens = 0, done = 0, n_vocab;
     FILE *out = NULL;
     int status = 1;
     memset(&desc, 0, sizeof desc);
@@ -584,29 +613,13 @@ static int cmd_eval(int argc, char **argv) {
         return 1;
     }
     { /* the ids, comma-separated */
-        const char *s = token_text;
-        while (*s) {
-            char *end = NULL;
-            long v = strtol(s, &end, 10);
-            if (end == s || v < 0 || v > 0x7fffffffL) {
-                fprintf(stderr, "forge eval: --tokens: '%s' is not a list of token ids\n", token_text);
-                goto done;
-            }
-            if (n_tokens == cap) {
-                int32_t *grown;
-                cap = cap ? 2 * cap : 64;
-                grown = (int32_t *)realloc(tokens, cap * sizeof *tokens);
-                if (!grown) goto done;
-                tokens = grown;
-            }
-            tokens[n_tokens++] = (int32_t)v;
-            s = end;
-            if (*s == ',') s++;
-            else if (*s) {
-                fprintf(stderr, "forge eval: --tokens: unexpected '%c'\n", *s);
-                goto done;
-            }
+        size_t n = 0;
+        if (cli_parse_ids("forge eval", token_text, &tokens, &n)) goto done;
+        if (n > 0x7fffffffu) {
+            fprintf(stderr, "forge eval: too many tokens\n");
+            goto done;
         }
+        n_tokens = (uint32_t)n;
     }
     if (n_tokens == 0) {
         fprintf(stderr, "forge eval: --tokens is empty\n");
