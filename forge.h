@@ -6055,6 +6055,7 @@ typedef struct forge_hip_attention_args {
     uint32_t window;  /* 0: full causal; else position P sees only p with P - p < window */
     uint32_t n_cells; /* cache rows, a ring: position p in row p % n_cells; 0: no wrap */
     float softcap;    /* 0: none; else scores s become softcap * tanh(s / softcap) */
+    uint32_t *counters; /* attention_at: NULL or n_head * n_tokens zeroed uint32 (one-launch split merge) */
 } forge_hip_attention_args;
 
 #ifdef __cplusplus
@@ -6274,12 +6275,12 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
    [2] forge_context_argmax's answer. */
 #define FORGE__GPU_STEP_WORDS 4u
 
-/* The GPU backend's own working memory: attention's split-KV scratch, the batch's token ids, the
-   decode step's slots, and nothing that grows with the sequence. */
+/* The GPU backend's own working memory: attention's split-KV scratch and the decode step's merge
+   counters, the batch's token ids, the decode step's slots, and nothing that grows with the sequence. */
 static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_model *m, uint32_t n_ctx, uint32_t n_batch) {
 #ifdef FORGE_HIP
     return forge__align_gpu(forge_hip_attention_scratch_bytes(n_ctx, n_batch, forge__schedule_max_heads(s), m->config.head_dim_v)) +
-           2 * forge__align_gpu(forge_hip_q8_bytes(s->max_cols)) + forge__align_gpu(forge_hip_argmax_scratch_bytes()) +
+           forge__align_gpu((uint64_t)forge__schedule_max_heads(s) * sizeof(uint32_t)) + 2 * forge__align_gpu(forge_hip_q8_bytes(s->max_cols)) + forge__align_gpu(forge_hip_argmax_scratch_bytes()) +
            forge__align_gpu(forge_hip_top_k_scratch_bytes(m->config.n_vocab)) +
            forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
 #else
@@ -6649,6 +6650,7 @@ struct forge_context {
     uint64_t dev_step;      /* the decode step's slots (FORGE__GPU_STEP_WORDS) */
     uint64_t dev_q8[2];     /* decode: two quantized activation vectors (the input of a product, and the next) */
     uint64_t dev_argmax;    /* forge_context_argmax's partial results */
+    uint64_t dev_att_count; /* the decode attention's merge counters (zero between launches) */
     uint64_t dev_sample;    /* forge_context_sample's candidate selection */
     uint8_t *sample_host;   /* pinned: the selection's flag and keys, copied back */
     uint32_t n_device_samples; /* draws forge_context_sample finished from device candidates */
@@ -6826,6 +6828,7 @@ static void forge__gpu_attention_args(forge_context *ctx, const forge__op *op, u
     args->window = c->layer_is_swa[op->layer] ? c->n_swa : 0;
     args->n_cells = ctx->kv_cells[op->layer];
     args->softcap = c->attn_softcap;
+    args->counters = at_dev_pos && n == 1 ? (uint32_t *)(ctx->dev + ctx->dev_att_count) : NULL;
 }
 
 /* Decode (one token) on 8-bit activations: products whose weight type has an integer path read
@@ -7173,6 +7176,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     ctx->dev_attn_bytes = forge__align_gpu(forge_hip_attention_scratch_bytes(ctx->r.n_ctx, ctx->r.n_batch,
                                                                              forge__schedule_max_heads(&ctx->sched), c->head_dim_v));
     offset += ctx->dev_attn_bytes;
+    ctx->dev_att_count = offset;
+    offset += forge__align_gpu((uint64_t)forge__schedule_max_heads(&ctx->sched) * sizeof(uint32_t));
     ctx->dev_tokens = offset;
     offset += forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(int32_t));
     ctx->dev_step = offset;
@@ -7203,6 +7208,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
         return forge__fail(error, FORGE_ERR_CONFIG, "the GPU arena layout (%llu bytes) differs from the plan (%llu)",
                            (forge__ull)(offset + ctx->plan.kv_bytes), (forge__ull)ctx->plan.total_bytes);
     ctx->dev_rope_factors = c->has_rope_freqs ? forge__dev_f32(ctx, rope) : NULL;
+    FORGE__HIP(forge_hip_memset(ctx->dev + ctx->dev_att_count, 0, (size_t)forge__schedule_max_heads(&ctx->sched) * sizeof(uint32_t),
+                                ctx->stream, FORGE__MSG));
     {
         uint32_t storage = forge__kv_storage_type(ctx->r.kv_type);
         const forge_type_traits *kvt = forge_type_info(storage);

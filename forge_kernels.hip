@@ -82,6 +82,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 // GGUF type ids (forge.h's forge_type; the numbering is ggml's and never changes).
@@ -117,6 +118,66 @@ static int forge__hip_wave_size(void) {
         wave = 64; // the largest wave: a grid sized for it still covers every row (extra rows are skipped)
     return wave;
 }
+
+// ---- overlapped launches of the decode step ----
+//
+// On NVIDIA sm_90 and newer, the kernels of a decode step are launched with programmatic stream
+// serialization: the next kernel's blocks may be placed while the current one runs, and wait in
+// FORGE__GRID_ENTER (griddepcontrol.wait: every earlier kernel complete, its writes visible) before
+// touching memory; once through it they let the kernel after them be placed in turn. That hides a
+// launch and the filling of the machine behind the kernel before, the cost that dominates a step of
+// short kernels. A kernel launched this way must begin with FORGE__GRID_ENTER; forge__launch only
+// asks for it when the kernels were compiled with it (compute capability 9.0 code) and the device
+// runs them; FORGE_NO_PDL=1 in the environment turns it off. Elsewhere it is an ordinary launch.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__HIP_PLATFORM_AMD__)
+#define FORGE__GRID_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define FORGE__GRID_ENTER() ((void)0)
+#endif
+
+__global__ void forge__k_grid_probe(int *out) {
+#if defined(__CUDA_ARCH__)
+    if (out) *out = __CUDA_ARCH__;
+#else
+    if (out) *out = 0;
+#endif
+}
+
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+template <typename... KArgs, typename... Args>
+static void forge__launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
+    hipLaunchKernelGGL(kernel, grid, block, 0, s, args...);
+}
+#else
+static int forge__pdl_enabled(void) {
+    static int state = -1;
+    if (state < 0) {
+        const char *off = getenv("FORGE_NO_PDL");
+        int device = 0, major = 0;
+        cudaFuncAttributes fa;
+        state = 0;
+        if (!(off && *off && strcmp(off, "0") != 0) && cudaGetDevice(&device) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
+            cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 90)
+            state = 1;
+        (void)cudaGetLastError();
+    }
+    return state;
+}
+
+template <typename... KArgs, typename... Args>
+static void forge__launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[1];
+    memset(&cfg, 0, sizeof cfg);
+    memset(attr, 0, sizeof attr);
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = 0, cfg.stream = s;
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = forge__pdl_enabled() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+#endif
 
 extern "C" {
 
@@ -1154,6 +1215,7 @@ __device__ __forceinline__ void forge__q8_put(float v, size_t i, int store, int8
 }
 
 __global__ void forge__k_q8_quantize(const float *__restrict__ x, uint32_t n, uint8_t *__restrict__ q8) {
+    FORGE__GRID_ENTER();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     forge__q8_put(i < n ? x[i] : 0.0f, i, i < n, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(n)));
 }
@@ -1165,6 +1227,7 @@ __global__ void forge__k_q8_quantize(const float *__restrict__ x, uint32_t n, ui
 #define FORGE__NORM_Q8_THREADS 256
 __global__ void __launch_bounds__(FORGE__NORM_Q8_THREADS)
 forge__k_rmsnorm_q8(const float *x, const float *__restrict__ w, float *y, uint32_t n, float eps, uint8_t *__restrict__ q8) {
+    FORGE__GRID_ENTER();
     float sum = 0.0f;
     for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) { // n is a multiple of 32
         const float4 a = *(const float4 *)(x + i);
@@ -1372,6 +1435,7 @@ __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2)
 forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
              const uint8_t *__restrict__ q8, float *y, const float *__restrict__ bias, int accumulate, int act,
              uint8_t *__restrict__ q8_out) {
+    FORGE__GRID_ENTER();
     forge__mvq_block<P, KSPLIT, GLU>(blockIdx.x, w, w_up, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, act, q8_out);
 }
 
@@ -1387,6 +1451,7 @@ struct forge__mv3 {
 
 template <class PA, class PB, int KSPLIT>
 __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2) forge__k_mvq3(forge__mv3 m, uint32_t n_cols, const uint8_t *__restrict__ q8) {
+    FORGE__GRID_ENTER();
     const uint32_t b = blockIdx.x;
     if (b < m.first[1])
         forge__mvq_block<PA, KSPLIT, 0>(b, m.w[0], NULL, m.row_bytes[0], m.n_rows[0], n_cols, q8, m.y[0], m.bias[0], 0, 0, NULL);
@@ -1417,7 +1482,8 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
                               const uint8_t *q8, float *y, const float *bias, int accumulate, int act, uint8_t *q8_out, hipStream_t s) {
     const uint32_t threads = FORGE__MVQ_WAVES * (uint32_t)forge__hip_wave_size(), rows = FORGE__MVQ_ROWS * FORGE__MVQ_WAVES;
     if (w_up) {
-        forge__k_mvq<P, 1, 1><<<(n_rows + rows - 1) / rows, threads, 0, s>>>(w, w_up, row_bytes, n_rows, n_cols, q8, y, NULL, 0, act, q8_out);
+        forge__launch(forge__k_mvq<P, 1, 1>, dim3((n_rows + rows - 1) / rows), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8, y,
+                      (const float *)NULL, 0, act, q8_out);
         return;
     }
     // split the waves of a block over the columns until the grid covers the machine twice
@@ -1425,10 +1491,10 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
     while (split < 8 && (n_rows + rows / split - 1) / (rows / split) < 2u * (uint32_t)forge__hip_sm_count()) split *= 2;
     const uint32_t blocks = (n_rows + rows / split - 1) / (rows / split);
     switch (split) {
-    case 1: forge__k_mvq<P, 1, 0><<<blocks, threads, 0, s>>>(w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, NULL); break;
-    case 2: forge__k_mvq<P, 2, 0><<<blocks, threads, 0, s>>>(w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, NULL); break;
-    case 4: forge__k_mvq<P, 4, 0><<<blocks, threads, 0, s>>>(w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, NULL); break;
-    default: forge__k_mvq<P, 8, 0><<<blocks, threads, 0, s>>>(w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, NULL); break;
+    case 1: forge__launch(forge__k_mvq<P, 1, 0>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL); break;
+    case 2: forge__launch(forge__k_mvq<P, 2, 0>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL); break;
+    case 4: forge__launch(forge__k_mvq<P, 4, 0>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL); break;
+    default: forge__launch(forge__k_mvq<P, 8, 0>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL); break;
     }
 }
 
@@ -1448,7 +1514,7 @@ int forge_hip_q8_type(uint32_t type) {
 int forge_hip_q8_quantize(const float *x, uint32_t n, void *q8, void *stream, char *message, size_t message_bytes) {
     if (n % 32) return forge__hip_refuse(message, message_bytes, "q8 quantize: the width must be a multiple of 32");
     if (n == 0) return 0;
-    forge__k_q8_quantize<<<(n + 255) / 256, 256, 0, (hipStream_t)stream>>>(x, n, (uint8_t *)q8);
+    forge__launch(forge__k_q8_quantize, dim3((n + 255) / 256), dim3(256), (hipStream_t)stream, x, n, (uint8_t *)q8);
     return forge__hip_launched("q8 quantize launch", message, message_bytes);
 }
 
@@ -1456,7 +1522,7 @@ int forge_hip_rmsnorm_q8(const float *x, const float *w, float *y, uint32_t n, f
                          size_t message_bytes) {
     if (n % 32 || n == 0) return forge__hip_refuse(message, message_bytes, "rmsnorm q8: the width must be a positive multiple of 32");
     const uint32_t threads = FORGE__NORM_Q8_THREADS, blocks = x == y ? 1 : (n + threads - 1) / threads;
-    forge__k_rmsnorm_q8<<<blocks, threads, 0, (hipStream_t)stream>>>(x, w, y, n, eps, (uint8_t *)q8);
+    forge__launch(forge__k_rmsnorm_q8, dim3(blocks), dim3(threads), (hipStream_t)stream, x, w, y, n, eps, (uint8_t *)q8);
     return forge__hip_launched("rmsnorm q8 launch", message, message_bytes);
 }
 
@@ -1510,10 +1576,10 @@ static void forge__mvq3_launch(forge__mv3 &m, uint32_t n_cols, const uint8_t *q8
         split *= 2;
     }
     switch (split) {
-    case 1: forge__k_mvq3<PA, PB, 1><<<blocks, threads, 0, s>>>(m, n_cols, q8); break;
-    case 2: forge__k_mvq3<PA, PB, 2><<<blocks, threads, 0, s>>>(m, n_cols, q8); break;
-    case 4: forge__k_mvq3<PA, PB, 4><<<blocks, threads, 0, s>>>(m, n_cols, q8); break;
-    default: forge__k_mvq3<PA, PB, 8><<<blocks, threads, 0, s>>>(m, n_cols, q8); break;
+    case 1: forge__launch(forge__k_mvq3<PA, PB, 1>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
+    case 2: forge__launch(forge__k_mvq3<PA, PB, 2>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
+    case 4: forge__launch(forge__k_mvq3<PA, PB, 4>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
+    default: forge__launch(forge__k_mvq3<PA, PB, 8>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
     }
 }
 
@@ -2179,6 +2245,7 @@ __global__ void forge__k_sigmoid_scale(float *__restrict__ x, const float *__res
 __global__ void __launch_bounds__(FORGE__ARGMAX_THREADS)
 forge__k_argmax(const float *__restrict__ x, const uint32_t *__restrict__ x_index, uint32_t n, float *part_value, uint32_t *part_index,
                 int32_t *out) {
+    FORGE__GRID_ENTER();
     __shared__ float best_value[FORGE__ARGMAX_THREADS];
     __shared__ uint32_t best_index[FORGE__ARGMAX_THREADS];
     float best = -INFINITY;
@@ -2369,8 +2436,10 @@ int forge_hip_argmax(const float *x, uint32_t n, void *scratch, int32_t *out_ind
     if (n == 0) return forge__hip_refuse(message, message_bytes, "argmax: no values");
     float *part_value = (float *)scratch;
     uint32_t *part_index = (uint32_t *)(part_value + FORGE__ARGMAX_PARTS);
-    forge__k_argmax<<<FORGE__ARGMAX_PARTS, FORGE__ARGMAX_THREADS, 0, (hipStream_t)stream>>>(x, NULL, n, part_value, part_index, NULL);
-    forge__k_argmax<<<1, FORGE__ARGMAX_THREADS, 0, (hipStream_t)stream>>>(part_value, part_index, FORGE__ARGMAX_PARTS, NULL, NULL, out_index);
+    forge__launch(forge__k_argmax, dim3(FORGE__ARGMAX_PARTS), dim3(FORGE__ARGMAX_THREADS), (hipStream_t)stream, x, (const uint32_t *)NULL, n,
+                  part_value, part_index, (int32_t *)NULL);
+    forge__launch(forge__k_argmax, dim3(1), dim3(FORGE__ARGMAX_THREADS), (hipStream_t)stream, (const float *)part_value,
+                  (const uint32_t *)part_index, (uint32_t)FORGE__ARGMAX_PARTS, (float *)NULL, (uint32_t *)NULL, out_index);
     return forge__hip_launched("argmax launch", message, message_bytes);
 }
 
@@ -2474,6 +2543,7 @@ __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict_
                                     const uint32_t *__restrict__ dev_pos, float freq_base, float freq_scale,
                                     const float *__restrict__ freq_factors, uint8_t *__restrict__ cache_k, uint8_t *__restrict__ cache_v,
                                     uint32_t n_cells, size_t row_k_bytes, size_t row_v_bytes) {
+    FORGE__GRID_ENTER();
     const uint32_t half = n_rot / 2, p = dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p, b = blockIdx.x;
     const int per_element = TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16;
     if (b < n_head + n_head_kv) {
@@ -2516,9 +2586,9 @@ int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, u
     if (n_head_kv == 0) return 0;
     switch (kv_type) {
 #define FORGE__ROPE_STORE(T)                                                                             \
-    forge__k_rope_store<T><<<n_head + 2 * n_head_kv, 128, 0, s>>>(q, k, v, n_head, n_head_kv, head_dim, head_dim_v, n_rot, mode == 2, \
-                                                                  pos0, dev_pos, freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, \
-                                                                  (uint8_t *)cache_v, n_cells, row_k, row_v)
+    forge__launch(forge__k_rope_store<T>, dim3(n_head + 2 * n_head_kv), dim3(128), s, q, k, v, n_head, n_head_kv, head_dim, head_dim_v, \
+                  n_rot, (int)(mode == 2), pos0, dev_pos, freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, (uint8_t *)cache_v, \
+                  n_cells, row_k, row_v)
     case FORGE_HIP_F32: FORGE__ROPE_STORE(FORGE_HIP_F32); break;
     case FORGE_HIP_F16: FORGE__ROPE_STORE(FORGE_HIP_F16); break;
     case FORGE_HIP_Q8_0: FORGE__ROPE_STORE(FORGE_HIP_Q8_0); break;
@@ -2560,6 +2630,8 @@ typedef struct forge_hip_attention_args {
     uint32_t n_cells;        // rows of the layer's cache, a ring (pos % n_cells); 0: no wrap. Must hold every
                              // position the batch reads: n_cells >= pos0 + n_tokens - max(0, pos0 + 1 - window)
     float softcap;           // 0: none; else each score s becomes softcap * tanh(s / softcap) before the softmax
+    uint32_t *counters;      // forge_hip_attention_at: NULL, or n_head * n_tokens uint32 zeros in device memory that
+                             // let split decode blocks merge in the same launch (left zero after each launch)
 } forge_hip_attention_args;
 
 #define FORGE_HIP_ATTENTION_MAX_HEAD_DIM 512
@@ -2580,6 +2652,12 @@ typedef struct forge_hip_attention_args {
 #endif
 #ifndef FORGE__ATT_DECODE_BLOCKS
 #define FORGE__ATT_DECODE_BLOCKS 1024
+#endif
+// The decode kernel of forge_hip_attention_at (forge__k_attention_decode) splits a context into
+// chunks of FORGE__ATTD_MIN_CHUNK positions or more, at most FORGE__ATTD_MAX_SPLIT of them.
+#define FORGE__ATTD_MAX_SPLIT 128
+#ifndef FORGE__ATTD_MIN_CHUNK
+#define FORGE__ATTD_MIN_CHUNK 32
 #endif
 
 // Flash-style attention, one pass with online softmax. A block serves one (query head, token, split):
@@ -2679,6 +2757,7 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
 // Combines the splits of one (head, token): the same rescaling as the waves' merge above.
 __global__ void forge__k_attention_merge(const float *__restrict__ partial, float *__restrict__ out, uint32_t n_head,
                                          uint32_t hdv, uint32_t n_split, uint8_t *__restrict__ q8 = NULL) {
+    FORGE__GRID_ENTER();
     const uint32_t h = blockIdx.x, t = blockIdx.y;
     const float *rec = partial + ((size_t)t * n_head + h) * n_split * (hdv + 2);
     float m_all = -INFINITY, l_all = 0.0f;
@@ -3399,11 +3478,15 @@ int forge_hip_kv_store_at(uint32_t kv_type, const float *k, const float *v, void
 }
 
 // Scratch that lets forge_hip_attention split a context of up to n_ctx positions for batches of up to
-// n_tokens queries (flash-decoding); the plan reserves it once. Any smaller scratch (or none) also
-// works: the launcher then uses fewer splits, down to the single-pass kernel.
+// n_tokens queries, and forge_hip_attention_at split a one-token step as finely as it can use
+// (flash-decoding); the plan reserves it once. Any smaller scratch (or none) also works: the
+// launchers then use fewer splits, down to the single-pass kernels.
 size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v) {
-    const uint32_t n_split = forge__hip_attention_splits(n_ctx);
-    return n_split <= 1 ? 0 : (size_t)n_split * n_tokens * n_head * (head_dim_v + 2) * sizeof(float);
+    const uint32_t n_split = forge__hip_attention_splits(n_ctx), wanted = (n_ctx + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
+    const uint32_t decode = wanted > FORGE__ATTD_MAX_SPLIT ? FORGE__ATTD_MAX_SPLIT : wanted;
+    const size_t rec = (size_t)n_head * (head_dim_v + 2) * sizeof(float);
+    const size_t prompt = n_split <= 1 ? 0 : (size_t)n_split * n_tokens * rec;
+    return decode <= 1 ? prompt : prompt > decode * rec ? prompt : decode * rec;
 }
 
 // out = causal softmax(q k^T * scale) v over the cache, for every query head and token (see the
@@ -3486,119 +3569,169 @@ static int forge__hip_attention_check(const forge_hip_attention_args *a, char *m
 
 }  // extern "C"
 
-// ---- decode attention for the graph path (forge_hip_attention_at): one block per (KV head, token, split) ----
+// ---- decode attention for the graph path (forge_hip_attention_at): one block per (group of query heads, token, split) ----
 //
-// A block serves every query head of one GQA group (the heads that read the same KV head), so each K
-// and V row is read once for all of them. A position goes to a lane-group of L = head_dim / 8 lanes:
-// lane i of it loads dims 8i..8i+7 of the K and V rows (one 16-byte load for F16, two for F32, 2-byte
-// loads for Q8_0/Q4_0 whose blocks are only 2-byte aligned), the group's scores are L-lane shuffle sums,
-// and each lane-group keeps its own online softmax (m, l, o) per head. A wave takes wave / L positions
-// at a time, two such sets per step so that four row loads are in flight per lane. The lane-groups
-// merge through shared memory (max per head, then rescaled sums) and the block writes a normalized
-// output (n_split == 1) or its (m, l, o) record per head for forge__k_attention_merge. The position
-// is read from device memory; splits past the ones it needs record m = -inf, as forge__k_attention does.
-// Shapes: head_dim == head_dim_v in {8, 16, 32, 64, 128, 256} (L a power of two no wider than 32),
-// groups of up to 8 heads; anything else takes forge__k_attention.
-#define FORGE__ATTD_THREADS 256
+// A block serves up to FORGE__ATTD_MAX_GROUP query heads that read the same KV head (a larger GQA
+// group is cut into even parts, one block each), so each K and V row is read once for all of them.
+// A position goes to a lane-group of L = head_dim / 8 lanes: lane i of it loads dims 8i..8i+7 of the
+// K and V rows (one 16-byte load for F16, two for F32, 2-byte loads for Q8_0/Q4_0 whose blocks are
+// only 2-byte aligned), the group's scores are L-lane shuffle sums, and each lane-group keeps its own
+// online softmax (m, l, o) per head. A wave takes wave / L positions at a time, two such sets per
+// step, and the rows of the next step are loaded (raw, not yet converted) before the current step is
+// computed, so a lane has eight row loads in flight while it works. The waves merge through shared
+// memory in one pass.
+// Splits follow the position read from device memory, not the grid: a span of P positions takes
+// ceil(P / FORGE__ATTD_MIN_CHUNK) splits, at most the grid's, so a short context uses a few blocks and
+// a long one the whole grid. One split writes the normalized output; several write (m, l, o) records,
+// and with args.counters the last block of a head group to finish (an atomic count, reset by that
+// block) merges them in the same launch; without counters forge__k_attention_merge does (the records
+// of unused splits then hold m = -inf, which it skips). Either way the merge reads the records in
+// split order, so a step gives the same bits every time it runs.
+// Shapes: head_dim == head_dim_v in {8, 16, 32, 64, 128, 256} (L a power of two no wider than 32);
+// anything else takes forge__k_attention.
+#define FORGE__ATTD_THREADS 128
+#define FORGE__ATTD_MAX_WAVES (FORGE__ATTD_THREADS / 32)
 #define FORGE__ATTD_MAX_DIM 256
-#define FORGE__ATTD_MAX_GROUP 8
+#define FORGE__ATTD_MAX_GROUP 4
 
-template <int TYPE> __device__ __forceinline__ void forge__kv_load8(const uint8_t *row, uint32_t d0, float v[8]) {
+// Eight consecutive values of a cache row as loaded (converted by forge__kv_cvt8): F16 one 16-byte
+// word, F32 two, Q8_0 / Q4_0 the eight (or eight nibbles of) quant bytes in w[0].x/.y and the block's
+// f16 scale in w[0].z. All zero reads as eight zeros in every type.
+template <int TYPE> struct forge__kv8 {
+    uint4 w[TYPE == FORGE_HIP_F32 ? 2 : 1];
+};
+
+template <int TYPE> __device__ __forceinline__ void forge__kv_raw8(const uint8_t *row, uint32_t d0, forge__kv8<TYPE> &r) {
     if (TYPE == FORGE_HIP_F32) {
-        const float4 x = *(const float4 *)(row + 4 * (size_t)d0), y = *(const float4 *)(row + 4 * (size_t)d0 + 16);
-        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+        r.w[0] = forge__ld128(row + 4 * (size_t)d0);
+        r.w[TYPE == FORGE_HIP_F32 ? 1 : 0] = forge__ld128(row + 4 * (size_t)d0 + 16);
     } else if (TYPE == FORGE_HIP_F16) {
-        const uint4 w = forge__ld128(row + 2 * (size_t)d0);
+        r.w[0] = forge__ld128(row + 2 * (size_t)d0);
+    } else { // Q8_0: bytes d0%32.. of the block; Q4_0: bytes (d0%32)&15.., low or high nibbles (forge__kv_cvt8)
+        const uint32_t bytes = TYPE == FORGE_HIP_Q8_0 ? 34 : 18, j = TYPE == FORGE_HIP_Q8_0 ? d0 % 32 : (d0 % 32) & 15;
+        const uint8_t *b = row + (size_t)(d0 / 32) * bytes, *qs = b + 2 + j;
+        r.w[0] = make_uint4(forge__ld16(qs) | forge__ld16(qs + 2) << 16, forge__ld16(qs + 4) | forge__ld16(qs + 6) << 16, forge__ld16(b), 0u);
+    }
+}
+
+template <int TYPE> __device__ __forceinline__ void forge__kv_zero8(forge__kv8<TYPE> &r) {
+#pragma unroll
+    for (int i = 0; i < (TYPE == FORGE_HIP_F32 ? 2 : 1); i++) r.w[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// shift: Q4_0's nibble (0 for dims 0..15 of a block, 4 for 16..31)
+template <int TYPE> __device__ __forceinline__ void forge__kv_cvt8(const forge__kv8<TYPE> &r, uint32_t shift, float v[8]) {
+    if (TYPE == FORGE_HIP_F32) {
+        const uint4 x = r.w[0], y = r.w[TYPE == FORGE_HIP_F32 ? 1 : 0];
+        v[0] = __uint_as_float(x.x), v[1] = __uint_as_float(x.y), v[2] = __uint_as_float(x.z), v[3] = __uint_as_float(x.w);
+        v[4] = __uint_as_float(y.x), v[5] = __uint_as_float(y.y), v[6] = __uint_as_float(y.z), v[7] = __uint_as_float(y.w);
+    } else if (TYPE == FORGE_HIP_F16) {
+        const uint4 w = r.w[0];
         v[0] = forge__f16(w.x & 0xffffu), v[1] = forge__f16(w.x >> 16), v[2] = forge__f16(w.y & 0xffffu), v[3] = forge__f16(w.y >> 16);
         v[4] = forge__f16(w.z & 0xffffu), v[5] = forge__f16(w.z >> 16), v[6] = forge__f16(w.w & 0xffffu), v[7] = forge__f16(w.w >> 16);
-    } else if (TYPE == FORGE_HIP_Q8_0) {
-        const uint8_t *b = row + (size_t)(d0 / 32) * 34, *qs = b + 2 + d0 % 32;
-        const float sc = forge__f16(forge__ld16(b));
+    } else {
+        const float sc = forge__f16(r.w[0].z);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t w = forge__ld16(qs + 2 * i);
-            v[2 * i] = (float)(int8_t)(w & 0xffu) * sc, v[2 * i + 1] = (float)(int8_t)(w >> 8) * sc;
-        }
-    } else { // Q4_0: dims j < 16 in the low nibbles of bytes j, dims 16.. in the high nibbles
-        const uint32_t j = d0 % 32, shift = j < 16 ? 0 : 4;
-        const uint8_t *b = row + (size_t)(d0 / 32) * 18, *qs = b + 2 + (j & 15);
-        const float sc = forge__f16(forge__ld16(b));
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t w = forge__ld16(qs + 2 * i);
-            v[2 * i] = (float)((int)((w >> shift) & 0xfu) - 8) * sc, v[2 * i + 1] = (float)((int)((w >> (8 + shift)) & 0xfu) - 8) * sc;
+        for (int i = 0; i < 8; i++) {
+            const uint32_t byte = ((i < 4 ? r.w[0].x : r.w[0].y) >> (8 * (i % 4))) & 0xffu;
+            v[i] = TYPE == FORGE_HIP_Q8_0 ? (float)(int8_t)byte * sc : (float)((int)((byte >> shift) & 0xfu) - 8) * sc;
         }
     }
 }
 
+// the cache coherent read of a record another block wrote in this launch
+__device__ __forceinline__ float forge__ld_shared_l2(const float *p) {
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+    return *(const volatile float *)p;
+#else
+    return __ldcg(p);
+#endif
+}
+
 template <int TYPE, int G>
-__global__ void __launch_bounds__(FORGE__ATTD_THREADS)
-forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split,
+__global__ void __launch_bounds__(FORGE__ATTD_THREADS, 4)
+forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t per_block,
                           float *__restrict__ partial, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ q8) {
-    __shared__ float s_m[FORGE__ATTD_THREADS / 32][G];
-    __shared__ float s_l[G];
-    __shared__ float s_o[G][FORGE__ATTD_MAX_DIM];
+    FORGE__GRID_ENTER();
+    __shared__ float s_m[FORGE__ATTD_MAX_WAVES][G], s_l[FORGE__ATTD_MAX_WAVES][G];
+    __shared__ float s_o[FORGE__ATTD_MAX_WAVES][G][FORGE__ATTD_MAX_DIM];
+    __shared__ float s_w[G][FORGE__ATTD_MAX_SPLIT];
+    __shared__ int s_last;
     const uint32_t hd = a.head_dim, L = hd / 8, wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave;
     const uint32_t n_waves = blockDim.x / wave, per_wave = wave / L, sub = lane % L, grp = lane / L;
-    const uint32_t kv_head = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
-    const uint32_t group = a.n_head / a.n_head_kv, h0 = kv_head * group;
+    const uint32_t group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block;
+    const uint32_t kv_head = blockIdx.x / parts, part = blockIdx.x % parts, t = blockIdx.y, split = blockIdx.z;
+    const uint32_t h0 = kv_head * group + part * per_block;
+    const uint32_t cnt = per_block < group - part * per_block ? per_block : group - part * per_block; // heads of this block
     const uint32_t kv_len = *dev_pos + t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
-    const uint32_t span = kv_len - first, want = (span + FORGE__ATT_DECODE_CHUNK - 1) / FORGE__ATT_DECODE_CHUNK;
+    const uint32_t span = kv_len - first, want = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
     const uint32_t n_used = want < 1 ? 1 : want < n_split ? want : n_split, chunk = (span + n_used - 1) / n_used;
+    const size_t rec_len = hd + 2;
+    const bool direct = n_used == 1 && (a.counters || n_split == 1); // else forge__k_attention_merge reads every split's record
     if (split >= n_used) {
-        if (threadIdx.x < group) partial[(((size_t)t * a.n_head + h0 + threadIdx.x) * n_split + split) * (hd + 2)] = -INFINITY;
+        if (!a.counters && threadIdx.x < cnt) partial[(((size_t)t * a.n_head + h0 + threadIdx.x) * n_split + split) * rec_len] = -INFINITY;
         return;
     }
     const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
     const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
-    const uint32_t d0 = sub * 8;
+    const uint32_t d0 = sub * 8, shift = d0 % 32 < 16 ? 0 : 4;
 
     float qv[G][8], o[G][8], m[G], l[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        const float *q = a.q + ((size_t)t * a.n_head + h0 + g) * hd + d0;
+        const float *q = a.q + ((size_t)t * a.n_head + h0 + ((uint32_t)g < cnt ? g : 0)) * hd + d0;
 #pragma unroll
-        for (int j = 0; j < 8; j++) qv[g][j] = (uint32_t)g < group ? q[j] * a.scale : 0.0f, o[g][j] = 0.0f;
+        for (int j = 0; j < 8; j++) qv[g][j] = (uint32_t)g < cnt ? q[j] * a.scale : 0.0f, o[g][j] = 0.0f;
         m[g] = -INFINITY, l[g] = 0.0f;
     }
-    for (uint32_t i = threadIdx.x; i < G * FORGE__ATTD_MAX_DIM; i += blockDim.x) (&s_o[0][0])[i] = 0.0f;
-    if (threadIdx.x < G) s_l[threadIdx.x] = 0.0f;
 
     const uint32_t step = n_waves * per_wave * 2;
-    for (uint32_t base = begin + wid * per_wave * 2; base < end; base += step) { // uniform over the wave
-        float k[2][8], v[2][8];
-        bool valid[2];
+    uint32_t base = begin + wid * per_wave * 2; // uniform over the wave
+    forge__kv8<TYPE> rk[2], rv[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const uint32_t p = base + u * per_wave + grp, cell = a.n_cells ? p % a.n_cells : p;
+        if (p < end) {
+            forge__kv_raw8<TYPE>(ck + ((size_t)cell * a.n_head_kv + kv_head) * row_k_bytes, d0, rk[u]);
+            forge__kv_raw8<TYPE>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, d0, rv[u]);
+        } else
+            forge__kv_zero8<TYPE>(rk[u]), forge__kv_zero8<TYPE>(rv[u]);
+    }
+    for (; base < end; base += step) {
+        forge__kv8<TYPE> nk[2], nv[2]; // the next step's rows, in flight while this one is computed
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            const uint32_t p = base + u * per_wave + grp;
-            valid[u] = p < end;
-            if (valid[u]) {
-                const uint32_t cell = a.n_cells ? p % a.n_cells : p;
-                forge__kv_load8<TYPE>(ck + ((size_t)cell * a.n_head_kv + kv_head) * row_k_bytes, d0, k[u]);
-                forge__kv_load8<TYPE>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, d0, v[u]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; j++) k[u][j] = 0.0f, v[u][j] = 0.0f;
-            }
+            const uint32_t p = base + step + u * per_wave + grp, cell = a.n_cells ? p % a.n_cells : p;
+            if (p < end) {
+                forge__kv_raw8<TYPE>(ck + ((size_t)cell * a.n_head_kv + kv_head) * row_k_bytes, d0, nk[u]);
+                forge__kv_raw8<TYPE>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, d0, nv[u]);
+            } else
+                forge__kv_zero8<TYPE>(nk[u]), forge__kv_zero8<TYPE>(nv[u]);
         }
         // the scores of both positions, then one online-softmax step for the pair: one rescale of the
         // running sums per two positions, in base 2 (m and the scores times log2(e), exp2 throughout)
         float s[2][G];
 #pragma unroll
-        for (int u = 0; u < 2; u++)
+        for (int u = 0; u < 2; u++) {
+            float k[8];
+            forge__kv_cvt8<TYPE>(rk[u], shift, k);
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 float acc = 0.0f;
 #pragma unroll
-                for (int j = 0; j < 8; j++) acc += qv[g][j] * k[u][j];
+                for (int j = 0; j < 8; j++) acc += qv[g][j] * k[j];
                 s[u][g] = acc;
             }
+        }
         for (uint32_t mask = L / 2; mask > 0; mask >>= 1) {
 #pragma unroll
             for (int u = 0; u < 2; u++)
 #pragma unroll
                 for (int g = 0; g < G; g++) s[u][g] += FORGE_SHFL_XOR(s[u][g], mask);
         }
+        float v0[8], v1[8];
+        forge__kv_cvt8<TYPE>(rv[0], shift, v0);
+        forge__kv_cvt8<TYPE>(rv[1], shift, v1);
 #pragma unroll
         for (int g = 0; g < G; g++) {
             float sc[2];
@@ -3606,32 +3739,25 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
             for (int u = 0; u < 2; u++) {
                 float x = s[u][g];
                 if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-                sc[u] = valid[u] ? x * 1.4426950408889634f : -INFINITY;
+                sc[u] = base + u * per_wave + grp < end ? x * 1.4426950408889634f : -INFINITY;
             }
             const float m_new = fmaxf(m[g], fmaxf(sc[0], sc[1]));
             if (m_new == -INFINITY) continue; // neither position is in range (the same for the lane group)
             const float shrink = exp2f(m[g] - m_new), w0 = exp2f(sc[0] - m_new), w1 = exp2f(sc[1] - m_new);
             l[g] = l[g] * shrink + w0 + w1;
 #pragma unroll
-            for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * shrink + w0 * v[0][j] + w1 * v[1][j];
+            for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * shrink + w0 * v0[j] + w1 * v1[j];
             m[g] = m_new;
         }
+#pragma unroll
+        for (int u = 0; u < 2; u++) rk[u] = nk[u], rv[u] = nv[u];
     }
-    // the block's max per head: over the lane-groups of a wave by shuffles, then over the waves
+    // each wave: its max per head over its lane-groups, their sums rescaled to it by a butterfly
 #pragma unroll
     for (int g = 0; g < G; g++) {
         float mw = m[g];
         for (uint32_t mask = L; mask < wave; mask <<= 1) mw = fmaxf(mw, FORGE_SHFL_XOR(mw, mask));
-        if (lane == 0) s_m[wid][g] = mw;
-    }
-    __syncthreads();
-    // rescaled to the block's max, summed over the lane-groups of a wave by a butterfly, then wave by
-    // wave in a fixed order: no atomics, so a step gives the same bits every time it runs
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        float m_all = -INFINITY;
-        for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
-        const float f = m[g] == -INFINITY ? 0.0f : exp2f(m[g] - m_all);
+        const float f = m[g] == -INFINITY ? 0.0f : exp2f(m[g] - mw);
 #pragma unroll
         for (int j = 0; j < 8; j++) o[g][j] *= f;
         l[g] *= f;
@@ -3640,34 +3766,67 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
             for (int j = 0; j < 8; j++) o[g][j] += FORGE_SHFL_XOR(o[g][j], mask);
             l[g] += FORGE_SHFL_XOR(l[g], mask);
         }
-    }
-    for (uint32_t w = 0; w < n_waves; w++) {
-        if (wid == w && grp == 0) {
+        if (grp == 0) {
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-#pragma unroll
-                for (int j = 0; j < 8; j++) s_o[g][d0 + j] += o[g][j];
-                if (sub == 0) s_l[g] += l[g];
-            }
+            for (int j = 0; j < 8; j++) s_o[wid][g][d0 + j] = o[g][j];
+            if (sub == 0) s_m[wid][g] = mw, s_l[wid][g] = l[g];
         }
-        __syncthreads();
     }
-    for (uint32_t i = threadIdx.x; i < group * hd; i += blockDim.x) {
-        const uint32_t g = i / hd, d = i % hd;
-        if (n_split == 1) {
-            a.out[((size_t)t * a.n_head + h0 + g) * hd + d] = s_o[g][d] / s_l[g];
-            if (q8) // one token; group * hd is a multiple of 32, so whole waves take part
-                forge__q8_put(s_o[g][d] / s_l[g], (size_t)(h0 + g) * hd + d, 1, (int8_t *)q8,
-                              (float4 *)(q8 + FORGE__Q8_DS(a.n_head * hd)));
-        } else {
-            float *rec = partial + (((size_t)t * a.n_head + h0 + g) * n_split + split) * (hd + 2);
-            if (d == 0) {
-                float m_all = -INFINITY;
-                for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
-                rec[0] = m_all * 0.6931471805599453f, rec[1] = s_l[g]; // the merge works in base e
-            }
-            rec[2 + d] = s_o[g][d];
+    __syncthreads();
+    // the waves in a fixed order: the block's (m, l, o) per head; out (one split) or a record
+    for (uint32_t i0 = 0; i0 < cnt * hd; i0 += blockDim.x) { // uniform rounds: forge__q8_put takes whole waves
+        const uint32_t i = i0 + threadIdx.x, g = i < cnt * hd ? i / hd : 0, d = i % hd;
+        float m_all = -INFINITY, lsum = 0.0f, osum = 0.0f;
+        for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
+        for (uint32_t w = 0; w < n_waves; w++) {
+            const float f = s_m[w][g] == -INFINITY ? 0.0f : exp2f(s_m[w][g] - m_all);
+            lsum += s_l[w][g] * f, osum += s_o[w][g][d] * f;
         }
+        if (direct) {
+            if (i < cnt * hd) a.out[((size_t)t * a.n_head + h0 + g) * hd + d] = osum / lsum;
+            if (q8) forge__q8_put(osum / lsum, (size_t)(h0 + g) * hd + d, i < cnt * hd, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(a.n_head * hd)));
+        } else if (i < cnt * hd) {
+            float *rec = partial + (((size_t)t * a.n_head + h0 + g) * n_split + split) * rec_len;
+            if (d == 0) rec[0] = m_all * 0.6931471805599453f, rec[1] = lsum; // records are in base e, as the merge kernel's
+            rec[2 + d] = osum;
+        }
+    }
+    if (direct || !a.counters) return;
+    // the last block of this head group to finish merges the n_used records
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t *counter = a.counters + (size_t)t * gridDim.x + blockIdx.x;
+        const uint32_t done = atomicAdd(counter, 1u);
+        s_last = done == n_used - 1;
+        if (s_last) *counter = 0; // every block of the group has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const float *recs = partial + ((size_t)t * a.n_head + h0) * n_split * rec_len; // head g, split s at (g * n_split + s) * rec_len
+    for (uint32_t i = threadIdx.x; i < cnt * n_used; i += blockDim.x)
+        s_w[i / n_used][i % n_used] = forge__ld_shared_l2(recs + ((i / n_used) * n_split + i % n_used) * rec_len);
+    __syncthreads();
+    for (uint32_t g = wid; g < cnt; g += n_waves) { // a wave per head: weights exp(m_s - max) / l_all
+        float mx = -INFINITY, lsum = 0.0f;
+        for (uint32_t s = lane; s < n_used; s += wave) mx = fmaxf(mx, s_w[g][s]);
+        for (uint32_t mask = wave / 2; mask > 0; mask >>= 1) mx = fmaxf(mx, FORGE_SHFL_XOR(mx, mask));
+        for (uint32_t s = lane; s < n_used; s += wave) {
+            const float f = s_w[g][s] == -INFINITY ? 0.0f : expf(s_w[g][s] - mx);
+            lsum += f * forge__ld_shared_l2(recs + (g * n_split + s) * rec_len + 1);
+            s_w[g][s] = f;
+        }
+        for (uint32_t mask = wave / 2; mask > 0; mask >>= 1) lsum += FORGE_SHFL_XOR(lsum, mask);
+        for (uint32_t s = lane; s < n_used; s += wave) s_w[g][s] /= lsum;
+    }
+    __syncthreads();
+    for (uint32_t i0 = 0; i0 < cnt * hd; i0 += blockDim.x) {
+        const uint32_t i = i0 + threadIdx.x, g = i < cnt * hd ? i / hd : 0, d = i % hd;
+        float sum = 0.0f;
+        for (uint32_t s = 0; s < n_used; s++) sum += s_w[g][s] * forge__ld_shared_l2(recs + (g * n_split + s) * rec_len + 2 + d);
+        if (i < cnt * hd) a.out[((size_t)t * a.n_head + h0 + g) * hd + d] = sum;
+        if (q8) forge__q8_put(sum, (size_t)(h0 + g) * hd + d, i < cnt * hd, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(a.n_head * hd)));
     }
 }
 
@@ -3676,29 +3835,31 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
                                        const uint32_t *dev_pos, void *scratch, size_t scratch_bytes, hipStream_t s,
                                        uint8_t *q8 = NULL) {
     const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv;
-    if (hd != a.head_dim_v || hd > FORGE__ATTD_MAX_DIM || hd < 8 || (hd & (hd - 1)) != 0 || group > FORGE__ATTD_MAX_GROUP ||
-        a.n_head_kv > 65535u)
+    if (hd != a.head_dim_v || hd > FORGE__ATTD_MAX_DIM || hd < 8 || (hd & (hd - 1)) != 0 || (uint64_t)a.n_head > 65535u)
         return 0;
     if ((a.kv_type == FORGE_HIP_F16 || a.kv_type == FORGE_HIP_F32) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 15u)) return 0;
     if ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 1u)) return 0;
+    // a group in even parts of at most FORGE__ATTD_MAX_GROUP heads, one block each
+    const uint32_t parts = (group + FORGE__ATTD_MAX_GROUP - 1) / FORGE__ATTD_MAX_GROUP, per_block = (group + parts - 1) / parts;
     const uint32_t max_len = a.pos0 + a.n_tokens, span = a.window && a.window < max_len ? a.window : max_len;
-    uint32_t n_split = forge__hip_decode_splits(span);
-    const uint32_t fill = FORGE__ATT_DECODE_BLOCKS / (a.n_head_kv * a.n_tokens);
+    const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = 4 * (uint64_t)forge__hip_sm_count();
+    uint64_t n_split = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
+    if (n_split > (target + blocks - 1) / blocks) n_split = (target + blocks - 1) / blocks; // the splits that fill the device
+    if (n_split > FORGE__ATTD_MAX_SPLIT) n_split = FORGE__ATTD_MAX_SPLIT;
     const size_t per_split = (size_t)a.n_tokens * a.n_head * (hd + 2) * sizeof(float);
-    if (n_split > fill) n_split = fill ? fill : 1;
-    if (!scratch || (size_t)n_split * per_split > scratch_bytes) n_split = scratch ? (uint32_t)(scratch_bytes / per_split) : 1;
+    if (!scratch || n_split * per_split > scratch_bytes) n_split = scratch ? scratch_bytes / per_split : 1;
     if (n_split < 1) n_split = 1;
-    dim3 grid(a.n_head_kv, a.n_tokens, n_split);
+    dim3 grid((uint32_t)(a.n_head_kv * parts), a.n_tokens, (uint32_t)n_split);
     float *partial = (float *)scratch;
-    const int gp = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+    const int gp = per_block <= 1 ? 1 : per_block <= 2 ? 2 : 4;
 #define FORGE__ATTD_LAUNCH(T, GP) \
-    forge__k_attention_decode<T, GP><<<grid, FORGE__ATTD_THREADS, 0, s>>>(a, row_k_bytes, row_v_bytes, n_split, partial, dev_pos, q8)
+    forge__launch(forge__k_attention_decode<T, GP>, grid, dim3(FORGE__ATTD_THREADS), s, a, row_k_bytes, row_v_bytes, (uint32_t)n_split, \
+                  per_block, partial, dev_pos, q8)
 #define FORGE__ATTD_TYPE(T) \
     switch (gp) { \
     case 1: FORGE__ATTD_LAUNCH(T, 1); break; \
     case 2: FORGE__ATTD_LAUNCH(T, 2); break; \
-    case 4: FORGE__ATTD_LAUNCH(T, 4); break; \
-    default: FORGE__ATTD_LAUNCH(T, 8); break; \
+    default: FORGE__ATTD_LAUNCH(T, 4); break; \
     }
     switch (a.kv_type) {
     case FORGE_HIP_F32: FORGE__ATTD_TYPE(FORGE_HIP_F32); break;
@@ -3708,7 +3869,9 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     }
 #undef FORGE__ATTD_TYPE
 #undef FORGE__ATTD_LAUNCH
-    if (n_split > 1) forge__k_attention_merge<<<dim3(a.n_head, a.n_tokens), 128, 0, s>>>(partial, a.out, a.n_head, hd, n_split, q8);
+    if (n_split > 1 && !a.counters)
+        forge__launch(forge__k_attention_merge, dim3(a.n_head, a.n_tokens), dim3(128), s, (const float *)partial, a.out, a.n_head, hd,
+                      (uint32_t)n_split, q8);
     return 1;
 }
 

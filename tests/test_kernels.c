@@ -550,6 +550,32 @@ static void check_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, ui
             CHECK(err < 1e-5, "attention_at %s heads %u/%u dims %u/%u pos %u window %u cells %u softcap %g: normalized error %.3e", t->name,
                   n_head, n_kv, hd, hdv, pos0, window, n_cells, (double)softcap, err);
         }
+        if (at_bytes) { /* the splits merged in the same launch: zeroed counters, left zeroed, the same bits on a replay */
+            uint32_t *counts = (uint32_t *)xmalloc(n_head * sizeof(uint32_t));
+            float *again = (float *)xmalloc(n_out * sizeof(float));
+            void *dcount = dev_alloc(n_head * sizeof(uint32_t), NULL);
+            uint32_t h, nonzero = 0;
+            memset(counts, 0, n_head * sizeof(uint32_t));
+            forge_hip_copy_to_device(dcount, counts, n_head * sizeof(uint32_t), NULL, msg, sizeof msg);
+            b.counters = (uint32_t *)dcount;
+            CHECK(forge_hip_attention_at(&b, (const uint32_t *)dpos, at_scratch, at_bytes, NULL, msg, sizeof msg) == 0 &&
+                      dev_fetch(got, dout, n_out * sizeof(float)) &&
+                      forge_hip_attention_at(&b, (const uint32_t *)dpos, at_scratch, at_bytes, NULL, msg, sizeof msg) == 0 &&
+                      dev_fetch(again, dout, n_out * sizeof(float)) && dev_fetch(counts, dcount, n_head * sizeof(uint32_t)),
+                  "attention_at with counters %s: %s", t->name, msg);
+            {
+                double err = norm_error_d(got, ref, n_out);
+                for (h = 0; h < n_head; h++) nonzero += counts[h] != 0;
+                printf("  attention_at %-4s heads %2u/%u dims %3u/%3u pos %5u (grid for %5u) merged in the launch: err %.2e\n", t->name,
+                       n_head, n_kv, hd, hdv, pos0, at_max, err);
+                CHECK(err < 1e-5, "attention_at merged in the launch %s heads %u/%u dims %u/%u pos %u window %u cells %u: error %.3e", t->name,
+                      n_head, n_kv, hd, hdv, pos0, window, n_cells, err);
+                CHECK(memcmp(got, again, n_out * sizeof(float)) == 0, "attention_at merged in the launch %s pos %u: a replay differs", t->name,
+                      pos0);
+                CHECK(nonzero == 0, "attention_at %s pos %u: %u merge counters left nonzero", t->name, pos0, nonzero);
+            }
+            forge_hip_arena_free(dcount), free(counts), free(again);
+        }
         forge_hip_arena_free(at_scratch), forge_hip_arena_free(dpos);
     }
     forge_hip_arena_free(dq), forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(dout), forge_hip_arena_free(scratch);
@@ -582,10 +608,20 @@ static void test_attention(void) {
         check_attention(kv_types[i], 8, 8, 128, 128, 1, 5000, 1, 2048, 2048, 0.0f); /* no grouping, ring of window cells */
         check_attention(kv_types[i], 16, 8, 64, 64, 1, 12000, 1, 1000, 1500, 0.5f); /* ring with spare cells, hard cap */
         check_attention(kv_types[i], 8, 2, 128, 128, 1, 7000, 0, 0, 0, 0.0f);     /* no scratch: one pass per block */
+        check_attention(kv_types[i], 32, 8, 128, 128, 1, 0, 1, 0, 0, 0.0f);      /* decode at the first positions: one split, */
+        check_attention(kv_types[i], 32, 8, 128, 128, 1, 40, 1, 0, 0, 0.0f);     /* two, */
+        check_attention(kv_types[i], 12, 2, 128, 128, 1, 127, 1, 0, 0, 0.0f);    /* four (a group of 6 in two blocks of 3), */
+        check_attention(kv_types[i], 12, 2, 128, 128, 1, 300, 1, 0, 0, 0.0f);    /* ten */
+        check_attention(kv_types[i], 40, 2, 64, 64, 1, 500, 1, 0, 0, 0.0f);      /* a group of 20: five blocks of four */
+        check_attention(kv_types[i], 14, 2, 128, 128, 1, 900, 1, 100, 0, 0.0f);  /* a group of 7: blocks of 4 and 3, window */
         check_attention(kv_types[i], 8, 8, 64, 64, 7, 50, 0, 0, 100, 0.0f);      /* n_cells without a window: no wrap */
     }
-    CHECK(forge_hip_attention_scratch_bytes(100, 1, 32, 128) == 0, "a short context needs no scratch");
-    CHECK(forge_hip_attention_scratch_bytes(32768, 1, 32, 128) == (size_t)32 * 32 * 130 * 4, "scratch of a long context");
+    /* a record is (m, l, o) per head; a decode step splits into chunks of 32 or more positions, at most
+       128 splits; prompts into chunks of 256, at most 32 */
+    CHECK(forge_hip_attention_scratch_bytes(32, 1, 32, 128) == 0, "one chunk of context needs no scratch");
+    CHECK(forge_hip_attention_scratch_bytes(100, 1, 32, 128) == (size_t)4 * 32 * 130 * 4, "a short context: four decode splits");
+    CHECK(forge_hip_attention_scratch_bytes(32768, 1, 32, 128) == (size_t)128 * 32 * 130 * 4, "scratch of a long context");
+    CHECK(forge_hip_attention_scratch_bytes(32768, 8, 32, 128) == (size_t)32 * 8 * 32 * 130 * 4, "scratch of a long context, 8 tokens");
     memset(&a, 0, sizeof a);
     a.kv_type = FORGE_TYPE_F16, a.n_tokens = 5, a.n_head = 4, a.n_head_kv = 2, a.head_dim = 64, a.head_dim_v = 64, a.pos0 = 300;
     a.window = 64, a.n_cells = 67; /* needs 68 */
@@ -1260,14 +1296,14 @@ static void check_matvec3_q8(uint32_t type_a, uint32_t type_b, uint32_t rows_q, 
 
 /* decode attention that also writes its output quantized: the output as forge_hip_attention_at's,
    the quantized vector as the rounding rule of that output; one pass and split with merge */
-static void check_attention_q8(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t pos) {
+static void check_attention_q8(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t pos, int counters) {
     const uint32_t storage = forge__kv_storage_type(kv), n_ctx = 4096;
     const forge_type_traits *t = forge_type_info(storage);
     const size_t rk = hd / t->block_elems * t->block_bytes, cache_bytes = rk * n_kv * n_ctx, n_out = (size_t)n_head * hd;
     const size_t scratch_bytes = forge_hip_attention_scratch_bytes(n_ctx, 1, n_head, hd);
     float *kv_rows = (float *)xmalloc((size_t)n_ctx * n_kv * hd * sizeof(float)), *q = (float *)xmalloc(n_out * sizeof(float));
     float *o1 = (float *)xmalloc(n_out * sizeof(float)), *o2 = (float *)xmalloc(n_out * sizeof(float));
-    void *dkv_f, *dk, *dv, *dq, *dout1, *dout2, *dq8, *dpos, *scratch;
+    void *dkv_f, *dk, *dv, *dq, *dout1, *dout2, *dq8, *dpos, *scratch, *dcount;
     forge_hip_attention_args a;
     random_floats(kv_rows, (size_t)n_ctx * n_kv * hd, -1.0f, 1.0f);
     random_floats(q, n_out, -1.0f, 1.0f);
@@ -1276,10 +1312,12 @@ static void check_attention_q8(forge_kv_type kv, uint32_t n_head, uint32_t n_kv,
     forge_hip_kv_store(storage, (const float *)dkv_f, (const float *)dkv_f, dk, dv, n_ctx, n_kv, hd, hd, 0, 0, NULL, msg, sizeof msg);
     dq = dev_alloc(n_out * sizeof(float), q), dout1 = dev_alloc(n_out * sizeof(float), NULL), dout2 = dev_alloc(n_out * sizeof(float), NULL);
     dq8 = dev_alloc(forge_hip_q8_bytes((uint32_t)n_out), NULL), dpos = dev_alloc(sizeof pos, &pos), scratch = dev_alloc(scratch_bytes, NULL);
+    dcount = dev_alloc(n_head * sizeof(uint32_t), NULL);
+    forge_hip_memset(dcount, 0, n_head * sizeof(uint32_t), NULL, msg, sizeof msg);
     memset(&a, 0, sizeof a);
     a.q = (const float *)dq, a.cache_k = dk, a.cache_v = dv, a.kv_type = storage, a.n_tokens = 1, a.n_head = n_head, a.n_head_kv = n_kv;
     a.head_dim = hd, a.head_dim_v = hd, a.pos0 = n_ctx - 1;
-    a.out = (float *)dout1;
+    a.out = (float *)dout1, a.counters = counters ? (uint32_t *)dcount : NULL;
     CHECK(forge_hip_attention_at(&a, (const uint32_t *)dpos, scratch, scratch_bytes, NULL, msg, sizeof msg) == 0, "attention_at: %s", msg);
     a.out = (float *)dout2;
     CHECK(forge_hip_attention_at_q8(&a, (const uint32_t *)dpos, dq8, scratch, scratch_bytes, NULL, msg, sizeof msg) == 0,
@@ -1287,11 +1325,12 @@ static void check_attention_q8(forge_kv_type kv, uint32_t n_head, uint32_t n_kv,
     if (dev_fetch(o1, dout1, n_out * sizeof(float)) && dev_fetch(o2, dout2, n_out * sizeof(float))) {
         CHECK(memcmp(o1, o2, n_out * sizeof(float)) == 0, "attention_at_q8 %s pos %u: its output differs from attention_at's", t->name, pos);
         if (check_q8_vector(dq8, o2, n_out, "attention_at_q8"))
-            printf("  attention q8 %-4s %u heads / %u, head_dim %u, position %u: output and its rounding as the rule\n", t->name, n_head,
-                   n_kv, hd, pos);
+            printf("  attention q8 %-4s %u heads / %u, head_dim %u, position %u%s: output and its rounding as the rule\n", t->name, n_head,
+                   n_kv, hd, pos, counters ? ", merged in the launch" : "");
     }
     forge_hip_arena_free(dkv_f), forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(dq), forge_hip_arena_free(dout1);
     forge_hip_arena_free(dout2), forge_hip_arena_free(dq8), forge_hip_arena_free(dpos), forge_hip_arena_free(scratch);
+    forge_hip_arena_free(dcount);
     free(kv_rows), free(q), free(o1), free(o2);
 }
 
@@ -1315,12 +1354,14 @@ static void test_q8(void) {
     check_matvec3_q8(FORGE_TYPE_Q8_0, FORGE_TYPE_Q8_0, 2048, 512, 2048, 0);
     check_matvec3_q8(FORGE_TYPE_Q6_K, FORGE_TYPE_Q6_K, 896, 128, 2304, 1);
     CHECK(forge_hip_matvec3_q8_ok(FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_K) == 0, "Q6_K then Q4_K is not a pair the launch takes");
-    check_attention_q8(FORGE_KV_F16, 32, 8, 128, 5);    /* one pass */
-    check_attention_q8(FORGE_KV_F16, 32, 8, 128, 3000); /* split, merged */
-    check_attention_q8(FORGE_KV_Q8_0, 12, 2, 128, 2000);
-    check_attention_q8(FORGE_KV_F32, 16, 16, 64, 700);
-    check_attention_q8(FORGE_KV_F16, 8, 1, 256, 100);
-    check_attention_q8(FORGE_KV_F16, 16, 1, 128, 100);  /* a group too large for the decode kernel: a quantize launch after */
+    check_attention_q8(FORGE_KV_F16, 32, 8, 128, 5, 0);    /* one pass */
+    check_attention_q8(FORGE_KV_F16, 32, 8, 128, 3000, 0); /* split, merged by a second launch */
+    check_attention_q8(FORGE_KV_F16, 32, 8, 128, 3000, 1); /* split, merged in the launch */
+    check_attention_q8(FORGE_KV_Q8_0, 12, 2, 128, 2000, 1);
+    check_attention_q8(FORGE_KV_F32, 16, 16, 64, 700, 1);
+    check_attention_q8(FORGE_KV_F16, 8, 1, 256, 100, 1);
+    check_attention_q8(FORGE_KV_F16, 16, 1, 128, 100, 1);  /* a group of 16: four blocks of four heads */
+    check_attention_q8(FORGE_KV_F16, 16, 1, 96, 100, 1);   /* heads the decode kernel does not take: a quantize launch after */
     { /* rmsnorm with its quantized output: the f32 result as forge_hip_rmsnorm, the bytes as the rule */
         const uint32_t n = 4096;
         float *x = (float *)xmalloc(n * sizeof(float)), *w = (float *)xmalloc(n * sizeof(float)), *y = (float *)xmalloc(n * sizeof(float));
