@@ -805,7 +805,11 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
 /* Appends tokens to the sequence (at positions pos .. pos+n-1), n_batch at a time. On the GPU a
    one-token step (decode) replays a recorded graph and returns once its work is queued; the calls
    that read its results (logits, argmax, the next eval) wait for it. Set FORGE_NO_GRAPH=1 in the
-   environment before forge_context_create for plain launches instead of the graph.
+   environment before forge_context_create for plain launches instead of the graph. On NVIDIA
+   compute capability 9.0 and newer (kernels built for it), the decode kernels are launched so that
+   each may be placed on the device while the one before it finishes (programmatic dependent
+   launch; each waits for the previous kernel's results before it reads anything); FORGE_NO_PDL=1
+   turns that off.
    GPU decode precision: one-token products whose weights are Q4_0, Q8_0, Q4_K or Q6_K round their
    input vector to 8 bits per element in groups of 32 (one scale per group, as the reference engine
    does in its quantized products) and multiply on integer dot products; the logits then stand about
