@@ -39,11 +39,11 @@ $(BUILD)/forge: tools/forge.c tools/mkmodel.c tools/extract.c forge.h $(GPU_OBJ)
 $(BUILD)/%: examples/%.c forge.h $(GPU_OBJ) | $(BUILD)
 	$(BUILD_EXE)
 
-$(BUILD)/test_%: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h tests/random_blocks.h | $(BUILD)
+$(BUILD)/test_%: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h tests/random_blocks.h tests/greedy_data.h | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -g $< -o $@ $(LDLIBS)
 
 # the same suites under AddressSanitizer and UndefinedBehaviorSanitizer
-$(BUILD)/test_%_san: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h tests/random_blocks.h | $(BUILD)
+$(BUILD)/test_%_san: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h tests/random_blocks.h tests/greedy_data.h | $(BUILD)
 	$(SAN_CC) $(WARN) -O1 -g $(SANITIZE) $< -o $@ $(LDLIBS)
 
 $(BUILD)/dump_tensors: tests/dump_tensors.c forge.h | $(BUILD)
@@ -101,7 +101,7 @@ $(BUILD)/test_kernels: $(BUILD)/forge_kernels.o $(BUILD)/test_kernels.o
 $(BUILD)/test_gpu: tests/test_gpu.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
 # a real model's greedy continuation on the GPU against the reference (FORGE_TEST_BACKEND=gpu)
-$(BUILD)/test_greedy_gpu: tests/test_greedy.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
+$(BUILD)/test_greedy_gpu: tests/test_greedy.c forge.h tests/test.h tests/greedy_data.h $(BUILD)/forge_kernels.o | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
 # GPU_MODEL: a model of a few hundred MiB for the memory invariants (forge mkmodel makes one)
 test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu

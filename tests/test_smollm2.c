@@ -21,116 +21,11 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_CASES 16
-#define MAX_IDS 256
-#define MAX_TEXT 1024
-
-typedef struct greedy_case {
-    char prompt[MAX_TEXT];
-    size_t prompt_len;
-    int32_t prompt_ids[MAX_IDS];
-    size_t n_prompt_ids;
-    int32_t greedy_ids[MAX_IDS];
-    size_t n_greedy_ids;
-    long agree;
-    int line;
-} greedy_case;
-
-/* An allocator that counts its calls, so a test can say that a stretch of work allocated nothing. */
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int hex_digit(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* C escapes: \\ \" \n \t \r \xHH (two digits). Returns 0 on a malformed escape or overflow. */
-static int unescape(const char *s, char *out, size_t capacity, size_t *len) {
-    size_t n = 0;
-    while (*s) {
-        int c = (unsigned char)*s++;
-        if (c == '\\') {
-            int e = (unsigned char)*s++;
-            if (e == 'n') c = '\n';
-            else if (e == 't') c = '\t';
-            else if (e == 'r') c = '\r';
-            else if (e == '\\' || e == '"') c = e;
-            else if (e == 'x' && hex_digit(s[0]) >= 0 && hex_digit(s[1]) >= 0) {
-                c = hex_digit(s[0]) * 16 + hex_digit(s[1]);
-                s += 2;
-            } else
-                return 0;
-        }
-        if (n + 1 >= capacity) return 0;
-        out[n++] = (char)c;
-    }
-    out[n] = 0;
-    *len = n;
-    return 1;
-}
-
-static int parse_ids(const char *s, int32_t *ids, size_t capacity, size_t *n) {
-    *n = 0;
-    for (;;) {
-        char *end;
-        long v;
-        while (*s == ' ' || *s == '\t') s++;
-        if (!*s) return 1;
-        v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > INT32_MAX || *n >= capacity) return 0;
-        ids[(*n)++] = (int32_t)v;
-        s = end;
-    }
-}
-
-/* Reads the data file: '#' comments, blank lines, and per prompt the lines prompt:, prompt_ids:,
-   greedy_ids: and agree:, in that order. Returns the number of cases, or -1 after a failed check. */
-static int load_cases(const char *path, greedy_case *cases, int max_cases) {
-    FILE *f = fopen(path, "rb");
-    char line[8192];
-    int n = 0, line_no = 0, ok = 1;
-    if (!CHECK(f != NULL, "cannot open the data file %s", path)) return -1;
-    while (ok && fgets(line, sizeof line, f)) {
-        size_t len = strlen(line);
-        greedy_case *c = n > 0 ? &cases[n - 1] : NULL;
-        line_no++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (len == 0 || line[0] == '#') continue;
-        if (strncmp(line, "prompt: ", 8) == 0) {
-            if (!(ok = CHECK(n < max_cases, "%s:%d: more than %d prompts", path, line_no, max_cases))) break;
-            c = &cases[n++];
-            memset(c, 0, sizeof *c);
-            c->agree = -1;
-            c->line = line_no;
-            ok = CHECK(unescape(line + 8, c->prompt, sizeof c->prompt, &c->prompt_len), "%s:%d: bad escape or too long",
-                       path, line_no);
-        } else if (strncmp(line, "prompt_ids:", 11) == 0) {
-            ok = CHECK(c != NULL && parse_ids(line + 11, c->prompt_ids, MAX_IDS, &c->n_prompt_ids) && c->n_prompt_ids > 0,
-                       "%s:%d: bad prompt_ids line", path, line_no);
-        } else if (strncmp(line, "greedy_ids:", 11) == 0) {
-            ok = CHECK(c != NULL && parse_ids(line + 11, c->greedy_ids, MAX_IDS, &c->n_greedy_ids) && c->n_greedy_ids > 0,
-                       "%s:%d: bad greedy_ids line", path, line_no);
-        } else if (strncmp(line, "agree:", 6) == 0) {
-            ok = CHECK(c != NULL, "%s:%d: agree before any prompt", path, line_no);
-            if (ok) c->agree = strtol(line + 6, NULL, 10);
-        } else {
-            ok = CHECK(0, "%s:%d: unknown line '%.60s'", path, line_no, line);
-        }
-    }
-    fclose(f);
-    return ok ? n : -1;
-}
+#include "greedy_data.h"
 
 static void run_case(forge_generator *gen, const forge_tokenizer *tok, const greedy_case *c, double *seconds,
                      long *tokens, test_counting *alloc_count) {
-    int32_t ids[MAX_IDS], got[MAX_IDS];
+    int32_t ids[GREEDY_MAX_IDS], got[GREEDY_MAX_IDS];
     size_t n_ids = 0, i;
     long n_got = 0, calls_before;
     int done = 0, tokenized_ok;
@@ -139,7 +34,7 @@ static void run_case(forge_generator *gen, const forge_tokenizer *tok, const gre
     double t0 = 0;
 
     /* the tokenizer */
-    if (!CHECK(forge_tokenize(tok, c->prompt, c->prompt_len, 0, 0, ids, MAX_IDS, &n_ids, &e) == FORGE_OK,
+    if (!CHECK(forge_tokenize(tok, c->prompt, c->prompt_len, 0, 0, ids, GREEDY_MAX_IDS, &n_ids, &e) == FORGE_OK,
                "line %d: tokenize: %s", c->line, e.message))
         return;
     for (i = 0; i < n_ids && i < c->n_prompt_ids; i++)
@@ -177,7 +72,7 @@ static void run_case(forge_generator *gen, const forge_tokenizer *tok, const gre
 }
 
 int main(void) {
-    static greedy_case cases[MAX_CASES];
+    static greedy_case cases[GREEDY_MAX_CASES];
     const char *model_path = getenv("FORGE_SMOLLM2");
     const char *data_path = getenv("FORGE_SMOLLM2_DATA");
     char default_path[1024];
@@ -203,7 +98,7 @@ int main(void) {
     if (!data_path || !*data_path) data_path = "tests/data/smollm2_greedy.txt";
 
     TEST_CASE("data file");
-    n_cases = load_cases(data_path, cases, MAX_CASES);
+    n_cases = read_cases(data_path, cases, GREEDY_MAX_CASES);
     CHECK(n_cases >= 3, "%s: %d prompts, at least 3 wanted", data_path, n_cases);
     for (i = 0; i < n_cases; i++)
         CHECK(cases[i].n_prompt_ids > 0 && cases[i].agree >= 32 && (size_t)cases[i].agree <= cases[i].n_greedy_ids,
