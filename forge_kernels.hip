@@ -3593,6 +3593,9 @@ static int forge__hip_attention_check(const forge_hip_attention_args *a, char *m
 #define FORGE__ATTD_MAX_WAVES (FORGE__ATTD_THREADS / 32)
 #define FORGE__ATTD_MAX_DIM 256
 #define FORGE__ATTD_MAX_GROUP 4
+#ifndef FORGE__ATTD_MIN_BLOCKS
+#define FORGE__ATTD_MIN_BLOCKS 4 // blocks a multiprocessor: at most 128 registers
+#endif
 
 // Eight consecutive values of a cache row as loaded (converted by forge__kv_cvt8): F16 one 16-byte
 // word, F32 two, Q8_0 / Q4_0 the eight (or eight nibbles of) quant bytes in w[0].x/.y and the block's
@@ -3649,7 +3652,7 @@ __device__ __forceinline__ float forge__ld_shared_l2(const float *p) {
 }
 
 template <int TYPE, int G>
-__global__ void __launch_bounds__(FORGE__ATTD_THREADS, 4)
+__global__ void __launch_bounds__(FORGE__ATTD_THREADS, FORGE__ATTD_MIN_BLOCKS)
 forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t per_block,
                           float *__restrict__ partial, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ q8) {
     FORGE__GRID_ENTER();
