@@ -6284,7 +6284,8 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
 static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_model *m, uint32_t n_ctx, uint32_t n_batch) {
 #ifdef FORGE_HIP
     return forge__align_gpu(forge_hip_attention_scratch_bytes(n_ctx, n_batch, forge__schedule_max_heads(s), m->config.head_dim_v)) +
-           forge__align_gpu((uint64_t)forge__schedule_max_heads(s) * sizeof(uint32_t)) + 2 * forge__align_gpu(forge_hip_q8_bytes(s->max_cols)) + forge__align_gpu(forge_hip_argmax_scratch_bytes()) +
+           forge__align_gpu((uint64_t)forge__schedule_max_heads(s) * sizeof(uint32_t)) + 2 * forge__align_gpu(forge_hip_q8_bytes(s->max_cols)) +
+           forge__align_gpu(forge_hip_argmax_scratch_bytes()) +
            forge__align_gpu(forge_hip_top_k_scratch_bytes(m->config.n_vocab)) +
            forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
 #else

@@ -135,13 +135,7 @@ static int forge__hip_wave_size(void) {
 #define FORGE__GRID_ENTER() ((void)0)
 #endif
 
-__global__ void forge__k_grid_probe(int *out) {
-#if defined(__CUDA_ARCH__)
-    if (out) *out = __CUDA_ARCH__;
-#else
-    if (out) *out = 0;
-#endif
-}
+__global__ void forge__k_grid_probe(void) {} // its ptxVersion says which code the kernels were built as
 
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 template <typename... KArgs, typename... Args>
@@ -2684,8 +2678,9 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
         const uint32_t span = kv_len - first, want = (span + FORGE__ATT_DECODE_CHUNK - 1) / FORGE__ATT_DECODE_CHUNK;
         n_used = want < 1 ? 1 : want < n_split ? want : n_split;
         chunk = (span + n_used - 1) / n_used;
-        if (split >= n_used) { // an unused split records m = -inf, which the merge skips without reading more
-            if (threadIdx.x == 0) partial[(((size_t)t * a.n_head + h) * n_split + split) * (hdv + 2)] = -INFINITY;
+        if (split >= n_used) { // an unused split records m = -inf, l = 0, o = 0: it weighs nothing in the merge
+            float *rec = partial + (((size_t)t * a.n_head + h) * n_split + split) * (hdv + 2);
+            for (uint32_t i = threadIdx.x; i < hdv + 2; i += blockDim.x) rec[i] = i == 0 ? -INFINITY : 0.0f; // (m, l, o) of no position
             return;
         }
     }
@@ -2754,29 +2749,64 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
     }
 }
 
-// Combines the splits of one (head, token): the same rescaling as the waves' merge above.
+// the cache coherent read of a record another block wrote in this launch
+__device__ __forceinline__ float forge__ld_shared_l2(const float *p) {
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+    return *(const volatile float *)p;
+#else
+    return __ldcg(p);
+#endif
+}
+
+// Combines the first n_used of the n_split (m, l, o) records (m in base e) of each of cnt heads
+// (head g's record s at recs + (g * n_split + s) * (hdv + 2)) into out (head g at out + g * hdv)
+// and, given q8, into the quantized vector of q8_n values whose element q8_first is out[0]. The
+// whole block takes part: a wave per head turns the records' m and l into weights exp(m_s - max) /
+// sum, then each output is the weighted sum of the records in split order (the same bits whichever
+// block runs it). Records may have been written by other blocks of the same launch.
+template <int G>
+__device__ void forge__att_merge(const float *recs, uint32_t n_split, uint32_t n_used, uint32_t cnt, uint32_t hdv, float *out,
+                                 uint8_t *q8, size_t q8_first, uint32_t q8_n) {
+    __shared__ float s_w[G][FORGE__ATTD_MAX_SPLIT];
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave, n_waves = blockDim.x / wave;
+    const size_t rec_len = hdv + 2;
+    for (uint32_t i = threadIdx.x; i < cnt * n_used; i += blockDim.x)
+        s_w[i / n_used][i % n_used] = forge__ld_shared_l2(recs + ((i / n_used) * n_split + i % n_used) * rec_len);
+    __syncthreads();
+    for (uint32_t g = wid; g < cnt; g += n_waves) {
+        float mx = -INFINITY, lsum = 0.0f;
+        for (uint32_t s = lane; s < n_used; s += wave) mx = fmaxf(mx, s_w[g][s]);
+        for (uint32_t mask = wave / 2; mask > 0; mask >>= 1) mx = fmaxf(mx, FORGE_SHFL_XOR(mx, mask));
+        for (uint32_t s = lane; s < n_used; s += wave) {
+            const float f = s_w[g][s] == -INFINITY ? 0.0f : expf(s_w[g][s] - mx);
+            lsum += f * forge__ld_shared_l2(recs + (g * n_split + s) * rec_len + 1);
+            s_w[g][s] = f;
+        }
+        for (uint32_t mask = wave / 2; mask > 0; mask >>= 1) lsum += FORGE_SHFL_XOR(lsum, mask);
+        for (uint32_t s = lane; s < n_used; s += wave) s_w[g][s] /= lsum;
+    }
+    __syncthreads();
+    for (uint32_t i0 = 0; i0 < cnt * hdv; i0 += blockDim.x) { // uniform rounds: forge__q8_put takes whole waves
+        const uint32_t i = i0 + threadIdx.x, g = i < cnt * hdv ? i / hdv : 0, d = i % hdv;
+        float sum = 0.0f;
+        for (uint32_t s = 0; s < n_used; s++) sum += s_w[g][s] * forge__ld_shared_l2(recs + (g * n_split + s) * rec_len + 2 + d);
+        if (i < cnt * hdv) out[(size_t)g * hdv + d] = sum;
+        if (q8) forge__q8_put(sum, q8_first + (size_t)g * hdv + d, i < cnt * hdv, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(q8_n)));
+    }
+}
+
+// Combines the splits of one (head, token), n_split <= FORGE__ATTD_MAX_SPLIT (a split that saw no
+// position records m = -inf, l = 0, o = 0: it weighs nothing). q8: one token, hdv a multiple of 32.
 __global__ void forge__k_attention_merge(const float *__restrict__ partial, float *__restrict__ out, uint32_t n_head,
                                          uint32_t hdv, uint32_t n_split, uint8_t *__restrict__ q8 = NULL) {
     FORGE__GRID_ENTER();
     const uint32_t h = blockIdx.x, t = blockIdx.y;
-    const float *rec = partial + ((size_t)t * n_head + h) * n_split * (hdv + 2);
-    float m_all = -INFINITY, l_all = 0.0f;
-    for (uint32_t s = 0; s < n_split; s++) m_all = fmaxf(m_all, rec[s * (hdv + 2)]);
-    for (uint32_t s = 0; s < n_split; s++) {
-        const float m = rec[s * (hdv + 2)];
-        if (m != -INFINITY) l_all += rec[s * (hdv + 2) + 1] * expf(m - m_all);
-    }
-    for (uint32_t d = threadIdx.x; d < hdv; d += blockDim.x) {
-        float sum = 0.0f;
-        for (uint32_t s = 0; s < n_split; s++) {
-            const float m = rec[s * (hdv + 2)];
-            if (m != -INFINITY) sum += rec[s * (hdv + 2) + 2 + d] * expf(m - m_all);
-        }
-        out[((size_t)t * n_head + h) * hdv + d] = sum / l_all;
-        if (q8) // one token, hdv a multiple of 32: whole waves of one head take part
-            forge__q8_put(sum / l_all, (size_t)h * hdv + d, 1, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(n_head * hdv)));
-    }
+    forge__att_merge<1>(partial + ((size_t)t * n_head + h) * n_split * (hdv + 2), n_split, n_split, 1, hdv,
+                        out + ((size_t)t * n_head + h) * hdv, q8, (size_t)h * hdv, n_head * hdv);
 }
+#if FORGE__ATT_MAX_SPLIT > FORGE__ATTD_MAX_SPLIT || FORGE__ATT_DECODE_MAX_SPLIT > FORGE__ATTD_MAX_SPLIT
+#error "forge__k_attention_merge takes at most FORGE__ATTD_MAX_SPLIT splits"
+#endif
 
 // Splits for a context of kv_len positions: one per FORGE__ATT_CHUNK, at most FORGE__ATT_MAX_SPLIT.
 static uint32_t forge__hip_attention_splits(uint32_t kv_len) {
@@ -2833,7 +2863,7 @@ __device__ __forceinline__ void forge__att_row(const forge_hip_attention_args &a
     *h = kv_head * group + row % group;
 }
 
-// A split with no positions for this block: m = -inf, l = 0, which the merge skips.
+// A split with no positions for this block: m = -inf, l = 0, o = 0, which weigh nothing in the merge.
 __device__ __forceinline__ void forge__att_empty_split(const forge_hip_attention_args &a, uint32_t group, uint32_t kv_head,
                                                        uint32_t row0, uint32_t rows, uint32_t split, uint32_t n_split,
                                                        float *__restrict__ partial) {
@@ -2843,6 +2873,7 @@ __device__ __forceinline__ void forge__att_empty_split(const forge_hip_attention
         forge__att_row(a, group, kv_head, row0 + r, &t, &h);
         float *rec = partial + (((size_t)t * a.n_head + h) * n_split + split) * (a.head_dim_v + 2);
         rec[0] = -INFINITY, rec[1] = 0.0f;
+        for (uint32_t d = 0; d < a.head_dim_v; d++) rec[2 + d] = 0.0f;
     }
 }
 
@@ -3585,7 +3616,7 @@ static int forge__hip_attention_check(const forge_hip_attention_args *a, char *m
 // a long one the whole grid. One split writes the normalized output; several write (m, l, o) records,
 // and with args.counters the last block of a head group to finish (an atomic count, reset by that
 // block) merges them in the same launch; without counters forge__k_attention_merge does (the records
-// of unused splits then hold m = -inf, which it skips). Either way the merge reads the records in
+// of unused splits then hold m = -inf, l = 0, o = 0, which weigh nothing). Either way the merge reads the records in
 // split order, so a step gives the same bits every time it runs.
 // Shapes: head_dim == head_dim_v in {8, 16, 32, 64, 128, 256} (L a power of two no wider than 32);
 // anything else takes forge__k_attention.
@@ -3642,15 +3673,6 @@ template <int TYPE> __device__ __forceinline__ void forge__kv_cvt8(const forge__
     }
 }
 
-// the cache coherent read of a record another block wrote in this launch
-__device__ __forceinline__ float forge__ld_shared_l2(const float *p) {
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
-    return *(const volatile float *)p;
-#else
-    return __ldcg(p);
-#endif
-}
-
 template <int TYPE, int G>
 __global__ void __launch_bounds__(FORGE__ATTD_THREADS, FORGE__ATTD_MIN_BLOCKS)
 forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t per_block,
@@ -3658,7 +3680,6 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
     FORGE__GRID_ENTER();
     __shared__ float s_m[FORGE__ATTD_MAX_WAVES][G], s_l[FORGE__ATTD_MAX_WAVES][G];
     __shared__ float s_o[FORGE__ATTD_MAX_WAVES][G][FORGE__ATTD_MAX_DIM];
-    __shared__ float s_w[G][FORGE__ATTD_MAX_SPLIT];
     __shared__ int s_last;
     const uint32_t hd = a.head_dim, L = hd / 8, wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave;
     const uint32_t n_waves = blockDim.x / wave, per_wave = wave / L, sub = lane % L, grp = lane / L;
@@ -3672,7 +3693,9 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
     const size_t rec_len = hd + 2;
     const bool direct = n_used == 1 && (a.counters || n_split == 1); // else forge__k_attention_merge reads every split's record
     if (split >= n_used) {
-        if (!a.counters && threadIdx.x < cnt) partial[(((size_t)t * a.n_head + h0 + threadIdx.x) * n_split + split) * rec_len] = -INFINITY;
+        if (!a.counters) // (m, l, o) of no position for each head, for forge__k_attention_merge
+            for (uint32_t i = threadIdx.x; i < cnt * rec_len; i += blockDim.x)
+                partial[(((size_t)t * a.n_head + h0 + i / rec_len) * n_split + split) * rec_len + i % rec_len] = i % rec_len == 0 ? -INFINITY : 0.0f;
         return;
     }
     const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
@@ -3807,30 +3830,8 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    const float *recs = partial + ((size_t)t * a.n_head + h0) * n_split * rec_len; // head g, split s at (g * n_split + s) * rec_len
-    for (uint32_t i = threadIdx.x; i < cnt * n_used; i += blockDim.x)
-        s_w[i / n_used][i % n_used] = forge__ld_shared_l2(recs + ((i / n_used) * n_split + i % n_used) * rec_len);
-    __syncthreads();
-    for (uint32_t g = wid; g < cnt; g += n_waves) { // a wave per head: weights exp(m_s - max) / l_all
-        float mx = -INFINITY, lsum = 0.0f;
-        for (uint32_t s = lane; s < n_used; s += wave) mx = fmaxf(mx, s_w[g][s]);
-        for (uint32_t mask = wave / 2; mask > 0; mask >>= 1) mx = fmaxf(mx, FORGE_SHFL_XOR(mx, mask));
-        for (uint32_t s = lane; s < n_used; s += wave) {
-            const float f = s_w[g][s] == -INFINITY ? 0.0f : expf(s_w[g][s] - mx);
-            lsum += f * forge__ld_shared_l2(recs + (g * n_split + s) * rec_len + 1);
-            s_w[g][s] = f;
-        }
-        for (uint32_t mask = wave / 2; mask > 0; mask >>= 1) lsum += FORGE_SHFL_XOR(lsum, mask);
-        for (uint32_t s = lane; s < n_used; s += wave) s_w[g][s] /= lsum;
-    }
-    __syncthreads();
-    for (uint32_t i0 = 0; i0 < cnt * hd; i0 += blockDim.x) {
-        const uint32_t i = i0 + threadIdx.x, g = i < cnt * hd ? i / hd : 0, d = i % hd;
-        float sum = 0.0f;
-        for (uint32_t s = 0; s < n_used; s++) sum += s_w[g][s] * forge__ld_shared_l2(recs + (g * n_split + s) * rec_len + 2 + d);
-        if (i < cnt * hd) a.out[((size_t)t * a.n_head + h0 + g) * hd + d] = sum;
-        if (q8) forge__q8_put(sum, (size_t)(h0 + g) * hd + d, i < cnt * hd, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(a.n_head * hd)));
-    }
+    forge__att_merge<G>(partial + ((size_t)t * a.n_head + h0) * n_split * rec_len, n_split, n_used, cnt, hd,
+                        a.out + ((size_t)t * a.n_head + h0) * hd, q8, (size_t)h0 * hd, a.n_head * hd);
 }
 
 // Launches forge__k_attention_decode when the shape suits it (see above); returns 0 when it does not.
@@ -3885,7 +3886,7 @@ extern "C" {
 // args->pos0 is the largest first position a replay will read (n_ctx - n_tokens for a context):
 // the checks hold for it, and the grid gets the splits of its span (sized by n_ctx, not by the
 // position), FORGE__ATT_DECODE_CHUNK positions or more each. At run time each block takes the
-// splits the real position needs; those past them record m = -inf, which the merge skips.
+// splits the real position needs; those past them record m = -inf, l = 0, o = 0, which weigh nothing.
 int forge_hip_attention_at(const forge_hip_attention_args *args, const uint32_t *dev_pos, void *scratch, size_t scratch_bytes,
                            void *stream, char *message, size_t message_bytes) {
     forge_hip_attention_args a = *args;
