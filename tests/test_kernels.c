@@ -9,7 +9,8 @@
      embed                              1e-6   dequantize and scale: one or two roundings
      rmsnorm, headnorm                  1e-5   float sum of squares on the GPU, double on the CPU
      rope (NORM, NEOX, partial, factors) 1e-5  angles in double on both sides
-     kv_store                           bytes  must equal forge__kv_encode byte for byte, also into a
+     kv_store                           bytes  must equal forge__kv_encode byte for byte (Q8_0 / Q4_0 rows
+                                                in the GPU order: quants, then scales), also into a
                                                 ring of cells (position p in cell p % n_cells)
      attention over the same cache      1e-5   every cache type; single pass and split-KV; sliding
                                                 window, ring of cells (unused cells poisoned), soft-cap
@@ -331,6 +332,22 @@ static void test_rope(void) {
 
 static const forge_kv_type kv_types[] = {FORGE_KV_F32, FORGE_KV_F16, FORGE_KV_Q8_0, FORGE_KV_Q4_0};
 
+/* A CPU cache row (forge__kv_encode: blocks of [f16 scale][quants]) put in the GPU cache's order, as
+   forge_kernels.hip >>kv states it: the quants of every block, then the blocks' scales. F32 and F16
+   rows are the same on both. */
+static void gpu_row_order(forge_kv_type kv, uint8_t *row, uint32_t dim) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_blocks = dim / 32;
+    const uint32_t qb = storage == FORGE_TYPE_Q8_0 ? 32 : 16, bb = qb + 2;
+    uint8_t tmp[512 / 32 * 34]; /* the widest head the kernels take */
+    uint32_t b;
+    if ((storage != FORGE_TYPE_Q8_0 && storage != FORGE_TYPE_Q4_0) || (size_t)n_blocks * bb > sizeof tmp) return;
+    for (b = 0; b < n_blocks; b++) {
+        memcpy(tmp + b * qb, row + b * bb + 2, qb);
+        memcpy(tmp + n_blocks * qb + 2 * b, row + b * bb, 2);
+    }
+    memcpy(row, tmp, (size_t)n_blocks * bb);
+}
+
 /* n_cells 0: a cache of n_ctx rows, position p in row p; else a ring of n_cells rows, p in p % n_cells */
 static void check_kv_store(forge_kv_type kv, uint32_t n_cells) {
     const uint32_t storage = forge__kv_storage_type(kv), n_ctx = 40, n_kv = 3, hd = 128, hdv = 64, n_tokens = 9, pos0 = 17;
@@ -353,6 +370,8 @@ static void check_kv_store(forge_kv_type kv, uint32_t n_cells) {
             const uint32_t cell = (pos0 + tok) % n_rows;
             forge__kv_encode(kv, k + ((size_t)tok * n_kv + h) * hd, hd, ek + ((size_t)cell * n_kv + h) * rk);
             forge__kv_encode(kv, v + ((size_t)tok * n_kv + h) * hdv, hdv, ev + ((size_t)cell * n_kv + h) * rv);
+            gpu_row_order(kv, ek + ((size_t)cell * n_kv + h) * rk, hd);
+            gpu_row_order(kv, ev + ((size_t)cell * n_kv + h) * rv, hdv);
         }
     dk = dev_alloc((size_t)n_tokens * n_kv * hd * sizeof(float), k);
     dv = dev_alloc((size_t)n_tokens * n_kv * hdv * sizeof(float), v);
@@ -506,6 +525,7 @@ static void check_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, ui
         forge__kv_encode(kv, vraw + r * hdv, hdv, cv + r * rv);
         forge_dequantize(storage, ck + r * rk, kf + r * hd, hd);
         forge_dequantize(storage, cv + r * rv, vf + r * hdv, hdv);
+        gpu_row_order(kv, ck + r * rk, hd), gpu_row_order(kv, cv + r * rv, hdv);
     }
     memset(cache_k, 0xFF, (size_t)n_cache * n_kv * rk), memset(cache_v, 0xFF, (size_t)n_cache * n_kv * rv);
     for (p = n_cells ? oldest : 0; p < n_ctx; p++) { /* the rows a ring still holds; all of them without one */
