@@ -28,6 +28,7 @@
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #define FORGE_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask))
+#define FORGE_SHFL(value, src_lane) __shfl((value), (src_lane))
 #else
 // >>names: the HIP names forge uses, mapped onto CUDA. Debian's HIP headers do not build against
 // CUDA 13, so the project keeps its own short list instead of including them.
@@ -76,6 +77,7 @@
 #define hipGraphDestroy cudaGraphDestroy
 // every lane of a wave takes part in forge's shuffles, so the full mask is right
 #define FORGE_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
+#define FORGE_SHFL(value, src_lane) __shfl_sync(0xffffffffu, (value), (src_lane))
 #endif
 
 #include <math.h>
@@ -3696,6 +3698,53 @@ template <int TYPE> __device__ __forceinline__ void forge__kv_cvt8(const forge__
     }
 }
 
+// The end of a decode attention block, after each wave has put its (m, l, o) per head in s_m, s_l,
+// s_o (m in base 2): the waves merged in a fixed order into the block's (m, l, o); the output when
+// the block is the only split, else its record, and with counters the last block of the head group
+// merges the records.
+template <int G>
+__device__ __forceinline__ void forge__attd_finish(const forge_hip_attention_args &a, const float (*s_m)[G], const float (*s_l)[G],
+                                                   const float (*s_o)[G][FORGE__ATTD_MAX_DIM], int *s_last_p, uint32_t n_waves,
+                                                   uint32_t cnt, uint32_t hd, uint32_t h0, uint32_t t, uint32_t split, uint32_t n_split,
+                                                   uint32_t n_used, bool direct, float *__restrict__ partial, uint8_t *__restrict__ q8) {
+    const size_t rec_len = hd + 2;
+    int &s_last = *s_last_p;
+    __syncthreads();
+    // the waves in a fixed order: the block's (m, l, o) per head; out (one split) or a record
+    for (uint32_t i0 = 0; i0 < cnt * hd; i0 += blockDim.x) { // uniform rounds: forge__q8_put takes whole waves
+        const uint32_t i = i0 + threadIdx.x, g = i < cnt * hd ? i / hd : 0, d = i % hd;
+        float m_all = -INFINITY, lsum = 0.0f, osum = 0.0f;
+        for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
+        for (uint32_t w = 0; w < n_waves; w++) {
+            const float f = s_m[w][g] == -INFINITY ? 0.0f : exp2f(s_m[w][g] - m_all);
+            lsum += s_l[w][g] * f, osum += s_o[w][g][d] * f;
+        }
+        if (direct) {
+            if (i < cnt * hd) a.out[((size_t)t * a.n_head + h0 + g) * hd + d] = osum / lsum;
+            if (q8) forge__q8_put(osum / lsum, (size_t)(h0 + g) * hd + d, i < cnt * hd, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(a.n_head * hd)));
+        } else if (i < cnt * hd) {
+            float *rec = partial + (((size_t)t * a.n_head + h0 + g) * n_split + split) * rec_len;
+            if (d == 0) rec[0] = m_all * 0.6931471805599453f, rec[1] = lsum; // records are in base e, as the merge kernel's
+            rec[2 + d] = osum;
+        }
+    }
+    if (direct || !a.counters) return;
+    // the last block of this head group to finish merges the n_used records
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t *counter = a.counters + (size_t)t * gridDim.x + blockIdx.x;
+        const uint32_t done = atomicAdd(counter, 1u);
+        s_last = done == n_used - 1;
+        if (s_last) *counter = 0; // every block of the group has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    forge__att_merge<G>(partial + ((size_t)t * a.n_head + h0) * n_split * rec_len, n_split, n_used, cnt, hd,
+                        a.out + ((size_t)t * a.n_head + h0) * hd, q8, (size_t)h0 * hd, a.n_head * hd);
+}
+
 template <int TYPE, int G, bool W8>
 __global__ void __launch_bounds__(FORGE__ATTD_THREADS, FORGE__ATTD_MIN_BLOCKS)
 forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t per_block,
@@ -3824,43 +3873,168 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
             if (sub == 0) s_m[wid][g] = mw, s_l[wid][g] = l[g];
         }
     }
-    __syncthreads();
-    // the waves in a fixed order: the block's (m, l, o) per head; out (one split) or a record
-    for (uint32_t i0 = 0; i0 < cnt * hd; i0 += blockDim.x) { // uniform rounds: forge__q8_put takes whole waves
-        const uint32_t i = i0 + threadIdx.x, g = i < cnt * hd ? i / hd : 0, d = i % hd;
-        float m_all = -INFINITY, lsum = 0.0f, osum = 0.0f;
-        for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
-        for (uint32_t w = 0; w < n_waves; w++) {
-            const float f = s_m[w][g] == -INFINITY ? 0.0f : exp2f(s_m[w][g] - m_all);
-            lsum += s_l[w][g] * f, osum += s_o[w][g][d] * f;
-        }
-        if (direct) {
-            if (i < cnt * hd) a.out[((size_t)t * a.n_head + h0 + g) * hd + d] = osum / lsum;
-            if (q8) forge__q8_put(osum / lsum, (size_t)(h0 + g) * hd + d, i < cnt * hd, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(a.n_head * hd)));
-        } else if (i < cnt * hd) {
-            float *rec = partial + (((size_t)t * a.n_head + h0 + g) * n_split + split) * rec_len;
-            if (d == 0) rec[0] = m_all * 0.6931471805599453f, rec[1] = lsum; // records are in base e, as the merge kernel's
-            rec[2 + d] = osum;
-        }
-    }
-    if (direct || !a.counters) return;
-    // the last block of this head group to finish merges the n_used records
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t *counter = a.counters + (size_t)t * gridDim.x + blockIdx.x;
-        const uint32_t done = atomicAdd(counter, 1u);
-        s_last = done == n_used - 1;
-        if (s_last) *counter = 0; // every block of the group has counted: ready for the next launch
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    forge__att_merge<G>(partial + ((size_t)t * a.n_head + h0) * n_split * rec_len, n_split, n_used, cnt, hd,
-                        a.out + ((size_t)t * a.n_head + h0) * hd, q8, (size_t)h0 * hd, a.n_head * hd);
+    forge__attd_finish<G>(a, s_m, s_l, s_o, &s_last, n_waves, cnt, hd, h0, t, split, n_split, n_used, direct, partial, q8);
 }
 
-// Launches forge__k_attention_decode when the shape suits it (see above); returns 0 when it does not.
+// ---- decode attention in tiles (forge__k_attention_tile): the shapes of real models ----
+//
+// forge__k_attention_decode spends most of its instructions on work that every lane of a lane-group
+// repeats or shares: the L-lane shuffle sums of each score and the softmax of each position, done by
+// all L lanes. This kernel (F16, Q8_0, Q4_0 caches, head_dim == head_dim_v in {64, 128, 256}) splits
+// a step into the two products instead. A wave takes a tile of wave / KL positions:
+//   scores: KL lanes a position (KL = 2, 4 for 256 dims), each over every KL-th 8-dim piece of the K
+//     row, with the block's query heads read from shared memory; KL - 1 shuffles join the parts;
+//   softmax: the tile's maximum over the wave (m is the same in every lane), one exp2 a lane a head;
+//   values: the lane-groups of forge__k_attention_decode (L = head_dim / 8 lanes a position, 8 dims a
+//     lane), each weight fetched by one shuffle from the lane that scored the position.
+// The K and V rows of a tile are all loaded before its first product. The block's end is
+// forge__attd_finish, as for forge__k_attention_decode; the splits are the same.
+#ifndef FORGE__ATTT_F16_BLOCKS
+#define FORGE__ATTT_F16_BLOCKS 4
+#endif
+// blocks a multiprocessor for forge__k_attention_tile (the grid is sized to fill them)
+__host__ __device__ constexpr int forge__attt_blocks(int type, int g) {
+    return type == FORGE_HIP_F16 && g == 4 ? FORGE__ATTT_F16_BLOCKS : FORGE__ATTD_MIN_BLOCKS;
+}
+
+template <int TYPE, int G, int HD>
+__global__ void __launch_bounds__(FORGE__ATTD_THREADS, forge__attt_blocks(TYPE, G))
+forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t per_block,
+                        float *__restrict__ partial, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ q8) {
+    FORGE__GRID_ENTER();
+    constexpr uint32_t L = HD / 8, KL = HD > 128 ? HD / 64 : 2, NC = HD / 8 / KL, NV = L / KL; // NV: V rows a lane loads a tile
+    __shared__ __align__(16) float s_q[G][HD];
+    __shared__ float s_m[FORGE__ATTD_MAX_WAVES][G], s_l[FORGE__ATTD_MAX_WAVES][G];
+    __shared__ float s_o[FORGE__ATTD_MAX_WAVES][G][FORGE__ATTD_MAX_DIM];
+    __shared__ int s_last;
+    const uint32_t hd = HD, wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave, n_waves = blockDim.x / wave;
+    const uint32_t T = wave / KL, kp = lane / KL, part_k = lane % KL; // scores: position kp of the tile, pieces part_k, part_k + KL, ...
+    const uint32_t PW = wave / L, sub = lane % L, grp = lane / L;     // values: position grp + j * PW, dims 8 sub ..
+    const uint32_t group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block;
+    const uint32_t kv_head = blockIdx.x / parts, part = blockIdx.x % parts, t = blockIdx.y, split = blockIdx.z;
+    const uint32_t h0 = kv_head * group + part * per_block;
+    const uint32_t cnt = per_block < group - part * per_block ? per_block : group - part * per_block;
+    const uint32_t kv_len = *dev_pos + t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
+    const uint32_t span = kv_len - first, want = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
+    const uint32_t n_used = want < 1 ? 1 : want < n_split ? want : n_split, chunk = (span + n_used - 1) / n_used;
+    const bool direct = n_used == 1 && (a.counters || n_split == 1);
+    if (split >= n_used) {
+        if (!a.counters)
+            for (uint32_t i = threadIdx.x; i < cnt * (hd + 2); i += blockDim.x)
+                partial[(((size_t)t * a.n_head + h0 + i / (hd + 2)) * n_split + split) * (hd + 2) + i % (hd + 2)] = i % (hd + 2) == 0 ? -INFINITY : 0.0f;
+        return;
+    }
+    const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
+    const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
+    for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const uint32_t g = i / HD;
+        s_q[g][i % HD] = g < cnt ? a.q[((size_t)t * a.n_head + h0 + g) * hd + i % HD] * a.scale : 0.0f;
+    }
+    __syncthreads();
+
+    float o[G][8], m[G], l[G]; // m: the same in every lane of the wave; l: this lane's positions (each counted KL times)
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[g][j] = 0.0f;
+        m[g] = -INFINITY, l[g] = 0.0f;
+    }
+    const uint32_t dv0 = sub * 8, shift_v = dv0 % 32 < 16 ? 0 : 4;
+    for (uint32_t tile = begin + wid * T; tile < end; tile += n_waves * T) { // uniform over the wave
+        forge__kv8<TYPE> rk[NC], rv[NV];
+        {
+            const uint32_t p = tile + kp, cell = a.n_cells ? p % a.n_cells : p;
+            const uint8_t *row = ck + ((size_t)cell * a.n_head_kv + kv_head) * row_k_bytes;
+#pragma unroll
+            for (uint32_t c = 0; c < NC; c++) {
+                if (p < end) forge__kv_raw8<TYPE, true>(row, (c * KL + part_k) * 8, HD, rk[c]);
+                else forge__kv_zero8<TYPE>(rk[c]);
+            }
+        }
+#pragma unroll
+        for (uint32_t j = 0; j < NV; j++) {
+            const uint32_t p = tile + j * PW + grp, cell = a.n_cells ? p % a.n_cells : p;
+            if (p < end) forge__kv_raw8<TYPE, true>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, dv0, HD, rv[j]);
+            else forge__kv_zero8<TYPE>(rv[j]);
+        }
+        // scores: this lane's pieces, then the KL lanes of the position joined
+        float sc[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) sc[g] = 0.0f;
+#pragma unroll
+        for (uint32_t c = 0; c < NC; c++) {
+            const uint32_t d0 = (c * KL + part_k) * 8;
+            float k[8];
+            forge__kv_cvt8<TYPE>(rk[c], d0 % 32 < 16 ? 0 : 4, k);
+            const float ks = forge__kv_scale8<TYPE>(rk[c]);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float4 qa = *(const float4 *)&s_q[g][d0], qb = *(const float4 *)&s_q[g][d0 + 4];
+                const float dot = qa.x * k[0] + qa.y * k[1] + qa.z * k[2] + qa.w * k[3] + qb.x * k[4] + qb.y * k[5] + qb.z * k[6] + qb.w * k[7];
+                sc[g] += dot * ks;
+            }
+        }
+        const bool in = tile + kp < end;
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+#pragma unroll
+            for (uint32_t mask = 1; mask < KL; mask <<= 1) sc[g] += FORGE_SHFL_XOR(sc[g], mask);
+            float x = sc[g];
+            if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+            sc[g] = in ? x * 1.4426950408889634f : -INFINITY; // base 2
+        }
+        // softmax: the tile's maximum over the wave, the running sums rescaled to it
+        float w[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float mt = sc[g];
+            for (uint32_t mask = KL; mask < wave; mask <<= 1) mt = fmaxf(mt, FORGE_SHFL_XOR(mt, mask));
+            const float m_new = fmaxf(m[g], mt);
+            if (m_new == -INFINITY) { // no position of the tile is in range yet (the same for the whole wave)
+                w[g] = 0.0f;
+                continue;
+            }
+            const float shrink = exp2f(m[g] - m_new);
+            w[g] = exp2f(sc[g] - m_new);
+            l[g] = l[g] * shrink + w[g];
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[g][j] *= shrink;
+            m[g] = m_new;
+        }
+        // values: each lane-group's positions, weighted
+#pragma unroll
+        for (uint32_t j = 0; j < NV; j++) {
+            float v[8];
+            forge__kv_cvt8<TYPE>(rv[j], shift_v, v);
+            const float vs = forge__kv_scale8<TYPE>(rv[j]);
+            const uint32_t src = (j * PW + grp) * KL;
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float f = FORGE_SHFL(w[g], src) * vs;
+#pragma unroll
+                for (int jj = 0; jj < 8; jj++) o[g][jj] += f * v[jj];
+            }
+        }
+    }
+    // each wave: m is already common; l over its positions, o over its lane-groups
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float lw = l[g];
+        for (uint32_t mask = KL; mask < wave; mask <<= 1) lw += FORGE_SHFL_XOR(lw, mask);
+        for (uint32_t mask = L; mask < wave; mask <<= 1) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[g][j] += FORGE_SHFL_XOR(o[g][j], mask);
+        }
+        if (grp == 0) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) s_o[wid][g][dv0 + j] = o[g][j];
+            if (sub == 0) s_m[wid][g] = m[g], s_l[wid][g] = lw;
+        }
+    }
+    forge__attd_finish<G>(a, s_m, s_l, s_o, &s_last, n_waves, cnt, hd, h0, t, split, n_split, n_used, direct, partial, q8);
+}
+
+// Launches forge__k_attention_tile or forge__k_attention_decode when the shape suits one (see above); returns 0 when it does not.
 static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t row_k_bytes, size_t row_v_bytes,
                                        const uint32_t *dev_pos, void *scratch, size_t scratch_bytes, hipStream_t s,
                                        uint8_t *q8 = NULL) {
@@ -3872,7 +4046,12 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     // a group in even parts of at most FORGE__ATTD_MAX_GROUP heads, one block each
     const uint32_t parts = (group + FORGE__ATTD_MAX_GROUP - 1) / FORGE__ATTD_MAX_GROUP, per_block = (group + parts - 1) / parts;
     const uint32_t max_len = a.pos0 + a.n_tokens, span = a.window && a.window < max_len ? a.window : max_len;
-    const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = 4 * (uint64_t)forge__hip_sm_count();
+    const int gp = per_block <= 1 ? 1 : per_block <= 2 ? 2 : 4;
+    const bool w8 = ((uintptr_t)a.cache_k | (uintptr_t)a.cache_v | row_k_bytes | row_v_bytes) % 8 == 0; // Q8_0 / Q4_0 quants
+    const bool tiled = (a.kv_type == FORGE_HIP_F16 || ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && w8)) &&
+                       (hd == 64 || hd == 128 || hd == 256);
+    const uint64_t per_sm = tiled ? forge__attt_blocks((int)a.kv_type, gp) : FORGE__ATTD_MIN_BLOCKS;
+    const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = per_sm * (uint64_t)forge__hip_sm_count();
     uint64_t n_split = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
     if (n_split > (target + blocks - 1) / blocks) n_split = (target + blocks - 1) / blocks; // the splits that fill the device
     if (n_split > FORGE__ATTD_MAX_SPLIT) n_split = FORGE__ATTD_MAX_SPLIT;
@@ -3881,8 +4060,6 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     if (n_split < 1) n_split = 1;
     dim3 grid((uint32_t)(a.n_head_kv * parts), a.n_tokens, (uint32_t)n_split);
     float *partial = (float *)scratch;
-    const int gp = per_block <= 1 ? 1 : per_block <= 2 ? 2 : 4;
-    const bool w8 = ((uintptr_t)a.cache_k | (uintptr_t)a.cache_v | row_k_bytes | row_v_bytes) % 8 == 0; // Q8_0 / Q4_0 quants
 #define FORGE__ATTD_LAUNCH(T, GP) \
     forge__launch(T != FORGE_HIP_F32 && T != FORGE_HIP_F16 && w8 ? forge__k_attention_decode<T, GP, T != FORGE_HIP_F32 && T != FORGE_HIP_F16> \
                                                                  : forge__k_attention_decode<T, GP, false>, grid, dim3(FORGE__ATTD_THREADS), s, a, row_k_bytes, row_v_bytes, (uint32_t)n_split, \
@@ -3893,14 +4070,40 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     case 2: FORGE__ATTD_LAUNCH(T, 2); break; \
     default: FORGE__ATTD_LAUNCH(T, 4); break; \
     }
-    switch (a.kv_type) {
-    case FORGE_HIP_F32: FORGE__ATTD_TYPE(FORGE_HIP_F32); break;
-    case FORGE_HIP_F16: FORGE__ATTD_TYPE(FORGE_HIP_F16); break;
-    case FORGE_HIP_Q8_0: FORGE__ATTD_TYPE(FORGE_HIP_Q8_0); break;
-    default: FORGE__ATTD_TYPE(FORGE_HIP_Q4_0); break;
+#define FORGE__ATTT_LAUNCH(T, GP, HD) \
+    forge__launch(forge__k_attention_tile<T, GP, HD>, grid, dim3(FORGE__ATTD_THREADS), s, a, row_k_bytes, row_v_bytes, (uint32_t)n_split, \
+                  per_block, partial, dev_pos, q8)
+#define FORGE__ATTT_DIM(T, GP) \
+    switch (hd) { \
+    case 64: FORGE__ATTT_LAUNCH(T, GP, 64); break; \
+    case 128: FORGE__ATTT_LAUNCH(T, GP, 128); break; \
+    default: FORGE__ATTT_LAUNCH(T, GP, 256); break; \
+    }
+#define FORGE__ATTT_TYPE(T) \
+    switch (gp) { \
+    case 1: FORGE__ATTT_DIM(T, 1); break; \
+    case 2: FORGE__ATTT_DIM(T, 2); break; \
+    default: FORGE__ATTT_DIM(T, 4); break; \
+    }
+    if (tiled) {
+        switch (a.kv_type) {
+        case FORGE_HIP_F16: FORGE__ATTT_TYPE(FORGE_HIP_F16); break;
+        case FORGE_HIP_Q8_0: FORGE__ATTT_TYPE(FORGE_HIP_Q8_0); break;
+        default: FORGE__ATTT_TYPE(FORGE_HIP_Q4_0); break;
+        }
+    } else {
+        switch (a.kv_type) {
+        case FORGE_HIP_F32: FORGE__ATTD_TYPE(FORGE_HIP_F32); break;
+        case FORGE_HIP_F16: FORGE__ATTD_TYPE(FORGE_HIP_F16); break;
+        case FORGE_HIP_Q8_0: FORGE__ATTD_TYPE(FORGE_HIP_Q8_0); break;
+        default: FORGE__ATTD_TYPE(FORGE_HIP_Q4_0); break;
+        }
     }
 #undef FORGE__ATTD_TYPE
 #undef FORGE__ATTD_LAUNCH
+#undef FORGE__ATTT_TYPE
+#undef FORGE__ATTT_DIM
+#undef FORGE__ATTT_LAUNCH
     if (n_split > 1 && !a.counters)
         forge__launch(forge__k_attention_merge, dim3(a.n_head, a.n_tokens), dim3(128), s, (const float *)partial, a.out, a.n_head, hd,
                       (uint32_t)n_split, q8);

@@ -29,7 +29,9 @@
      moe_sum                            1e-6
 
    Outputs are poisoned with NaN before each launch, so an unwritten element fails the check. Ends
-   with a short matvec bandwidth table (prints, never asserts) and "N passed, N failed".
+   with timing tables (print, never assert: decode products, matvec bandwidth, prompt products,
+   experts, decode attention at depths 16K and 64K) and "N passed, N failed". `test_kernels attention`
+   prints the decode attention table alone, without the checks; any other argument skips the tables.
    Build: make GPU=nvidia test-gpu (the kernels with nvcc, this file with the C compiler). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime for the bandwidth table */
 #define FORGE_HIP
@@ -1460,15 +1462,71 @@ static void bench_decode_shapes(void) {
     }
 }
 
+/* Decode attention at depth, Llama-3-8B shape (32 query heads, 8 KV heads, 128 dims): one layer's
+   launch as the graph replays it (position read from device memory, splits merged in the launch);
+   microseconds a launch and GB/s of the K and V rows it reads (50 launches after a warm-up). */
+static void bench_attention_decode(void) {
+    static const forge_kv_type kinds[] = {FORGE_KV_F16, FORGE_KV_Q8_0, FORGE_KV_Q4_0};
+    static const uint32_t depths[] = {16384, 65536};
+    const uint32_t n_head = 32, n_kv = 8, hd = 128, reps = 50, distinct = 512;
+    size_t i, j;
+    printf("decode attention, heads 32/8, dims 128 (us a launch, GB/s of K and V rows):\n");
+    for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        const uint32_t storage = forge__kv_storage_type(kinds[i]);
+        const forge_type_traits *t = forge_type_info(storage);
+        const size_t row = hd / t->block_elems * t->block_bytes;
+        for (j = 0; j < sizeof depths / sizeof depths[0]; j++) {
+            const uint32_t n_ctx = depths[j];
+            const size_t cache = (size_t)n_ctx * n_kv * row, scratch_bytes = forge_hip_attention_scratch_bytes(n_ctx, 1, n_head, hd);
+            uint8_t *host = (uint8_t *)xmalloc(cache);
+            float *x = (float *)xmalloc(hd * sizeof(float)), *q = (float *)xmalloc((size_t)n_head * hd * sizeof(float));
+            uint32_t *zeros = (uint32_t *)calloc(n_head, sizeof(uint32_t)), pos = n_ctx - 1, k;
+            void *dk, *dv, *dq, *dout, *scratch, *dpos, *dcount;
+            forge_hip_attention_args a;
+            double t0, t1;
+            size_t r;
+            for (r = 0; r < distinct; r++) { /* distinct rows, repeated over the cache */
+                random_floats(x, hd, -1.0f, 1.0f);
+                forge__kv_encode(kinds[i], x, hd, host + r * row);
+                gpu_row_order(kinds[i], host + r * row, hd);
+            }
+            for (r = distinct; r < (size_t)n_ctx * n_kv; r++) memcpy(host + r * row, host + (r % distinct) * row, row);
+            random_floats(q, (size_t)n_head * hd, -2.0f, 2.0f);
+            dk = dev_alloc(cache, host), dv = dev_alloc(cache, host), dq = dev_alloc((size_t)n_head * hd * sizeof(float), q);
+            dout = dev_alloc((size_t)n_head * hd * sizeof(float), NULL), scratch = dev_alloc(scratch_bytes, NULL);
+            dpos = dev_alloc(sizeof pos, &pos), dcount = dev_alloc(n_head * sizeof(uint32_t), zeros);
+            memset(&a, 0, sizeof a);
+            a.q = (const float *)dq, a.out = (float *)dout, a.cache_k = dk, a.cache_v = dv, a.kv_type = storage, a.n_tokens = 1;
+            a.n_head = n_head, a.n_head_kv = n_kv, a.head_dim = hd, a.head_dim_v = hd, a.pos0 = pos, a.scale = 0.088f;
+            a.counters = (uint32_t *)dcount;
+            CHECK(forge_hip_attention_at(&a, (const uint32_t *)dpos, scratch, scratch_bytes, NULL, msg, sizeof msg) == 0 &&
+                      forge_hip_stream_sync(NULL, msg, sizeof msg) == 0,
+                  "bench attention_at %s: %s", t->name, msg);
+            t0 = now_s();
+            for (k = 0; k < reps; k++) forge_hip_attention_at(&a, (const uint32_t *)dpos, scratch, scratch_bytes, NULL, msg, sizeof msg);
+            forge_hip_stream_sync(NULL, msg, sizeof msg);
+            t1 = now_s();
+            printf("  %-5s depth %6u: %8.1f us  %6.0f GB/s  (x32 layers: %5.2f ms)\n", t->name, n_ctx, (t1 - t0) / reps * 1e6,
+                   2.0 * cache * reps / (t1 - t0) / 1e9, (t1 - t0) / reps * 32e3);
+            forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(dq), forge_hip_arena_free(dout);
+            forge_hip_arena_free(scratch), forge_hip_arena_free(dpos), forge_hip_arena_free(dcount);
+            free(host), free(x), free(q), free(zeros);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     forge_hip_device_info info;
-    (void)argv;
     if (forge_hip_device_query(0, &info, msg, sizeof msg)) {
         printf("no device: %s\n", msg);
         printf("0 passed, 1 failed\n");
         return 1;
     }
     printf("device: %s (%s), wave %d, %.1f GiB free\n", info.name, info.arch, info.wave_size, info.free_bytes / 1073741824.0);
+    if (argc > 1 && strcmp(argv[1], "attention") == 0) { /* the decode attention table alone, no checks */
+        bench_attention_decode();
+        return test_summary();
+    }
     test_matmul();
     test_embed();
     test_norms();
@@ -1481,6 +1539,6 @@ int main(int argc, char **argv) {
     test_rows_more();
     test_moe();
     test_q8();
-    if (argc < 2) bench_decode_shapes(), bench_matvec(), bench_matmul(), bench_moe(); /* any argument skips the tables */
+    if (argc < 2) bench_decode_shapes(), bench_matvec(), bench_matmul(), bench_moe(), bench_attention_decode(); /* any argument skips the tables */
     return test_summary();
 }
