@@ -2661,6 +2661,7 @@ typedef struct forge_hip_attention_args {
 // The decode kernel of forge_hip_attention_at (forge__k_attention_decode) splits a context into
 // chunks of FORGE__ATTD_MIN_CHUNK positions or more, at most FORGE__ATTD_MAX_SPLIT of them.
 #define FORGE__ATTD_MAX_SPLIT 128
+#define FORGE__ATTD_MAX_DIM 256 // widest head the decode kernels and the split merge's pair path take
 #ifndef FORGE__ATTD_MIN_CHUNK
 #define FORGE__ATTD_MIN_CHUNK 32
 #endif
@@ -2769,6 +2770,15 @@ __device__ __forceinline__ float forge__ld_shared_l2(const float *p) {
 #endif
 }
 
+// two consecutive floats of such a record, 8-byte aligned
+__device__ __forceinline__ float2 forge__ld2_shared_l2(const float *p) {
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+    return make_float2(((const volatile float *)p)[0], ((const volatile float *)p)[1]);
+#else
+    return __ldcg((const float2 *)p);
+#endif
+}
+
 // Combines the first n_used of the n_split (m, l, o) records (m in base e) of each of cnt heads
 // (head g's record s at recs + (g * n_split + s) * (hdv + 2)) into out (head g at out + g * hdv)
 // and, given q8, into the quantized vector of q8_n values whose element q8_first is out[0]. The
@@ -2797,10 +2807,44 @@ __device__ void forge__att_merge(const float *recs, uint32_t n_split, uint32_t n
         for (uint32_t s = lane; s < n_used; s += wave) s_w[g][s] /= lsum;
     }
     __syncthreads();
+    // each output the weighted sum of the records in split order; with an even hdv in pairs, two
+    // pairs a thread, 8-byte loads (a record's o starts 8 bytes in), eight splits in flight, the sums
+    // through shared memory to the rounds below
+    __shared__ float s_out[G][FORGE__ATTD_MAX_DIM];
+    const bool pairs = hdv % 2 == 0 && hdv <= FORGE__ATTD_MAX_DIM;
+    if (pairs) {
+        const uint32_t n_pairs = cnt * hdv / 2;
+        for (uint32_t p0 = 0; p0 < n_pairs; p0 += 2 * blockDim.x) {
+            float2 sum[2];
+            uint32_t g[2], d[2];
+            bool ok[2];
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const uint32_t p = p0 + k * blockDim.x + threadIdx.x;
+                ok[k] = p < n_pairs, g[k] = ok[k] ? 2 * p / hdv : 0, d[k] = ok[k] ? 2 * p % hdv : 0, sum[k] = make_float2(0.0f, 0.0f);
+            }
+#pragma unroll 8
+            for (uint32_t s = 0; s < n_used; s++) {
+#pragma unroll
+                for (int k = 0; k < 2; k++)
+                    if (ok[k]) {
+                        const float2 v = forge__ld2_shared_l2(recs + (g[k] * n_split + s) * rec_len + 2 + d[k]);
+                        const float w = s_w[g[k]][s];
+                        sum[k].x += w * v.x, sum[k].y += w * v.y;
+                    }
+            }
+#pragma unroll
+            for (int k = 0; k < 2; k++)
+                if (ok[k]) s_out[g[k]][d[k]] = sum[k].x, s_out[g[k]][d[k] + 1] = sum[k].y;
+        }
+        __syncthreads();
+    }
     for (uint32_t i0 = 0; i0 < cnt * hdv; i0 += blockDim.x) { // uniform rounds: forge__q8_put takes whole waves
         const uint32_t i = i0 + threadIdx.x, g = i < cnt * hdv ? i / hdv : 0, d = i % hdv;
         float sum = 0.0f;
-        for (uint32_t s = 0; s < n_used; s++) sum += s_w[g][s] * forge__ld_shared_l2(recs + (g * n_split + s) * rec_len + 2 + d);
+        if (pairs) sum = s_out[g][d];
+        else
+            for (uint32_t s = 0; s < n_used; s++) sum += s_w[g][s] * forge__ld_shared_l2(recs + (g * n_split + s) * rec_len + 2 + d);
         if (i < cnt * hdv) out[(size_t)g * hdv + d] = sum;
         if (q8) forge__q8_put(sum, q8_first + (size_t)g * hdv + d, i < cnt * hdv, (int8_t *)q8, (float4 *)(q8 + FORGE__Q8_DS(q8_n)));
     }
@@ -3632,7 +3676,6 @@ static int forge__hip_attention_check(const forge_hip_attention_args *a, char *m
 // anything else takes forge__k_attention.
 #define FORGE__ATTD_THREADS 128
 #define FORGE__ATTD_MAX_WAVES (FORGE__ATTD_THREADS / 32)
-#define FORGE__ATTD_MAX_DIM 256
 #define FORGE__ATTD_MAX_GROUP 4
 #ifndef FORGE__ATTD_MIN_BLOCKS
 #define FORGE__ATTD_MIN_BLOCKS 4 // blocks a multiprocessor: at most 128 registers
@@ -3880,14 +3923,15 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
 //
 // forge__k_attention_decode spends most of its instructions on work that every lane of a lane-group
 // repeats or shares: the L-lane shuffle sums of each score and the softmax of each position, done by
-// all L lanes. This kernel (F16, Q8_0, Q4_0 caches, head_dim == head_dim_v in {64, 128, 256}) splits
+// all L lanes. This kernel (F16, Q8_0, Q4_0 caches, head_dim == head_dim_v in {64, 128, 256}, no ring
+// or a ring of 64 cells or more) splits
 // a step into the two products instead. A wave takes a tile of wave / KL positions:
 //   scores: KL lanes a position (KL = 2, 4 for 256 dims), each over every KL-th 8-dim piece of the K
 //     row, with the block's query heads read from shared memory; KL - 1 shuffles join the parts;
 //   softmax: the tile's maximum over the wave (m is the same in every lane), one exp2 a lane a head;
 //   values: the lane-groups of forge__k_attention_decode (L = head_dim / 8 lanes a position, 8 dims a
 //     lane), each weight fetched by one shuffle from the lane that scored the position.
-// The K and V rows of a tile are all loaded before its first product. The block's end is
+// A tile's K rows are all loaded before its first product, its V rows after the scores. The block's end is
 // forge__attd_finish, as for forge__k_attention_decode; the splits are the same.
 #ifndef FORGE__ATTT_F16_BLOCKS
 #define FORGE__ATTT_F16_BLOCKS 4
@@ -3896,6 +3940,16 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
 __host__ __device__ constexpr int forge__attt_blocks(int type, int g) {
     return type == FORGE_HIP_F16 && g == 4 ? FORGE__ATTT_F16_BLOCKS : FORGE__ATTD_MIN_BLOCKS;
 }
+
+// The wave size as a constant where the compiler knows it (NVIDIA 32; AMD's device passes define
+// __AMDGCN_WAVEFRONT_SIZE), so shuffle loops over it unroll; the host pass never runs the kernels.
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+#define FORGE__WAVE_C __AMDGCN_WAVEFRONT_SIZE
+#elif defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+#define FORGE__WAVE_C 64
+#else
+#define FORGE__WAVE_C 32
+#endif
 
 template <int TYPE, int G, int HD>
 __global__ void __launch_bounds__(FORGE__ATTD_THREADS, forge__attt_blocks(TYPE, G))
@@ -3907,7 +3961,8 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     __shared__ float s_m[FORGE__ATTD_MAX_WAVES][G], s_l[FORGE__ATTD_MAX_WAVES][G];
     __shared__ float s_o[FORGE__ATTD_MAX_WAVES][G][FORGE__ATTD_MAX_DIM];
     __shared__ int s_last;
-    const uint32_t hd = HD, wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave, n_waves = blockDim.x / wave;
+    constexpr uint32_t wave = FORGE__WAVE_C;
+    const uint32_t hd = HD, lane = threadIdx.x % wave, wid = threadIdx.x / wave, n_waves = blockDim.x / wave;
     const uint32_t T = wave / KL, kp = lane / KL, part_k = lane % KL; // scores: position kp of the tile, pieces part_k, part_k + KL, ...
     const uint32_t PW = wave / L, sub = lane % L, grp = lane / L;     // values: position grp + j * PW, dims 8 sub ..
     const uint32_t group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block;
@@ -3942,20 +3997,15 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     const uint32_t dv0 = sub * 8, shift_v = dv0 % 32 < 16 ? 0 : 4;
     for (uint32_t tile = begin + wid * T; tile < end; tile += n_waves * T) { // uniform over the wave
         forge__kv8<TYPE> rk[NC], rv[NV];
+        const uint32_t cell0 = a.n_cells ? tile % a.n_cells : tile; // n_cells >= T: a tile wraps at most once
         {
-            const uint32_t p = tile + kp, cell = a.n_cells ? p % a.n_cells : p;
+            const uint32_t p = tile + kp, c0 = cell0 + kp, cell = a.n_cells && c0 >= a.n_cells ? c0 - a.n_cells : c0;
             const uint8_t *row = ck + ((size_t)cell * a.n_head_kv + kv_head) * row_k_bytes;
 #pragma unroll
             for (uint32_t c = 0; c < NC; c++) {
                 if (p < end) forge__kv_raw8<TYPE, true>(row, (c * KL + part_k) * 8, HD, rk[c]);
                 else forge__kv_zero8<TYPE>(rk[c]);
             }
-        }
-#pragma unroll
-        for (uint32_t j = 0; j < NV; j++) {
-            const uint32_t p = tile + j * PW + grp, cell = a.n_cells ? p % a.n_cells : p;
-            if (p < end) forge__kv_raw8<TYPE, true>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, dv0, HD, rv[j]);
-            else forge__kv_zero8<TYPE>(rv[j]);
         }
         // scores: this lane's pieces, then the KL lanes of the position joined
         float sc[G];
@@ -3973,6 +4023,14 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
                 const float dot = qa.x * k[0] + qa.y * k[1] + qa.z * k[2] + qa.w * k[3] + qb.x * k[4] + qb.y * k[5] + qb.z * k[6] + qb.w * k[7];
                 sc[g] += dot * ks;
             }
+        }
+        // the tile's V rows, in flight while the scores are joined and the softmax runs (loaded with
+        // the K rows, both sets would not fit the registers)
+#pragma unroll
+        for (uint32_t j = 0; j < NV; j++) {
+            const uint32_t p = tile + j * PW + grp, c0 = cell0 + j * PW + grp, cell = a.n_cells && c0 >= a.n_cells ? c0 - a.n_cells : c0;
+            if (p < end) forge__kv_raw8<TYPE, true>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, dv0, HD, rv[j]);
+            else forge__kv_zero8<TYPE>(rv[j]);
         }
         const bool in = tile + kp < end;
 #pragma unroll
@@ -4049,7 +4107,7 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     const int gp = per_block <= 1 ? 1 : per_block <= 2 ? 2 : 4;
     const bool w8 = ((uintptr_t)a.cache_k | (uintptr_t)a.cache_v | row_k_bytes | row_v_bytes) % 8 == 0; // Q8_0 / Q4_0 quants
     const bool tiled = (a.kv_type == FORGE_HIP_F16 || ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && w8)) &&
-                       (hd == 64 || hd == 128 || hd == 256);
+                       (hd == 64 || hd == 128 || hd == 256) && (a.n_cells == 0 || a.n_cells >= 64);
     const uint64_t per_sm = tiled ? forge__attt_blocks((int)a.kv_type, gp) : FORGE__ATTD_MIN_BLOCKS;
     const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = per_sm * (uint64_t)forge__hip_sm_count();
     uint64_t n_split = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
