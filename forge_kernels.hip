@@ -3741,15 +3741,52 @@ template <int TYPE> __device__ __forceinline__ void forge__kv_cvt8(const forge__
     }
 }
 
+// What a decode attention block takes: its query heads h0 .. h0 + cnt - 1 (a part of the KV head's
+// group), its token t, and of the span the position read from device memory gives, its split's
+// positions begin .. end - 1 (n_used splits in use, at most n_split). direct: the block is the only
+// split and writes the output itself. A block past n_used returns false, having written (without
+// counters) the records of no position that forge__k_attention_merge reads.
+struct forge__attd_block {
+    uint32_t kv_head, t, split, h0, cnt, n_used, begin, end;
+    bool direct;
+};
+
+__device__ __forceinline__ bool forge__attd_block_of(const forge_hip_attention_args &a, uint32_t n_split, uint32_t per_block,
+                                                     const uint32_t *dev_pos, float *partial, forge__attd_block &b) {
+    const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block;
+    const uint32_t part = blockIdx.x % parts;
+    b.kv_head = blockIdx.x / parts, b.t = blockIdx.y, b.split = blockIdx.z;
+    b.h0 = b.kv_head * group + part * per_block;
+    b.cnt = per_block < group - part * per_block ? per_block : group - part * per_block;
+    const uint32_t kv_len = *dev_pos + b.t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
+    const uint32_t span = kv_len - first, want = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
+    b.n_used = want < 1 ? 1 : want < n_split ? want : n_split;
+    const uint32_t chunk = (span + b.n_used - 1) / b.n_used;
+    const size_t rec_len = hd + 2;
+    b.direct = b.n_used == 1 && (a.counters || n_split == 1); // else forge__k_attention_merge reads every split's record
+    if (b.split >= b.n_used) {
+        if (!a.counters) // (m, l, o) of no position for each head, for forge__k_attention_merge
+            for (uint32_t i = threadIdx.x; i < b.cnt * rec_len; i += blockDim.x)
+                partial[(((size_t)b.t * a.n_head + b.h0 + i / rec_len) * n_split + b.split) * rec_len + i % rec_len] =
+                    i % rec_len == 0 ? -INFINITY : 0.0f;
+        return false;
+    }
+    b.begin = first + b.split * chunk, b.end = b.begin + chunk < kv_len ? b.begin + chunk : kv_len;
+    return true;
+}
+
 // The end of a decode attention block, after each wave has put its (m, l, o) per head in s_m, s_l,
 // s_o (m in base 2): the waves merged in a fixed order into the block's (m, l, o); the output when
 // the block is the only split, else its record, and with counters the last block of the head group
 // merges the records.
+// hd: the head dim, a constant where the kernel has one (its divisions become shifts).
 template <int G>
-__device__ __forceinline__ void forge__attd_finish(const forge_hip_attention_args &a, const float (*s_m)[G], const float (*s_l)[G],
-                                                   const float (*s_o)[G][FORGE__ATTD_MAX_DIM], int *s_last_p, uint32_t n_waves,
-                                                   uint32_t cnt, uint32_t hd, uint32_t h0, uint32_t t, uint32_t split, uint32_t n_split,
-                                                   uint32_t n_used, bool direct, float *__restrict__ partial, uint8_t *__restrict__ q8) {
+__device__ __forceinline__ void forge__attd_finish(const forge_hip_attention_args &a, const forge__attd_block &b, uint32_t hd,
+                                                   const float (*s_m)[G], const float (*s_l)[G], const float (*s_o)[G][FORGE__ATTD_MAX_DIM],
+                                                   int *s_last_p, uint32_t n_waves, uint32_t n_split, float *__restrict__ partial,
+                                                   uint8_t *__restrict__ q8) {
+    const uint32_t cnt = b.cnt, h0 = b.h0, t = b.t, split = b.split, n_used = b.n_used;
+    const bool direct = b.direct;
     const size_t rec_len = hd + 2;
     int &s_last = *s_last_p;
     __syncthreads();
@@ -3798,22 +3835,9 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
     __shared__ int s_last;
     const uint32_t hd = a.head_dim, L = hd / 8, wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave;
     const uint32_t n_waves = blockDim.x / wave, per_wave = wave / L, sub = lane % L, grp = lane / L;
-    const uint32_t group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block;
-    const uint32_t kv_head = blockIdx.x / parts, part = blockIdx.x % parts, t = blockIdx.y, split = blockIdx.z;
-    const uint32_t h0 = kv_head * group + part * per_block;
-    const uint32_t cnt = per_block < group - part * per_block ? per_block : group - part * per_block; // heads of this block
-    const uint32_t kv_len = *dev_pos + t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
-    const uint32_t span = kv_len - first, want = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
-    const uint32_t n_used = want < 1 ? 1 : want < n_split ? want : n_split, chunk = (span + n_used - 1) / n_used;
-    const size_t rec_len = hd + 2;
-    const bool direct = n_used == 1 && (a.counters || n_split == 1); // else forge__k_attention_merge reads every split's record
-    if (split >= n_used) {
-        if (!a.counters) // (m, l, o) of no position for each head, for forge__k_attention_merge
-            for (uint32_t i = threadIdx.x; i < cnt * rec_len; i += blockDim.x)
-                partial[(((size_t)t * a.n_head + h0 + i / rec_len) * n_split + split) * rec_len + i % rec_len] = i % rec_len == 0 ? -INFINITY : 0.0f;
-        return;
-    }
-    const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
+    forge__attd_block b;
+    if (!forge__attd_block_of(a, n_split, per_block, dev_pos, partial, b)) return;
+    const uint32_t kv_head = b.kv_head, t = b.t, h0 = b.h0, cnt = b.cnt, begin = b.begin, end = b.end;
     const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
     const uint32_t d0 = sub * 8, shift = d0 % 32 < 16 ? 0 : 4;
 
@@ -3916,7 +3940,7 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
             if (sub == 0) s_m[wid][g] = mw, s_l[wid][g] = l[g];
         }
     }
-    forge__attd_finish<G>(a, s_m, s_l, s_o, &s_last, n_waves, cnt, hd, h0, t, split, n_split, n_used, direct, partial, q8);
+    forge__attd_finish<G>(a, b, hd, s_m, s_l, s_o, &s_last, n_waves, n_split, partial, q8);
 }
 
 // ---- decode attention in tiles (forge__k_attention_tile): the shapes of real models ----
@@ -3933,14 +3957,6 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
 //     lane), each weight fetched by one shuffle from the lane that scored the position.
 // A tile's K rows are all loaded before its first product, its V rows after the scores. The block's end is
 // forge__attd_finish, as for forge__k_attention_decode; the splits are the same.
-#ifndef FORGE__ATTT_F16_BLOCKS
-#define FORGE__ATTT_F16_BLOCKS 4
-#endif
-// blocks a multiprocessor for forge__k_attention_tile (the grid is sized to fill them)
-__host__ __device__ constexpr int forge__attt_blocks(int type, int g) {
-    return type == FORGE_HIP_F16 && g == 4 ? FORGE__ATTT_F16_BLOCKS : FORGE__ATTD_MIN_BLOCKS;
-}
-
 // The wave size as a constant where the compiler knows it (NVIDIA 32; AMD's device passes define
 // __AMDGCN_WAVEFRONT_SIZE), so shuffle loops over it unroll; the host pass never runs the kernels.
 #if defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -3952,7 +3968,7 @@ __host__ __device__ constexpr int forge__attt_blocks(int type, int g) {
 #endif
 
 template <int TYPE, int G, int HD>
-__global__ void __launch_bounds__(FORGE__ATTD_THREADS, forge__attt_blocks(TYPE, G))
+__global__ void __launch_bounds__(FORGE__ATTD_THREADS, FORGE__ATTD_MIN_BLOCKS)
 forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t per_block,
                         float *__restrict__ partial, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ q8) {
     FORGE__GRID_ENTER();
@@ -3965,21 +3981,9 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     const uint32_t hd = HD, lane = threadIdx.x % wave, wid = threadIdx.x / wave, n_waves = blockDim.x / wave;
     const uint32_t T = wave / KL, kp = lane / KL, part_k = lane % KL; // scores: position kp of the tile, pieces part_k, part_k + KL, ...
     const uint32_t PW = wave / L, sub = lane % L, grp = lane / L;     // values: position grp + j * PW, dims 8 sub ..
-    const uint32_t group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block;
-    const uint32_t kv_head = blockIdx.x / parts, part = blockIdx.x % parts, t = blockIdx.y, split = blockIdx.z;
-    const uint32_t h0 = kv_head * group + part * per_block;
-    const uint32_t cnt = per_block < group - part * per_block ? per_block : group - part * per_block;
-    const uint32_t kv_len = *dev_pos + t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
-    const uint32_t span = kv_len - first, want = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
-    const uint32_t n_used = want < 1 ? 1 : want < n_split ? want : n_split, chunk = (span + n_used - 1) / n_used;
-    const bool direct = n_used == 1 && (a.counters || n_split == 1);
-    if (split >= n_used) {
-        if (!a.counters)
-            for (uint32_t i = threadIdx.x; i < cnt * (hd + 2); i += blockDim.x)
-                partial[(((size_t)t * a.n_head + h0 + i / (hd + 2)) * n_split + split) * (hd + 2) + i % (hd + 2)] = i % (hd + 2) == 0 ? -INFINITY : 0.0f;
-        return;
-    }
-    const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
+    forge__attd_block b;
+    if (!forge__attd_block_of(a, n_split, per_block, dev_pos, partial, b)) return;
+    const uint32_t kv_head = b.kv_head, t = b.t, h0 = b.h0, cnt = b.cnt, begin = b.begin, end = b.end;
     const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
     for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
         const uint32_t g = i / HD;
@@ -4089,7 +4093,7 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
             if (sub == 0) s_m[wid][g] = m[g], s_l[wid][g] = lw;
         }
     }
-    forge__attd_finish<G>(a, s_m, s_l, s_o, &s_last, n_waves, cnt, hd, h0, t, split, n_split, n_used, direct, partial, q8);
+    forge__attd_finish<G>(a, b, hd, s_m, s_l, s_o, &s_last, n_waves, n_split, partial, q8);
 }
 
 // Launches forge__k_attention_tile or forge__k_attention_decode when the shape suits one (see above); returns 0 when it does not.
@@ -4108,8 +4112,7 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     const bool w8 = ((uintptr_t)a.cache_k | (uintptr_t)a.cache_v | row_k_bytes | row_v_bytes) % 8 == 0; // Q8_0 / Q4_0 quants
     const bool tiled = (a.kv_type == FORGE_HIP_F16 || ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && w8)) &&
                        (hd == 64 || hd == 128 || hd == 256) && (a.n_cells == 0 || a.n_cells >= 64);
-    const uint64_t per_sm = tiled ? forge__attt_blocks((int)a.kv_type, gp) : FORGE__ATTD_MIN_BLOCKS;
-    const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = per_sm * (uint64_t)forge__hip_sm_count();
+    const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = FORGE__ATTD_MIN_BLOCKS * (uint64_t)forge__hip_sm_count();
     uint64_t n_split = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
     if (n_split > (target + blocks - 1) / blocks) n_split = (target + blocks - 1) / blocks; // the splits that fill the device
     if (n_split > FORGE__ATTD_MAX_SPLIT) n_split = FORGE__ATTD_MAX_SPLIT;
