@@ -1217,17 +1217,22 @@ __global__ void forge__k_q8_quantize(const float *__restrict__ x, uint32_t n, ui
 }
 
 // forge__k_rmsnorm for one row, also writing the result as a quantized vector. Every block adds up
-// the squares of the whole row (16-byte loads, the same order in every block, so the same scale) and
+// the squares of the whole row (the same order in every block, so the same scale) and
 // then writes its own slice: a decode step runs two of these per layer, and a single block's
 // latency was what they cost. y may be x only with one block (the launcher sees to it).
 #define FORGE__NORM_Q8_THREADS 256
 __global__ void __launch_bounds__(FORGE__NORM_Q8_THREADS)
 forge__k_rmsnorm_q8(const float *x, const float *__restrict__ w, float *y, uint32_t n, float eps, uint8_t *__restrict__ q8) {
     FORGE__GRID_ENTER();
+    // thread t adds elements 16c .. 16c + 15 for c = t, t + blockDim.x, ...: four 16-byte loads in
+    // flight at a time, one turn for rows up to 4096 (n is a multiple of 32)
     float sum = 0.0f;
-    for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) { // n is a multiple of 32
-        const float4 a = *(const float4 *)(x + i);
-        sum += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+    for (uint32_t c = threadIdx.x; c < n / 16; c += blockDim.x) {
+        float4 a[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) a[j] = *(const float4 *)(x + 16 * c + 4 * j);
+#pragma unroll
+        for (int j = 0; j < 4; j++) sum += a[j].x * a[j].x + a[j].y * a[j].y + a[j].z * a[j].z + a[j].w * a[j].w;
     }
     sum = forge__block_sum(sum); // with one block, every element is read before any is written
     const float scale = (float)(1.0 / sqrt((double)sum / n + (double)eps));
@@ -2171,8 +2176,8 @@ __global__ void forge__k_rope(float *x, uint32_t n_heads, uint32_t head_dim, uin
         float *v = token + (size_t)h * head_dim;
         const uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+        v[a] = fmaf(x0, cos_t[i], -(x1 * sin_t[i])); // the roundings spelled out: forge__k_rope_store's
+        v[b] = fmaf(x0, sin_t[i], x1 * cos_t[i]);
     }
 }
 
@@ -2551,19 +2556,24 @@ __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict_
                                     const uint32_t *__restrict__ dev_pos, float freq_base, float freq_scale,
                                     const float *__restrict__ freq_factors, uint8_t *__restrict__ cache_k, uint8_t *__restrict__ cache_v,
                                     uint32_t n_cells, size_t row_k_bytes, size_t row_v_bytes) {
+    // the frequency of this thread's pair (blockDim.x >= n_rot / 2) depends on no earlier kernel:
+    // worked out before the grid wait, it leaves only the angle and its sine and cosine after it
+    const uint32_t half = n_rot / 2, b = blockIdx.x, i = threadIdx.x;
+    const double freq = i < half ? pow((double)freq_base, -2.0 * i / n_rot) : 0.0;
+    const double factor = i < half && freq_factors ? (double)freq_factors[i] : 1.0;
     FORGE__GRID_ENTER();
-    const uint32_t half = n_rot / 2, p = dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p, b = blockIdx.x;
+    const uint32_t p = dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p;
     const int per_element = TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16;
     if (b < n_head + n_head_kv) {
         float *x = b < n_head ? q + (size_t)b * head_dim : k + (size_t)(b - n_head) * head_dim;
-        for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
-            double theta = (double)p * (double)freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
-            if (freq_factors) theta /= (double)freq_factors[i];
-            const float c = (float)cos(theta), s = (float)sin(theta);
+        if (i < half) {
             const uint32_t a = neox ? i : 2 * i, e = neox ? i + half : 2 * i + 1;
-            const float x0 = x[a], x1 = x[e];
-            x[a] = x0 * c - x1 * s;
-            x[e] = x0 * s + x1 * c;
+            const float x0 = x[a], x1 = x[e]; // asked for before the angle's arithmetic
+            double theta = (double)p * (double)freq_scale * freq;
+            if (freq_factors) theta /= factor;
+            const float c = (float)cos(theta), s = (float)sin(theta);
+            x[a] = fmaf(x0, c, -(x1 * s)); // as forge__k_rope rounds them
+            x[e] = fmaf(x0, s, x1 * c);
         }
         if (b < n_head) return;
         __syncthreads(); // the rotated key row is stored below by other threads of the block
@@ -2592,9 +2602,10 @@ int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, u
     if (n_rot > head_dim || n_rot % 2 || n_rot / 2 > FORGE__ROPE_MAX_HALF || (mode != 0 && mode != 2))
         return forge__hip_refuse(message, message_bytes, "rope_store: unsupported rotary dimensions or mode");
     if (n_head_kv == 0) return 0;
+    const uint32_t threads = n_rot / 2 > 128 ? (n_rot / 2 + 63) / 64 * 64 : 128; // a thread for each rotated pair
     switch (kv_type) {
 #define FORGE__ROPE_STORE(T)                                                                             \
-    forge__launch(forge__k_rope_store<T>, dim3(n_head + 2 * n_head_kv), dim3(128), s, q, k, v, n_head, n_head_kv, head_dim, head_dim_v, \
+    forge__launch(forge__k_rope_store<T>, dim3(n_head + 2 * n_head_kv), dim3(threads), s, q, k, v, n_head, n_head_kv, head_dim, head_dim_v, \
                   n_rot, (int)(mode == 2), pos0, dev_pos, freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, (uint8_t *)cache_v, \
                   n_cells, row_k, row_v)
     case FORGE_HIP_F32: FORGE__ROPE_STORE(FORGE_HIP_F32); break;

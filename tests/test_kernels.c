@@ -30,8 +30,9 @@
 
    Outputs are poisoned with NaN before each launch, so an unwritten element fails the check. Ends
    with timing tables (print, never assert: decode products, matvec bandwidth, prompt products,
-   experts, decode attention at depths 128 to 64K) and "N passed, N failed". `test_kernels attention`
-   prints the decode attention table alone, without the checks; any other argument skips the tables.
+   experts, decode attention at depths 128 to 64K) and "N passed, N failed". `test_kernels products`
+   and `test_kernels attention` print the decode product table or the decode attention table alone,
+   without the checks; any other argument skips the tables.
    Build: make GPU=nvidia test-gpu (the kernels with nvcc, this file with the C compiler). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime for the bandwidth table */
 #define FORGE_HIP
@@ -1414,50 +1415,69 @@ static void test_q8(void) {
           "glu q8 over 40 rows must be refused: %s", msg);
 }
 
-/* Decode products at the shapes of real models: the f32-activation kernel against the 8-bit one
-   (microseconds a launch, GB/s of weights; 200 launches after a warm-up). */
+/* Decode products at the shapes of real models, the f32-activation kernel against the 8-bit one:
+   microseconds a launch and GB/s of the weights it reads (200 launches). The
+   launches walk through copies of the matrix that together exceed 256 MiB, so the weights come from
+   device memory and not from a cache that still holds the last launch's. "glu" rows time the
+   gate/up launch (two matrices of the shape, the activation between them), as a decode step runs
+   it; its bytes count both matrices. */
 static void bench_decode_shapes(void) {
-    static const struct { uint32_t type, rows, cols; const char *what; } shapes[] = {
-        {FORGE_TYPE_Q4_K, 4096, 4096, "8B q/o"},          {FORGE_TYPE_Q4_K, 1024, 4096, "8B k"},
-        {FORGE_TYPE_Q6_K, 1024, 4096, "8B v"},            {FORGE_TYPE_Q4_K, 14336, 4096, "8B gate/up"},
-        {FORGE_TYPE_Q6_K, 4096, 14336, "8B down (Q6_K)"}, {FORGE_TYPE_Q4_K, 4096, 14336, "8B down (Q4_K)"},
-        {FORGE_TYPE_Q6_K, 128256, 4096, "8B head"},       {FORGE_TYPE_Q4_K, 1536, 1536, "1.5B q/o"},
-        {FORGE_TYPE_Q4_K, 256, 1536, "1.5B k/v"},         {FORGE_TYPE_Q4_K, 8960, 1536, "1.5B gate/up"},
-        {FORGE_TYPE_Q6_K, 1536, 8960, "1.5B down"},       {FORGE_TYPE_Q6_K, 151936, 1536, "1.5B head"},
-        {FORGE_TYPE_Q4_0, 14336, 4096, "8B gate Q4_0"},   {FORGE_TYPE_Q8_0, 14336, 4096, "8B gate Q8_0"},
+    static const struct { uint32_t type, rows, cols; int glu; const char *what; } shapes[] = {
+        {FORGE_TYPE_Q4_K, 4096, 4096, 0, "8B q/o"},          {FORGE_TYPE_Q4_K, 1024, 4096, 0, "8B k"},
+        {FORGE_TYPE_Q6_K, 1024, 4096, 0, "8B v"},            {FORGE_TYPE_Q4_K, 14336, 4096, 0, "8B gate/up"},
+        {FORGE_TYPE_Q4_K, 14336, 4096, 1, "8B glu"},         {FORGE_TYPE_Q6_K, 4096, 14336, 0, "8B down (Q6_K)"},
+        {FORGE_TYPE_Q4_K, 4096, 14336, 0, "8B down (Q4_K)"}, {FORGE_TYPE_Q6_K, 128256, 4096, 0, "8B head"},
+        {FORGE_TYPE_Q4_K, 1536, 1536, 0, "1.5B q/o"},        {FORGE_TYPE_Q4_K, 256, 1536, 0, "1.5B k/v"},
+        {FORGE_TYPE_Q4_K, 8960, 1536, 1, "1.5B glu"},        {FORGE_TYPE_Q6_K, 1536, 8960, 0, "1.5B down"},
+        {FORGE_TYPE_Q6_K, 151936, 1536, 0, "1.5B head"},     {FORGE_TYPE_Q4_0, 14336, 4096, 1, "8B glu Q4_0"},
+        {FORGE_TYPE_Q8_0, 14336, 4096, 1, "8B glu Q8_0"},    {FORGE_TYPE_Q4_0, 4096, 14336, 0, "8B down Q4_0"},
     };
     const uint32_t reps = 200;
     size_t i;
-    printf("decode products (us a launch, GB/s of weights): f32 activations | 8-bit activations\n");
+    printf("decode products (us a launch, GB/s of weights, weights from device memory): f32 activations | 8-bit activations\n");
     for (i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const forge_type_traits *t = forge_type_info(shapes[i].type);
         const size_t bytes = (size_t)shapes[i].cols / t->block_elems * t->block_bytes * shapes[i].rows;
+        const size_t launch_bytes = bytes * (shapes[i].glu ? 2 : 1);
+        uint32_t n_copies = (uint32_t)((((size_t)256 << 20) + bytes - 1) / bytes), c, k;
         uint8_t *w = (uint8_t *)xmalloc(bytes);
         float *x = (float *)xmalloc(shapes[i].cols * sizeof(float));
-        void *dw, *dx, *dy, *dq8;
+        void *dw[64], *dx, *dy, *dq8, *dq8_out;
         double t0, t1, t2;
-        uint32_t k;
+        if (n_copies < 2) n_copies = 2;
+        if (n_copies > 64) n_copies = 64;
         random_blocks(shapes[i].type, w, (uint64_t)shapes[i].rows * (shapes[i].cols / t->block_elems));
         random_floats(x, shapes[i].cols, -1.0f, 1.0f);
-        dw = dev_alloc(bytes, w), dx = dev_alloc(shapes[i].cols * sizeof(float), x), dy = dev_alloc(shapes[i].rows * sizeof(float), NULL);
-        dq8 = dev_alloc(forge_hip_q8_bytes(shapes[i].cols), NULL);
+        for (c = 0; c < n_copies; c++) dw[c] = dev_alloc(bytes, w);
+        dx = dev_alloc(shapes[i].cols * sizeof(float), x), dy = dev_alloc(shapes[i].rows * sizeof(float), NULL);
+        dq8 = dev_alloc(forge_hip_q8_bytes(shapes[i].cols), NULL), dq8_out = dev_alloc(forge_hip_q8_bytes(shapes[i].rows), NULL);
         forge_hip_q8_quantize((const float *)dx, shapes[i].cols, dq8, NULL, msg, sizeof msg);
-        forge_hip_matvec(shapes[i].type, dw, shapes[i].rows, shapes[i].cols, (const float *)dx, (float *)dy, NULL, NULL, msg, sizeof msg);
-        forge_hip_matvec_q8(shapes[i].type, dw, shapes[i].rows, shapes[i].cols, dq8, (float *)dy, NULL, 0, NULL, msg, sizeof msg);
         forge_hip_stream_sync(NULL, msg, sizeof msg);
         t0 = now_s();
-        for (k = 0; k < reps; k++)
-            forge_hip_matvec(shapes[i].type, dw, shapes[i].rows, shapes[i].cols, (const float *)dx, (float *)dy, NULL, NULL, msg, sizeof msg);
+        for (k = 0; k < reps && !shapes[i].glu; k++)
+            forge_hip_matvec(shapes[i].type, dw[k % n_copies], shapes[i].rows, shapes[i].cols, (const float *)dx, (float *)dy, NULL, NULL,
+                             msg, sizeof msg);
         forge_hip_stream_sync(NULL, msg, sizeof msg);
         t1 = now_s();
-        for (k = 0; k < reps; k++)
-            forge_hip_matvec_q8(shapes[i].type, dw, shapes[i].rows, shapes[i].cols, dq8, (float *)dy, NULL, 0, NULL, msg, sizeof msg);
+        for (k = 0; k < reps; k++) {
+            if (shapes[i].glu)
+                forge_hip_glu_q8(shapes[i].type, dw[k % n_copies], dw[(k + 1) % n_copies], shapes[i].rows, shapes[i].cols, dq8,
+                                 (float *)dy, dq8_out, 0, NULL, msg, sizeof msg);
+            else
+                forge_hip_matvec_q8(shapes[i].type, dw[k % n_copies], shapes[i].rows, shapes[i].cols, dq8, (float *)dy, NULL, 0, NULL, msg,
+                                    sizeof msg);
+        }
         forge_hip_stream_sync(NULL, msg, sizeof msg);
         t2 = now_s();
-        printf("  %-16s %-5s %6u x %5u %7.2f MiB | %7.1f us %6.0f GB/s | %7.1f us %6.0f GB/s\n", shapes[i].what, t->name, shapes[i].rows,
-               shapes[i].cols, bytes / 1048576.0, (t1 - t0) / reps * 1e6, bytes * reps / (t1 - t0) / 1e9, (t2 - t1) / reps * 1e6,
-               bytes * reps / (t2 - t1) / 1e9);
-        forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(dq8);
+        if (shapes[i].glu)
+            printf("  %-16s %-5s %6u x %5u %7.2f MiB |                   | %7.1f us %6.0f GB/s\n", shapes[i].what, t->name, shapes[i].rows,
+                   shapes[i].cols, launch_bytes / 1048576.0, (t2 - t1) / reps * 1e6, launch_bytes * reps / (t2 - t1) / 1e9);
+        else
+            printf("  %-16s %-5s %6u x %5u %7.2f MiB | %7.1f us %6.0f GB/s | %7.1f us %6.0f GB/s\n", shapes[i].what, t->name,
+                   shapes[i].rows, shapes[i].cols, launch_bytes / 1048576.0, (t1 - t0) / reps * 1e6, bytes * reps / (t1 - t0) / 1e9,
+                   (t2 - t1) / reps * 1e6, bytes * reps / (t2 - t1) / 1e9);
+        for (c = 0; c < n_copies; c++) forge_hip_arena_free(dw[c]);
+        forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(dq8), forge_hip_arena_free(dq8_out);
         free(w), free(x);
     }
 }
@@ -1527,6 +1547,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("device: %s (%s), wave %d, %.1f GiB free\n", info.name, info.arch, info.wave_size, info.free_bytes / 1073741824.0);
+    if (argc > 1 && strcmp(argv[1], "products") == 0) { /* the decode product table alone, no checks */
+        bench_decode_shapes();
+        return test_summary();
+    }
     if (argc > 1 && strcmp(argv[1], "attention") == 0) { /* the decode attention table alone, no checks */
         bench_attention_decode();
         return test_summary();
