@@ -2669,13 +2669,22 @@ typedef struct forge_hip_attention_args {
 #ifndef FORGE__ATT_DECODE_BLOCKS
 #define FORGE__ATT_DECODE_BLOCKS 1024
 #endif
-// The decode kernel of forge_hip_attention_at (forge__k_attention_decode) splits a context into
-// chunks of FORGE__ATTD_MIN_CHUNK positions or more, at most FORGE__ATTD_MAX_SPLIT of them.
+// The decode kernels of forge_hip_attention_at split a context into chunks of FORGE__ATTD_MIN_CHUNK
+// positions or more, at most FORGE__ATTD_MAX_SPLIT of them; a span of up to FORGE__ATTD_ONE_SPLIT
+// positions is one split, written out directly with no records and no merge, which at such depths
+// cost more than the positions (tests/PERF.md, seventh session).
 #define FORGE__ATTD_MAX_SPLIT 128
 #define FORGE__ATTD_MAX_DIM 256 // widest head the decode kernels and the split merge's pair path take
 #ifndef FORGE__ATTD_MIN_CHUNK
 #define FORGE__ATTD_MIN_CHUNK 32
 #endif
+#ifndef FORGE__ATTD_ONE_SPLIT
+#define FORGE__ATTD_ONE_SPLIT 128
+#endif
+// The decode splits a span of positions wants (before the grid's and the scratch's limits).
+__host__ __device__ __forceinline__ uint32_t forge__attd_want(uint32_t span) {
+    return span <= FORGE__ATTD_ONE_SPLIT ? 1 : (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
+}
 
 // Flash-style attention, one pass with online softmax. A block serves one (query head, token, split):
 // each wave walks its own positions of the split (wave w takes w, w + n_waves, ...), lane l holds dims
@@ -3578,7 +3587,7 @@ int forge_hip_kv_store_at(uint32_t kv_type, const float *k, const float *v, void
 // (flash-decoding); the plan reserves it once. Any smaller scratch (or none) also works: the
 // launchers then use fewer splits, down to the single-pass kernels.
 size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v) {
-    const uint32_t n_split = forge__hip_attention_splits(n_ctx), wanted = (n_ctx + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
+    const uint32_t n_split = forge__hip_attention_splits(n_ctx), wanted = forge__attd_want(n_ctx);
     const uint32_t decode = wanted > FORGE__ATTD_MAX_SPLIT ? FORGE__ATTD_MAX_SPLIT : wanted;
     const size_t rec = (size_t)n_head * (head_dim_v + 2) * sizeof(float);
     const size_t prompt = n_split <= 1 ? 0 : (size_t)n_split * n_tokens * rec;
@@ -3677,7 +3686,7 @@ static int forge__hip_attention_check(const forge_hip_attention_args *a, char *m
 // computed, so a lane has eight row loads in flight while it works. The waves merge through shared
 // memory in one pass.
 // Splits follow the position read from device memory, not the grid: a span of P positions takes
-// ceil(P / FORGE__ATTD_MIN_CHUNK) splits, at most the grid's, so a short context uses a few blocks and
+// forge__attd_want(P) splits, at most the grid's, so a short context uses a few blocks and
 // a long one the whole grid. One split writes the normalized output; several write (m, l, o) records,
 // and with args.counters the last block of a head group to finish (an atomic count, reset by that
 // block) merges them in the same launch; without counters forge__k_attention_merge does (the records
@@ -3770,7 +3779,7 @@ __device__ __forceinline__ bool forge__attd_block_of(const forge_hip_attention_a
     b.h0 = b.kv_head * group + part * per_block;
     b.cnt = per_block < group - part * per_block ? per_block : group - part * per_block;
     const uint32_t kv_len = *dev_pos + b.t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
-    const uint32_t span = kv_len - first, want = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
+    const uint32_t span = kv_len - first, want = forge__attd_want(span);
     b.n_used = want < 1 ? 1 : want < n_split ? want : n_split;
     const uint32_t chunk = (span + b.n_used - 1) / b.n_used;
     const size_t rec_len = hd + 2;
@@ -4124,7 +4133,7 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     const bool tiled = (a.kv_type == FORGE_HIP_F16 || ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && w8)) &&
                        (hd == 64 || hd == 128 || hd == 256) && (a.n_cells == 0 || a.n_cells >= 64);
     const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = FORGE__ATTD_MIN_BLOCKS * (uint64_t)forge__hip_sm_count();
-    uint64_t n_split = (span + FORGE__ATTD_MIN_CHUNK - 1) / FORGE__ATTD_MIN_CHUNK;
+    uint64_t n_split = forge__attd_want(span);
     if (n_split > (target + blocks - 1) / blocks) n_split = (target + blocks - 1) / blocks; // the splits that fill the device
     if (n_split > FORGE__ATTD_MAX_SPLIT) n_split = FORGE__ATTD_MAX_SPLIT;
     const size_t per_split = (size_t)a.n_tokens * a.n_head * (hd + 2) * sizeof(float);

@@ -632,17 +632,19 @@ static void test_attention(void) {
         check_attention(kv_types[i], 16, 8, 64, 64, 1, 12000, 1, 1000, 1500, 0.5f); /* ring with spare cells, hard cap */
         check_attention(kv_types[i], 8, 2, 128, 128, 1, 7000, 0, 0, 0, 0.0f);     /* no scratch: one pass per block */
         check_attention(kv_types[i], 32, 8, 128, 128, 1, 0, 1, 0, 0, 0.0f);      /* decode at the first positions: one split, */
-        check_attention(kv_types[i], 32, 8, 128, 128, 1, 40, 1, 0, 0, 0.0f);     /* two, */
-        check_attention(kv_types[i], 12, 2, 128, 128, 1, 127, 1, 0, 0, 0.0f);    /* four (a group of 6 in two blocks of 3), */
+        check_attention(kv_types[i], 32, 8, 128, 128, 1, 127, 1, 0, 0, 0.0f);    /* still one (128 positions), */
+        check_attention(kv_types[i], 32, 8, 128, 128, 1, 128, 1, 0, 0, 0.0f);    /* five, */
+        check_attention(kv_types[i], 12, 2, 128, 128, 1, 200, 1, 0, 0, 0.0f);    /* seven (a group of 6 in two blocks of 3), */
         check_attention(kv_types[i], 12, 2, 128, 128, 1, 300, 1, 0, 0, 0.0f);    /* ten */
         check_attention(kv_types[i], 40, 2, 64, 64, 1, 500, 1, 0, 0, 0.0f);      /* a group of 20: five blocks of four */
         check_attention(kv_types[i], 14, 2, 128, 128, 1, 900, 1, 100, 0, 0.0f);  /* a group of 7: blocks of 4 and 3, window */
         check_attention(kv_types[i], 8, 8, 64, 64, 7, 50, 0, 0, 100, 0.0f);      /* n_cells without a window: no wrap */
     }
-    /* a record is (m, l, o) per head; a decode step splits into chunks of 32 or more positions, at most
-       128 splits; prompts into chunks of 256, at most 32 */
-    CHECK(forge_hip_attention_scratch_bytes(32, 1, 32, 128) == 0, "one chunk of context needs no scratch");
-    CHECK(forge_hip_attention_scratch_bytes(100, 1, 32, 128) == (size_t)4 * 32 * 130 * 4, "a short context: four decode splits");
+    /* a record is (m, l, o) per head; a decode step of more than 128 positions splits into chunks of 32
+       or more positions, at most 128 splits; prompts into chunks of 256, at most 32 */
+    CHECK(forge_hip_attention_scratch_bytes(128, 1, 32, 128) == 0, "a context of up to 128 positions needs no scratch");
+    CHECK(forge_hip_attention_scratch_bytes(129, 1, 32, 128) == (size_t)5 * 32 * 130 * 4, "129 positions: five decode splits");
+    CHECK(forge_hip_attention_scratch_bytes(300, 1, 32, 128) == (size_t)10 * 32 * 130 * 4, "a short context: ten decode splits");
     CHECK(forge_hip_attention_scratch_bytes(32768, 1, 32, 128) == (size_t)128 * 32 * 130 * 4, "scratch of a long context");
     CHECK(forge_hip_attention_scratch_bytes(32768, 8, 32, 128) == (size_t)32 * 8 * 32 * 130 * 4, "scratch of a long context, 8 tokens");
     memset(&a, 0, sizeof a);
