@@ -1076,21 +1076,17 @@ struct forge__p_q4_k {
 // (quarter k = 0..3, i = 0..7): ql bytes 64h + 8t.. (k = 0 low, 2 high nibbles) and 64h + 32 + 8t..
 // (k = 1, 3), qh bytes 128 + 32h + 8t.. (bits 2k), scale 8h + 2k + t/2. Blocks are 2-aligned.
 struct forge__p_q6_k {
-    struct raw { uint32_t a[2], b[2], h[2], s[4]; float d; };
+    struct raw { uint32_t a[2], b[2], h[2], s[2]; float d; };
     static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, raw &r) {
         const uint8_t *blk = row + (size_t)(p / 8) * 210;
         const uint32_t pi = p % 8, h = pi / 4, t = pi % 4;
         forge__ld_words<2>(blk + 64 * h + 8 * t, r.a);
         forge__ld_words<2>(blk + 64 * h + 32 + 8 * t, r.b);
         forge__ld_words<2>(blk + 128 + 32 * h + 8 * t, r.h);
-        uint32_t sd[5];
-        forge__ld_words<4>(blk + 192, sd); // 16 scale bytes; the word after holds d
+        forge__ld_words<2>(blk + 192 + 8 * h, r.s); // the 8 scale bytes of half h
         const uint32_t *base = (const uint32_t *)((uintptr_t)(blk + 208) & ~(uintptr_t)3);
         const uint32_t dw = *base;
         r.d = forge__f16(((uintptr_t)(blk + 208) & 2) ? dw >> 16 : dw & 0xffffu);
-        (void)sd[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) r.s[i] = sd[i];
     }
     static __device__ __forceinline__ void load_x(const float *__restrict__ x, uint32_t p, float xr[32], float xs[4]) {
         const uint32_t pi = p % 8;
@@ -1104,9 +1100,9 @@ struct forge__p_q6_k {
         }
     }
     static __device__ __forceinline__ float dot(const raw &r, uint32_t p, const float xr[32], const float xs[4]) {
-        const uint32_t pi = p % 8, h = pi / 4, t = pi % 4;
-        // scales of quarters 0, 1 in word 2h bytes t/2 and 2 + t/2; quarters 2, 3 likewise in word 2h+1
-        const uint32_t s01 = (h ? r.s[2] : r.s[0]) >> (8 * (t / 2)), s23 = (h ? r.s[3] : r.s[1]) >> (8 * (t / 2));
+        const uint32_t t = p % 4;
+        // scales of quarters 0, 1 in the half's word 0 bytes t/2 and 2 + t/2; quarters 2, 3 likewise in word 1
+        const uint32_t s01 = r.s[0] >> (8 * (t / 2)), s23 = r.s[1] >> (8 * (t / 2));
         const uint32_t sx = (s01 & 0x00ff00ffu) | ((s23 & 0x00ff00ffu) << 8); // bytes: k = 0, 2, 1, 3
         const uint32_t su = sx ^ 0x80808080u;
         const float magic = 8388736.0f;
@@ -1303,17 +1299,16 @@ struct forge__pq_q4_k : forge__p_q4_k {
         x.g0 = ds[g], x.g1 = ds[g + 1];
     }
     static __device__ __forceinline__ float dotq(const raw &r, uint32_t p, const forge__xq &x) {
-        const uint32_t c = (p % 8) / 2, h = p % 2;
+        // the scale and min bytes of sub-blocks 2c, 2c + 1 without a branch (lanes of a wave differ
+        // in c): c < 2 takes them whole from words A, B; c >= 2 puts the low nibbles of C under the
+        // top two bits of A, B. The masks and the shift depend on the lane only, not on the row.
+        const uint32_t c = (p % 8) / 2, h = p % 2, s16 = 16 * (c & 1);
+        const bool upper = c >= 2;
+        const uint32_t m_lo = upper ? 0x0f0fu : 0x3f3fu, m_hi = upper ? 0x3030u : 0u;
+        const uint32_t a = r.head.y >> s16, b = r.head.z >> s16, cl = r.head.w >> s16;
+        const uint32_t sc = ((upper ? cl : a) & m_lo) | ((a >> 2) & m_hi);
+        const uint32_t mn = ((upper ? cl >> 4 : b) & m_lo) | ((b >> 2) & m_hi);
         const float d = forge__f16(r.head.x & 0xffffu), dmin = forge__f16(r.head.x >> 16);
-        const uint32_t A = r.head.y, B = r.head.z, C = r.head.w;
-        uint32_t sc, mn;
-        if (c < 2) {
-            sc = (A >> (16 * c)) & 0x3f3fu, mn = (B >> (16 * c)) & 0x3f3fu;
-        } else {
-            const uint32_t sh = 16 * (c - 2), cl = C >> sh;
-            sc = (cl & 0x0f0fu) | ((A >> sh >> 2) & 0x3030u);
-            mn = ((cl >> 4) & 0x0f0fu) | ((B >> sh >> 2) & 0x3030u);
-        }
         const uint32_t q[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
         int s0 = 0, s1 = 0;
 #pragma unroll
@@ -1322,7 +1317,8 @@ struct forge__pq_q4_k : forge__p_q4_k {
             s1 = forge__dp4a((int)((q[i] >> 4) & 0x0f0f0f0fu), x.q[4 + i], s1);
         }
         const float sum0 = h ? x.g0.z : x.g0.y, sum1 = h ? x.g1.z : x.g1.y;
-        return d * (forge__u2f(sc & 0xffu) * x.g0.x * (float)s0 + forge__u2f(sc >> 8) * x.g1.x * (float)s1) -
+        // scale times sum in integers, exact (|s| <= 16 * 15 * 127, scales < 64): one conversion each
+        return d * (x.g0.x * (float)((int)(sc & 0xffu) * s0) + x.g1.x * (float)((int)(sc >> 8) * s1)) -
                dmin * (forge__u2f(mn & 0xffu) * sum0 + forge__u2f(mn >> 8) * sum1);
     }
 };
@@ -1343,8 +1339,8 @@ struct forge__pq_q6_k : forge__p_q6_k {
         x.g0 = ds[g], x.g1 = ds[g + 1], x.g2 = ds[g + 2], x.g3 = ds[g + 3];
     }
     static __device__ __forceinline__ float dotq(const raw &r, uint32_t p, const forge__xq &x) {
-        const uint32_t pi = p % 8, h = pi / 4, t = pi % 4;
-        const uint32_t s01 = (h ? r.s[2] : r.s[0]) >> (8 * (t / 2)), s23 = (h ? r.s[3] : r.s[1]) >> (8 * (t / 2));
+        const uint32_t t = p % 4; // (the half's scales are in r.s)
+        const uint32_t s01 = r.s[0] >> (8 * (t / 2)), s23 = r.s[1] >> (8 * (t / 2));
         const int sc[4] = {(int)(int8_t)(s01 & 0xffu), (int)(int8_t)((s01 >> 16) & 0xffu), (int)(int8_t)(s23 & 0xffu),
                            (int)(int8_t)((s23 >> 16) & 0xffu)};
         const float dx[4] = {x.g0.x, x.g1.x, x.g2.x, x.g3.x};
