@@ -2152,6 +2152,17 @@ __global__ void forge__k_rmsnorm(const float *x, const float *__restrict__ w, fl
 // One block per token: the angles are computed once per token in double (as the CPU does; pow and
 // sin/cos of angles of thousands of radians need it), then applied to every head.
 #define FORGE__ROPE_MAX_HALF 256
+// Pair i's frequency, base^(-2i / n_rot); the angle at position p is p * freq_scale * that, divided by
+// the pair's rope factor where the model has them.
+__device__ __forceinline__ double forge__rope_freq(float freq_base, uint32_t i, uint32_t n_rot) {
+    return pow((double)freq_base, -2.0 * i / n_rot);
+}
+// One pair rotated, its roundings spelled out so that forge__k_rope and forge__k_rope_store (prompt
+// and decode) give the same bits whatever the compiler would contract.
+__device__ __forceinline__ void forge__rope_pair(float x0, float x1, float c, float s, float *y0, float *y1) {
+    *y0 = fmaf(x0, c, -(x1 * s));
+    *y1 = fmaf(x0, s, x1 * c);
+}
 // dev_pos (a decode graph's): the first position is read from device memory instead of pos0.
 __global__ void forge__k_rope(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int neox, uint32_t pos0,
                               float freq_base, float freq_scale, const float *__restrict__ freq_factors,
@@ -2160,7 +2171,7 @@ __global__ void forge__k_rope(float *x, uint32_t n_heads, uint32_t head_dim, uin
     const uint32_t half = n_rot / 2;
     const double pos = (double)((dev_pos ? *dev_pos : pos0) + blockIdx.x);
     for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
-        double theta = pos * (double)freq_scale * pow((double)freq_base, -2.0 * i / n_rot);
+        double theta = pos * (double)freq_scale * forge__rope_freq(freq_base, i, n_rot);
         if (freq_factors) theta /= (double)freq_factors[i];
         cos_t[i] = (float)cos(theta);
         sin_t[i] = (float)sin(theta);
@@ -2172,8 +2183,7 @@ __global__ void forge__k_rope(float *x, uint32_t n_heads, uint32_t head_dim, uin
         float *v = token + (size_t)h * head_dim;
         const uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         const float x0 = v[a], x1 = v[b];
-        v[a] = fmaf(x0, cos_t[i], -(x1 * sin_t[i])); // the roundings spelled out: forge__k_rope_store's
-        v[b] = fmaf(x0, sin_t[i], x1 * cos_t[i]);
+        forge__rope_pair(x0, x1, cos_t[i], sin_t[i], &v[a], &v[b]);
     }
 }
 
@@ -2555,7 +2565,7 @@ __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict_
     // the frequency of this thread's pair (blockDim.x >= n_rot / 2) depends on no earlier kernel:
     // worked out before the grid wait, it leaves only the angle and its sine and cosine after it
     const uint32_t half = n_rot / 2, b = blockIdx.x, i = threadIdx.x;
-    const double freq = i < half ? pow((double)freq_base, -2.0 * i / n_rot) : 0.0;
+    const double freq = i < half ? forge__rope_freq(freq_base, i, n_rot) : 0.0;
     const double factor = i < half && freq_factors ? (double)freq_factors[i] : 1.0;
     FORGE__GRID_ENTER();
     const uint32_t p = dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p;
@@ -2568,8 +2578,7 @@ __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict_
             double theta = (double)p * (double)freq_scale * freq;
             if (freq_factors) theta /= factor;
             const float c = (float)cos(theta), s = (float)sin(theta);
-            x[a] = fmaf(x0, c, -(x1 * s)); // as forge__k_rope rounds them
-            x[e] = fmaf(x0, s, x1 * c);
+            forge__rope_pair(x0, x1, c, s, &x[a], &x[e]);
         }
         if (b < n_head) return;
         __syncthreads(); // the rotated key row is stored below by other threads of the block
@@ -3776,7 +3785,7 @@ __device__ __forceinline__ bool forge__attd_block_of(const forge_hip_attention_a
     b.cnt = per_block < group - part * per_block ? per_block : group - part * per_block;
     const uint32_t kv_len = *dev_pos + b.t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
     const uint32_t span = kv_len - first, want = forge__attd_want(span);
-    b.n_used = want < 1 ? 1 : want < n_split ? want : n_split;
+    b.n_used = want < n_split ? want : n_split; // want >= 1
     const uint32_t chunk = (span + b.n_used - 1) / b.n_used;
     const size_t rec_len = hd + 2;
     b.direct = b.n_used == 1 && (a.counters || n_split == 1); // else forge__k_attention_merge reads every split's record
