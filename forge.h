@@ -6062,6 +6062,14 @@ typedef struct forge_hip_attention_args {
     uint32_t *counters; /* attention_at: NULL or n_head * n_tokens zeroed uint32 (one-launch split merge) */
 } forge_hip_attention_args;
 
+typedef struct forge_hip_rope_args {
+    uint32_t n_rot;
+    int mode;                  /* 0: adjacent pairs; 2: halves (NEOX) */
+    float freq_base, freq_scale;
+    const float *freq_factors; /* NULL or n_rot / 2 device floats */
+    const double *freq;        /* n_rot / 2 device doubles from forge_hip_rope_freqs */
+} forge_hip_rope_args;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -6118,6 +6126,10 @@ int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, u
                          uint32_t head_dim_v, uint32_t n_rot, int mode, uint32_t pos0, const uint32_t *dev_pos, float freq_base,
                          float freq_scale, const float *freq_factors, void *cache_k, void *cache_v, uint32_t n_cells, void *stream,
                          char *message, size_t message_bytes);
+int forge_hip_rope_freqs(double *dst, uint32_t n_rot, float freq_base, void *stream, char *message, size_t message_bytes);
+int forge_hip_rope_attention_q8(const forge_hip_attention_args *args, const forge_hip_rope_args *rope, float *k, const float *v,
+                                const uint32_t *dev_pos, void *q8, void *scratch, size_t scratch_bytes, void *stream, char *message,
+                                size_t message_bytes);
 int forge_hip_copy_device(void *dst, const void *src, size_t bytes, void *stream, char *message, size_t message_bytes);
 int forge_hip_memset(void *dst, int byte, size_t bytes, void *stream, char *message, size_t message_bytes);
 int forge_hip_add(float *dst, const float *src, size_t n, void *stream, char *message, size_t message_bytes);
@@ -6278,16 +6290,22 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
 /* The decode step's device slots, read by the recorded graph: [0] the token, [1] its position,
    [2] forge_context_argmax's answer. */
 #define FORGE__GPU_STEP_WORDS 4u
+/* The rotary pair frequencies of the decode step's fused attention: two tables (the base and the
+   sliding-window layers' base) of up to FORGE__GPU_ROPE_PAIRS doubles. */
+#define FORGE__GPU_ROPE_PAIRS 512u
+#define FORGE__GPU_ROPE_BYTES (2u * FORGE__GPU_ROPE_PAIRS * 8u)
 
 /* The GPU backend's own working memory: attention's split-KV scratch and the decode step's merge
-   counters, the batch's token ids, the decode step's slots, and nothing that grows with the sequence. */
+   counters, the batch's token ids, the decode step's slots, the rotary frequency tables, and nothing
+   that grows with the sequence. */
 static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_model *m, uint32_t n_ctx, uint32_t n_batch) {
 #ifdef FORGE_HIP
     return forge__align_gpu(forge_hip_attention_scratch_bytes(n_ctx, n_batch, forge__schedule_max_heads(s), m->config.head_dim_v)) +
            forge__align_gpu((uint64_t)forge__schedule_max_heads(s) * sizeof(uint32_t)) + 2 * forge__align_gpu(forge_hip_q8_bytes(s->max_cols)) +
            forge__align_gpu(forge_hip_argmax_scratch_bytes()) +
            forge__align_gpu(forge_hip_top_k_scratch_bytes(m->config.n_vocab)) +
-           forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
+           forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t)) +
+           forge__align_gpu(FORGE__GPU_ROPE_BYTES);
 #else
     (void)s, (void)m, (void)n_ctx;
     return forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
@@ -6656,6 +6674,8 @@ struct forge_context {
     uint64_t dev_q8[2];     /* decode: two quantized activation vectors (the input of a product, and the next) */
     uint64_t dev_argmax;    /* forge_context_argmax's partial results */
     uint64_t dev_att_count; /* the decode attention's merge counters (zero between launches) */
+    uint64_t dev_rope_freq; /* FORGE__GPU_ROPE_BYTES: the rotary pair frequencies (forge_hip_rope_freqs) */
+    int rope_freq_ok;       /* the tables hold this model's frequencies: the fused decode attention may run */
     uint64_t dev_sample;    /* forge_context_sample's candidate selection */
     uint8_t *sample_host;   /* pinned: the selection's flag and keys, copied back */
     uint32_t n_device_samples; /* draws forge_context_sample finished from device candidates */
@@ -6864,8 +6884,34 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
     const forge__schedule *s = &ctx->sched;
     const forge__op *op = &s->ops[k], *next = k + 1 < s->n_ops ? &s->ops[k + 1] : NULL;
     const forge__op *third = k + 2 < s->n_ops ? &s->ops[k + 2] : NULL;
+    const forge__op *fourth = k + 3 < s->n_ops ? &s->ops[k + 3] : NULL, *fifth = k + 4 < s->n_ops ? &s->ops[k + 4] : NULL;
     uint8_t *slot;
     *consumed = 0;
+    /* in a recorded step: rope of the queries and keys, the keys and values into the cache, attention
+       with its output quantized for the product that reads it, in one launch; the queries and keys
+       stay unrotated in their buffers, so nothing after the attention may read them */
+    if (op->kind == FORGE__OP_ROPE && dev_pos && ctx->rope_freq_ok && fifth && next->kind == FORGE__OP_ROPE && third->kind == FORGE__OP_KV_STORE &&
+        fourth->kind == FORGE__OP_ATTENTION && next->layer == op->layer && third->layer == op->layer && fourth->layer == op->layer &&
+        third->src == next->dst && op->dst != next->dst && fourth->src == op->dst && s->values[op->dst].last == k + 3 &&
+        s->values[next->dst].last == k + 2 && forge__q8_product_ok(ctx, fifth) && fifth->src == fourth->dst &&
+        ctx->c->head_dim_v % 32 == 0) {
+        const forge_config *c = ctx->c;
+        const uint32_t il = op->layer;
+        forge_hip_attention_args args;
+        forge_hip_rope_args rope;
+        forge__gpu_attention_args(ctx, fourth, 1, 1, &args);
+        rope.n_rot = c->n_rot, rope.mode = (int)c->rope_type, rope.freq_factors = ctx->dev_rope_factors;
+        rope.freq_base = c->layer_is_swa[il] ? c->rope_freq_base_swa : c->rope_freq_base;
+        rope.freq_scale = c->layer_is_swa[il] ? c->rope_freq_scale_swa : c->rope_freq_scale;
+        rope.freq = (const double *)(const void *)(ctx->dev + ctx->dev_rope_freq) + (c->layer_is_swa[il] ? FORGE__GPU_ROPE_PAIRS : 0);
+        d->slot ^= 1;
+        FORGE__HIP(forge_hip_rope_attention_q8(&args, &rope, forge__dev_val(ctx, next->dst), forge__dev_val(ctx, third->src2), dev_pos,
+                                               ctx->dev + ctx->dev_q8[d->slot], ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes,
+                                               ctx->stream, FORGE__MSG));
+        d->value = fourth->dst;
+        *consumed = 4;
+        return FORGE_OK;
+    }
     /* rope of the queries and keys, then the keys and values into the cache: one launch */
     if (op->kind == FORGE__OP_ROPE && next && third && next->kind == FORGE__OP_ROPE && third->kind == FORGE__OP_KV_STORE &&
         next->layer == op->layer && third->layer == op->layer && third->src == next->dst && op->dst != next->dst) {
@@ -7171,7 +7217,7 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
             return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the sampler's candidate buffer: %s", message);
     }
 
-    /* the arena: weights | scratch | logits | attention scratch | token ids | step slots | capture | KV cache */
+    /* the arena: weights | scratch | logits | attention scratch | token ids | step slots | rope tables | q8 | capture | KV cache */
     if ((r = forge__gpu_upload(ctx, desc, &offset, error))) return r;
     ctx->dev_scratch = offset;
     offset += ctx->plan.scratch_bytes;
@@ -7187,6 +7233,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     offset += forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(int32_t));
     ctx->dev_step = offset;
     offset += forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
+    ctx->dev_rope_freq = offset;
+    offset += forge__align_gpu(FORGE__GPU_ROPE_BYTES);
     ctx->dev_q8[0] = offset;
     offset += forge__align_gpu(forge_hip_q8_bytes(ctx->sched.max_cols));
     ctx->dev_q8[1] = offset;
@@ -7215,6 +7263,14 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     ctx->dev_rope_factors = c->has_rope_freqs ? forge__dev_f32(ctx, rope) : NULL;
     FORGE__HIP(forge_hip_memset(ctx->dev + ctx->dev_att_count, 0, (size_t)forge__schedule_max_heads(&ctx->sched) * sizeof(uint32_t),
                                 ctx->stream, FORGE__MSG));
+    { /* the rotary tables, where the kernels take the rotation (else the decode step rotates in its own launch) */
+        double *freq = (double *)(void *)(ctx->dev + ctx->dev_rope_freq);
+        char message[256];
+        ctx->rope_freq_ok = c->n_rot / 2 <= FORGE__GPU_ROPE_PAIRS &&
+                            forge_hip_rope_freqs(freq, c->n_rot, c->rope_freq_base, ctx->stream, message, sizeof message) == 0 &&
+                            forge_hip_rope_freqs(freq + FORGE__GPU_ROPE_PAIRS, c->n_rot, c->rope_freq_base_swa, ctx->stream, message,
+                                                 sizeof message) == 0;
+    }
     {
         uint32_t storage = forge__kv_storage_type(ctx->r.kv_type);
         const forge_type_traits *kvt = forge_type_info(storage);

@@ -144,6 +144,11 @@ template <typename... KArgs, typename... Args>
 static void forge__launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
     hipLaunchKernelGGL(kernel, grid, block, 0, s, args...);
 }
+template <typename... KArgs, typename... Args>
+static void forge__launch_as(int overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
+    (void)overlap;
+    hipLaunchKernelGGL(kernel, grid, block, 0, s, args...);
+}
 #else
 static int forge__pdl_enabled(void) {
     static int state = -1;
@@ -161,8 +166,11 @@ static int forge__pdl_enabled(void) {
     return state;
 }
 
+// overlap 0: the kernel is placed only once the one before it has finished (its FORGE__GRID_ENTER
+// then waits for nothing), for a kernel whose blocks lose by being placed beside the one before (see
+// forge_hip_rope_attention_q8); it still lets the kernel after it be placed early.
 template <typename... KArgs, typename... Args>
-static void forge__launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
+static void forge__launch_as(int overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[1];
     memset(&cfg, 0, sizeof cfg);
@@ -170,9 +178,14 @@ static void forge__launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, hipSt
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = 0, cfg.stream = s;
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr, cfg.numAttrs = forge__pdl_enabled() ? 1 : 0;
+    cfg.attrs = attr, cfg.numAttrs = overlap && forge__pdl_enabled() ? 1 : 0;
     cudaLaunchKernelEx(&cfg, kernel, args...);
 }
+template <typename... KArgs, typename... Args>
+static void forge__launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
+    forge__launch_as(1, kernel, grid, block, s, args...);
+}
+
 #endif
 
 extern "C" {
@@ -2592,6 +2605,11 @@ __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict_
         forge__kv_put<TYPE>(v + (size_t)h * head_dim_v, j, cache_v + ((size_t)cell * n_head_kv + h) * row_v_bytes, head_dim_v);
 }
 
+__global__ void forge__k_rope_freqs(double *dst, uint32_t n_rot, float freq_base) {
+    FORGE__GRID_ENTER();
+    if (threadIdx.x < n_rot / 2) dst[threadIdx.x] = forge__rope_freq(freq_base, threadIdx.x, n_rot);
+}
+
 extern "C" {
 
 // One decode token: forge_hip_rope over q (n_head heads) and k (n_head_kv heads), then
@@ -2654,6 +2672,14 @@ typedef struct forge_hip_attention_args {
     uint32_t *counters;      // forge_hip_attention_at: NULL, or n_head * n_tokens uint32 zeros in device memory that
                              // let split decode blocks merge in the same launch (left zero after each launch)
 } forge_hip_attention_args;
+
+typedef struct forge_hip_rope_args {
+    uint32_t n_rot;              // rotated dims of each head (even, <= head_dim)
+    int mode;                    // 0: adjacent pairs; 2: halves (NEOX)
+    float freq_base, freq_scale; // the angle of pair i at position p: p * freq_scale * freq_base^(-2i / n_rot) / factor_i
+    const float *freq_factors;   // NULL, or n_rot / 2 device floats (factor_i)
+    const double *freq;          // n_rot / 2 device doubles: forge_hip_rope_freqs(freq, n_rot, freq_base)
+} forge_hip_rope_args;
 
 #define FORGE_HIP_ATTENTION_MAX_HEAD_DIM 512
 #define FORGE__ATT_THREADS 128
@@ -3968,6 +3994,19 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
     forge__attd_finish<G>(a, b, hd, s_m, s_l, s_o, &s_last, n_waves, n_split, partial, q8);
 }
 
+// The rotary embedding and cache store that forge_hip_rope_attention_q8 folds into the tile kernel:
+// the token's query heads arrive unrotated in a.q, its key and value rows in k and v (k NULL: q is
+// rotated and the rows are in the cache already, the plain launch); freq is the table of pair
+// frequencies (forge_hip_rope_freqs). The arithmetic is forge__k_rope_store's, so the cache bytes
+// and the scores are the same bits either way.
+struct forge__rope_kv {
+    const float *k, *v;
+    const double *freq;
+    const float *freq_factors;
+    float freq_scale;
+    uint32_t n_rot, neox;
+};
+
 // ---- decode attention in tiles (forge__k_attention_tile): the shapes of real models ----
 //
 // forge__k_attention_decode spends most of its instructions on work that every lane of a lane-group
@@ -3995,7 +4034,7 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
 template <int TYPE, int G, int HD>
 __global__ void __launch_bounds__(FORGE__ATTD_THREADS, FORGE__ATTD_MIN_BLOCKS)
 forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t per_block,
-                        float *__restrict__ partial, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ q8) {
+                        float *__restrict__ partial, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ q8, forge__rope_kv rk) {
     FORGE__GRID_ENTER();
     constexpr uint32_t L = HD / 8, KL = HD > 128 ? HD / 64 : 2, NC = HD / 8 / KL, NV = L / KL; // NV: V rows a lane loads a tile
     __shared__ __align__(16) float s_q[G][HD];
@@ -4006,13 +4045,84 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     const uint32_t hd = HD, lane = threadIdx.x % wave, wid = threadIdx.x / wave, n_waves = blockDim.x / wave;
     const uint32_t T = wave / KL, kp = lane / KL, part_k = lane % KL; // scores: position kp of the tile, pieces part_k, part_k + KL, ...
     const uint32_t PW = wave / L, sub = lane % L, grp = lane / L;     // values: position grp + j * PW, dims 8 sub ..
+    // with the rotary embedding, the block's first loads (its query heads, the token's key and value
+    // rows of its KV head, the pair frequencies and factors) leave together with the position's: the
+    // heads follow from the block's index alone (as in forge__attd_block_of)
+    constexpr uint32_t QE = (G * HD + FORGE__ATTD_THREADS - 1) / FORGE__ATTD_THREADS, KE = (HD + FORGE__ATTD_THREADS - 1) / FORGE__ATTD_THREADS;
+    float xq[QE], xk[KE], xv[KE];
+    double freq = 0.0, factor = 1.0;
+    const uint32_t half = rk.n_rot / 2;
+    if (rk.k) {
+        const uint32_t group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block, part = blockIdx.x % parts;
+        const uint32_t kvh = blockIdx.x / parts, hq0 = kvh * group + part * per_block;
+        const uint32_t qcnt = per_block < group - part * per_block ? per_block : group - part * per_block;
+#pragma unroll
+        for (uint32_t e = 0; e < QE; e++) {
+            const uint32_t i = threadIdx.x + e * FORGE__ATTD_THREADS, g = i / HD;
+            xq[e] = i < G * HD && g < qcnt ? a.q[(size_t)(hq0 + g) * HD + i % HD] : 0.0f;
+        }
+#pragma unroll
+        for (uint32_t e = 0; e < KE; e++) {
+            const uint32_t i = threadIdx.x + e * FORGE__ATTD_THREADS;
+            xk[e] = i < HD ? rk.k[(size_t)kvh * HD + i] : 0.0f;
+            xv[e] = i < HD ? rk.v[(size_t)kvh * HD + i] : 0.0f;
+        }
+        if (threadIdx.x < half) {
+            freq = rk.freq[threadIdx.x];
+            if (rk.freq_factors) factor = (double)rk.freq_factors[threadIdx.x];
+        }
+    }
     forge__attd_block b;
     if (!forge__attd_block_of(a, n_split, per_block, dev_pos, partial, b)) return;
     const uint32_t kv_head = b.kv_head, t = b.t, h0 = b.h0, cnt = b.cnt, begin = b.begin, end = b.end;
     const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
-    for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
-        const uint32_t g = i / HD;
-        s_q[g][i % HD] = g < cnt ? a.q[((size_t)t * a.n_head + h0 + g) * hd + i % HD] * a.scale : 0.0f;
+    if (!rk.k) {
+        for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
+            const uint32_t g = i / HD;
+            s_q[g][i % HD] = g < cnt ? a.q[((size_t)t * a.n_head + h0 + g) * hd + i % HD] * a.scale : 0.0f;
+        }
+    } else {
+        // one token at p = *dev_pos: the rows as loaded and the angles in shared memory (s_o's room,
+        // unused until the end), then each pair rotated in place, the query's scaled; the block whose
+        // split holds p stores the key and value rows into cell p (other parts of the group store the
+        // same bytes), which the loop below reads back after the barrier
+        static_assert(3 * HD <= FORGE__ATTD_MAX_WAVES * FORGE__ATTD_MAX_DIM, "the angles and the two rows fit s_o");
+        float *cs = &s_o[0][0][0], *sk = cs + HD, *sv = sk + HD; // cs: n_rot <= HD floats
+        const uint32_t p = *dev_pos, cell = a.n_cells ? p % a.n_cells : p;
+#pragma unroll
+        for (uint32_t e = 0; e < QE; e++) {
+            const uint32_t i = threadIdx.x + e * FORGE__ATTD_THREADS;
+            if (i < G * HD) s_q[i / HD][i % HD] = xq[e];
+        }
+#pragma unroll
+        for (uint32_t e = 0; e < KE; e++) {
+            const uint32_t i = threadIdx.x + e * FORGE__ATTD_THREADS;
+            if (i < HD) sk[i] = xk[e], sv[i] = xv[e];
+        }
+        if (threadIdx.x < half) {
+            double theta = (double)p * (double)rk.freq_scale * freq;
+            if (rk.freq_factors) theta /= factor;
+            cs[threadIdx.x] = (float)cos(theta), cs[half + threadIdx.x] = (float)sin(theta);
+        }
+        __syncthreads();
+        for (uint32_t j = threadIdx.x; j < (G + 1) * half; j += blockDim.x) { // G query heads, then the key
+            const uint32_t g = j / half, i = j % half, e0 = rk.neox ? i : 2 * i, e1 = rk.neox ? i + half : 2 * i + 1;
+            float *x = g < G ? s_q[g] : sk, y0, y1;
+            forge__rope_pair(x[e0], x[e1], cs[i], cs[half + i], &y0, &y1);
+            x[e0] = g < G ? y0 * a.scale : y0, x[e1] = g < G ? y1 * a.scale : y1;
+        }
+        for (uint32_t j = threadIdx.x; j < G * (HD - rk.n_rot); j += blockDim.x) // the query's dims past n_rot
+            s_q[j / (HD - rk.n_rot)][rk.n_rot + j % (HD - rk.n_rot)] *= a.scale;
+        if (b.begin <= p && p < b.end) {
+            __syncthreads();
+            constexpr uint32_t items = TYPE == FORGE_HIP_F16 ? HD : HD / 32;
+            uint8_t *dk = (uint8_t *)a.cache_k + ((size_t)cell * a.n_head_kv + kv_head) * row_k_bytes;
+            uint8_t *dv = (uint8_t *)a.cache_v + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes;
+            for (uint32_t j = threadIdx.x; j < 2 * items; j += blockDim.x) {
+                if (j < items) forge__kv_put<TYPE>(sk, j, dk, HD);
+                else forge__kv_put<TYPE>(sv, j - items, dv, HD);
+            }
+        }
     }
     __syncthreads();
 
@@ -4122,9 +4232,10 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
 }
 
 // Launches forge__k_attention_tile or forge__k_attention_decode when the shape suits one (see above); returns 0 when it does not.
+// rk (forge_hip_rope_attention_q8's): the tile kernel rotates and stores the token's rows; 0 when the shape needs another kernel.
 static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t row_k_bytes, size_t row_v_bytes,
                                        const uint32_t *dev_pos, void *scratch, size_t scratch_bytes, hipStream_t s,
-                                       uint8_t *q8 = NULL) {
+                                       uint8_t *q8 = NULL, const forge__rope_kv *rope = NULL) {
     const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv;
     if (hd != a.head_dim_v || hd > FORGE__ATTD_MAX_DIM || hd < 8 || (hd & (hd - 1)) != 0 || (uint64_t)a.n_head > 65535u)
         return 0;
@@ -4137,6 +4248,10 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     const bool w8 = ((uintptr_t)a.cache_k | (uintptr_t)a.cache_v | row_k_bytes | row_v_bytes) % 8 == 0; // Q8_0 / Q4_0 quants
     const bool tiled = (a.kv_type == FORGE_HIP_F16 || ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && w8)) &&
                        (hd == 64 || hd == 128 || hd == 256) && (a.n_cells == 0 || a.n_cells >= 64);
+    if (rope && (!tiled || a.n_tokens != 1)) return 0;
+    forge__rope_kv rk;
+    if (rope) rk = *rope;
+    else memset(&rk, 0, sizeof rk);
     const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = FORGE__ATTD_MIN_BLOCKS * (uint64_t)forge__hip_sm_count();
     uint64_t n_split = forge__attd_want(span);
     if (n_split > (target + blocks - 1) / blocks) n_split = (target + blocks - 1) / blocks; // the splits that fill the device
@@ -4157,8 +4272,8 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     default: FORGE__ATTD_LAUNCH(T, 4); break; \
     }
 #define FORGE__ATTT_LAUNCH(T, GP, HD) \
-    forge__launch(forge__k_attention_tile<T, GP, HD>, grid, dim3(FORGE__ATTD_THREADS), s, a, row_k_bytes, row_v_bytes, (uint32_t)n_split, \
-                  per_block, partial, dev_pos, q8)
+    forge__launch_as(!rope, forge__k_attention_tile<T, GP, HD>, grid, dim3(FORGE__ATTD_THREADS), s, a, row_k_bytes, row_v_bytes, \
+                     (uint32_t)n_split, per_block, partial, dev_pos, q8, rk)
 #define FORGE__ATTT_DIM(T, GP) \
     switch (hd) { \
     case 64: FORGE__ATTT_LAUNCH(T, GP, 64); break; \
@@ -4253,6 +4368,49 @@ int forge_hip_attention_at_q8(const forge_hip_attention_args *args, const uint32
         return forge__hip_launched("attention launch", message, message_bytes);
     if (forge_hip_attention_at(args, dev_pos, scratch, scratch_bytes, stream, message, message_bytes)) return -1;
     return forge_hip_q8_quantize(a.out, a.n_head * a.head_dim_v, q8, stream, message, message_bytes);
+}
+
+// The pair frequencies of a rotary embedding, base^(-2i / n_rot) for i < n_rot / 2, into dst (device
+// doubles): the table forge_hip_rope_attention_q8 reads, the same bits as the rope kernels' own.
+int forge_hip_rope_freqs(double *dst, uint32_t n_rot, float freq_base, void *stream, char *message, size_t message_bytes) {
+    if (!dst || n_rot == 0 || n_rot % 2 || n_rot / 2 > FORGE__ROPE_MAX_HALF)
+        return forge__hip_refuse(message, message_bytes, "rope_freqs: no table, or unsupported rotary dimensions");
+    forge__launch(forge__k_rope_freqs, dim3(1), dim3(FORGE__ROPE_MAX_HALF), (hipStream_t)stream, dst, n_rot, freq_base);
+    return forge__hip_launched("rope_freqs launch", message, message_bytes);
+}
+
+// One decode token's rotary embedding, cache store and attention, its output also quantized into q8
+// (forge_hip_attention_at_q8): args->q holds the token's query heads unrotated, k and v its key and
+// value rows (n_head_kv heads each) as the projections wrote them; the rotation is forge_hip_rope's
+// at position *dev_pos (rope->freq: forge_hip_rope_freqs's table for rope->freq_base), and the rows
+// go into cell *dev_pos % n_cells. Where the tile kernel serves the shape it does all of it in one
+// launch and leaves q and k as they were; else forge_hip_rope_store (rotating q and k in place) and
+// forge_hip_attention_at_q8 do it in two. Either way the cache and the output are the same bits.
+// The one launch is not overlapped with the kernel before it: on an H200 its blocks, placed early
+// beside the query, key and value products, made a Llama-3-8B decode step 6% slower (tests/PERF.md).
+int forge_hip_rope_attention_q8(const forge_hip_attention_args *args, const forge_hip_rope_args *rope, float *k, const float *v,
+                                const uint32_t *dev_pos, void *q8, void *scratch, size_t scratch_bytes, void *stream, char *message,
+                                size_t message_bytes) {
+    forge_hip_attention_args a = *args;
+    const size_t row_k_bytes = forge__hip_kv_row_bytes(a.kv_type, a.head_dim), row_v_bytes = forge__hip_kv_row_bytes(a.kv_type, a.head_dim_v);
+    if (!rope || !rope->freq || !dev_pos || !q8 || !a.q || !k || !v)
+        return forge__hip_refuse(message, message_bytes,
+                                 "rope_attention_q8: no rotary table, device position, q8 vector, query, key or value");
+    if (a.n_tokens != 1 || a.head_dim_v % 32) return forge__hip_refuse(message, message_bytes, "rope_attention_q8: one token, heads of 32k values");
+    if (rope->n_rot > a.head_dim || rope->n_rot % 2 || rope->n_rot / 2 > FORGE__ROPE_MAX_HALF || (rope->mode != 0 && rope->mode != 2))
+        return forge__hip_refuse(message, message_bytes, "rope_attention_q8: unsupported rotary dimensions or mode");
+    if (forge__hip_attention_check(&a, message, message_bytes)) return -1;
+    if (a.scale == 0.0f) a.scale = (float)(1.0 / sqrt((double)a.head_dim));
+    forge__rope_kv rk;
+    rk.k = k, rk.v = v, rk.freq = rope->freq, rk.freq_factors = rope->freq_factors, rk.freq_scale = rope->freq_scale;
+    rk.n_rot = rope->n_rot, rk.neox = rope->mode == 2;
+    if (forge__hip_attention_decode(a, row_k_bytes, row_v_bytes, dev_pos, scratch, scratch_bytes, (hipStream_t)stream, (uint8_t *)q8, &rk))
+        return forge__hip_launched("attention launch", message, message_bytes);
+    if (forge_hip_rope_store(a.kv_type, (float *)a.q, k, v, a.n_head, a.n_head_kv, a.head_dim, a.head_dim_v, rope->n_rot, rope->mode, 0,
+                             dev_pos, rope->freq_base, rope->freq_scale, rope->freq_factors, (void *)a.cache_k, (void *)a.cache_v,
+                             a.n_cells, stream, message, message_bytes))
+        return -1;
+    return forge_hip_attention_at_q8(args, dev_pos, q8, scratch, scratch_bytes, stream, message, message_bytes);
 }
 
 }  // extern "C"

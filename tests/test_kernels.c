@@ -30,9 +30,10 @@
 
    Outputs are poisoned with NaN before each launch, so an unwritten element fails the check. Ends
    with timing tables (print, never assert: decode products, matvec bandwidth, prompt products,
-   experts, decode attention at depths 128 to 64K) and "N passed, N failed". `test_kernels products`
-   and `test_kernels attention` print the decode product table or the decode attention table alone,
-   without the checks; any other argument skips the tables.
+   experts, decode attention at depths 128 to 64K, a decode step's rope + store + attention as two
+   launches and as one) and "N passed, N failed". `test_kernels products`, `test_kernels attention`
+   and `test_kernels rope-attention` print that table alone, without the checks; any other argument
+   skips the tables.
    Build: make GPU=nvidia test-gpu (the kernels with nvcc, this file with the C compiler). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime for the bandwidth table */
 #define FORGE_HIP
@@ -1359,6 +1360,131 @@ static void check_attention_q8(forge_kv_type kv, uint32_t n_head, uint32_t n_kv,
     free(kv_rows), free(q), free(o1), free(o2);
 }
 
+/* One decode token's rope, cache store and attention in one launch (forge_hip_rope_attention_q8),
+   bit for bit what forge_hip_rope_store then forge_hip_attention_at_q8 give: the output, its
+   quantized form and every byte of both caches, over a cache whose rows (the token's cell included)
+   hold earlier rows. Where the tile kernel takes the shape the query and key buffers come back
+   unrotated (one launch); elsewhere the two launches rotate them in place. */
+static void check_rope_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t n_rot, int mode, uint32_t pos,
+                                 uint32_t n_cells, uint32_t window, int counters, int factors, int fused) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_ctx = 8192, n_rows = n_cells ? n_cells : n_ctx;
+    const forge_type_traits *t = forge_type_info(storage);
+    const size_t rk = hd / t->block_elems * t->block_bytes, cbytes = rk * n_kv * n_rows, nq = (size_t)n_head * hd, nk = (size_t)n_kv * hd;
+    const size_t scratch_bytes = forge_hip_attention_scratch_bytes(n_ctx, 1, n_head, hd), q8_bytes = forge_hip_q8_bytes((uint32_t)nq);
+    float *rows = (float *)xmalloc((size_t)n_rows * nk * sizeof(float)), *q = (float *)xmalloc(nq * sizeof(float));
+    float *k = (float *)xmalloc(nk * sizeof(float)), *v = (float *)xmalloc(nk * sizeof(float)), *ff = (float *)xmalloc(hd * sizeof(float));
+    float *o[2], *qb = (float *)xmalloc(nq * sizeof(float)), *kb = (float *)xmalloc(nk * sizeof(float));
+    uint8_t *c[2], *b8[2];
+    void *drows, *dv, *dpos, *dff, *dfreq, *dq[2], *dk[2], *dc[2], *dout[2], *dq8[2], *scratch[2], *dcount[2];
+    forge_hip_attention_args a;
+    forge_hip_rope_args rope;
+    int i, ok = 1;
+    size_t j, diff = 0;
+    random_floats(rows, (size_t)n_rows * nk, -1.0f, 1.0f), random_floats(q, nq, -2.0f, 2.0f);
+    random_floats(k, nk, -2.0f, 2.0f), random_floats(v, nk, -2.0f, 2.0f), random_floats(ff, hd, 1.0f, 8.0f);
+    drows = dev_alloc((size_t)n_rows * nk * sizeof(float), rows), dv = dev_alloc(nk * sizeof(float), v);
+    dpos = dev_alloc(sizeof pos, &pos), dff = dev_alloc(hd * sizeof(float), ff), dfreq = dev_alloc(hd / 2 * sizeof(double), NULL);
+    for (i = 0; i < 2; i++) {
+        dq[i] = dev_alloc(nq * sizeof(float), q), dk[i] = dev_alloc(nk * sizeof(float), k), dc[i] = dev_alloc(2 * cbytes, NULL);
+        forge_hip_kv_store(storage, (const float *)drows, (const float *)drows, dc[i], (uint8_t *)dc[i] + cbytes, n_rows, n_kv, hd, hd, 0, 0,
+                           NULL, msg, sizeof msg);
+        dout[i] = dev_alloc(nq * sizeof(float), NULL), dq8[i] = dev_alloc(q8_bytes, NULL), scratch[i] = dev_alloc(scratch_bytes, NULL);
+        dcount[i] = dev_alloc(n_head * sizeof(uint32_t), NULL);
+        forge_hip_memset(dcount[i], 0, n_head * sizeof(uint32_t), NULL, msg, sizeof msg);
+        o[i] = (float *)xmalloc(nq * sizeof(float)), c[i] = (uint8_t *)xmalloc(2 * cbytes), b8[i] = (uint8_t *)xmalloc(q8_bytes);
+    }
+    memset(&a, 0, sizeof a);
+    a.cache_k = dc[0], a.cache_v = (uint8_t *)dc[0] + cbytes, a.kv_type = storage, a.n_tokens = 1, a.n_head = n_head, a.n_head_kv = n_kv;
+    a.head_dim = hd, a.head_dim_v = hd, a.pos0 = n_ctx - 1, a.window = window, a.n_cells = n_cells;
+    a.q = (const float *)dq[0], a.out = (float *)dout[0], a.counters = counters ? (uint32_t *)dcount[0] : NULL;
+    CHECK(forge_hip_rope_store(storage, (float *)dq[0], (float *)dk[0], (const float *)dv, n_head, n_kv, hd, hd, n_rot, mode, 0,
+                               (const uint32_t *)dpos, 10000.0f, 0.5f, factors ? (const float *)dff : NULL, (void *)a.cache_k,
+                               (void *)a.cache_v, n_cells, NULL, msg, sizeof msg) == 0 &&
+              forge_hip_attention_at_q8(&a, (const uint32_t *)dpos, dq8[0], scratch[0], scratch_bytes, NULL, msg, sizeof msg) == 0,
+          "rope_store + attention_at_q8: %s", msg);
+    a.cache_k = dc[1], a.cache_v = (uint8_t *)dc[1] + cbytes;
+    a.q = (const float *)dq[1], a.out = (float *)dout[1], a.counters = counters ? (uint32_t *)dcount[1] : NULL;
+    rope.n_rot = n_rot, rope.mode = mode, rope.freq_base = 10000.0f, rope.freq_scale = 0.5f;
+    rope.freq_factors = factors ? (const float *)dff : NULL, rope.freq = (const double *)dfreq;
+    CHECK(forge_hip_rope_freqs((double *)dfreq, n_rot, 10000.0f, NULL, msg, sizeof msg) == 0 &&
+              forge_hip_rope_attention_q8(&a, &rope, (float *)dk[1], (const float *)dv, (const uint32_t *)dpos, dq8[1], scratch[1],
+                                          scratch_bytes, NULL, msg, sizeof msg) == 0,
+          "rope_attention_q8: %s", msg);
+    for (i = 0; i < 2; i++)
+        ok = ok && dev_fetch(o[i], dout[i], nq * sizeof(float)) && dev_fetch(c[i], dc[i], 2 * cbytes) && dev_fetch(b8[i], dq8[i], q8_bytes);
+    if (ok && dev_fetch(qb, dq[1], nq * sizeof(float)) && dev_fetch(kb, dk[1], nk * sizeof(float))) {
+        const int untouched = memcmp(qb, q, nq * sizeof(float)) == 0 && memcmp(kb, k, nk * sizeof(float)) == 0;
+        for (j = 0; j < 2 * cbytes; j++) diff += c[0][j] != c[1][j];
+        printf("  rope+attention %-4s %2u heads / %u, head_dim %3u, rot %3u %s, position %4u%s%s%s: %s, %zu cache bytes differ\n", t->name,
+               n_head, n_kv, hd, n_rot, mode == 2 ? "NEOX" : "NORM", pos, n_cells ? ", ring" : "", counters ? ", counters" : "",
+               factors ? ", factors" : "", untouched ? "one launch" : "two launches", diff);
+        CHECK(memcmp(o[0], o[1], nq * sizeof(float)) == 0 && memcmp(b8[0], b8[1], q8_bytes) == 0 && diff == 0,
+              "rope_attention_q8 %s pos %u: output %s, q8 %s, %zu cache bytes differ from rope_store + attention_at_q8", t->name, pos,
+              memcmp(o[0], o[1], nq * sizeof(float)) ? "differs" : "equal", memcmp(b8[0], b8[1], q8_bytes) ? "differs" : "equal", diff);
+        CHECK(untouched == fused, "rope_attention_q8 %s head_dim %u: expected %s", t->name, hd, fused ? "one launch" : "two launches");
+    }
+    for (i = 0; i < 2; i++) {
+        forge_hip_arena_free(dq[i]), forge_hip_arena_free(dk[i]), forge_hip_arena_free(dc[i]), forge_hip_arena_free(dout[i]);
+        forge_hip_arena_free(dq8[i]), forge_hip_arena_free(scratch[i]), forge_hip_arena_free(dcount[i]);
+        free(o[i]), free(c[i]), free(b8[i]);
+    }
+    forge_hip_arena_free(drows), forge_hip_arena_free(dv), forge_hip_arena_free(dpos), forge_hip_arena_free(dff), forge_hip_arena_free(dfreq);
+    free(rows), free(q), free(k), free(v), free(ff), free(qb), free(kb);
+}
+
+static void test_rope_attention(void) {
+    static const uint32_t positions[] = {0, 40, 127, 128, 300, 5000};
+    forge_hip_attention_args a;
+    forge_hip_rope_args rope;
+    size_t i;
+    TEST_CASE("decode rope + KV store + attention in one launch");
+    for (i = 0; i < sizeof positions / sizeof positions[0]; i++) {
+        check_rope_attention(FORGE_KV_F16, 32, 8, 128, 128, 0, positions[i], 0, 0, 1, 0, 1); /* Llama-3-8B */
+        check_rope_attention(FORGE_KV_Q8_0, 12, 2, 128, 128, 2, positions[i], 0, 0, i % 2, 0, 1); /* Qwen2.5-1.5B */
+    }
+    check_rope_attention(FORGE_KV_Q4_0, 32, 8, 128, 128, 0, 3000, 0, 0, 1, 1, 1);
+    check_rope_attention(FORGE_KV_F16, 14, 2, 64, 48, 2, 77, 0, 0, 0, 0, 1);      /* partial rotary */
+    check_rope_attention(FORGE_KV_F16, 24, 4, 64, 64, 0, 900, 0, 0, 1, 0, 1);     /* groups of 6: two blocks of 3 heads */
+    check_rope_attention(FORGE_KV_Q4_0, 14, 2, 64, 48, 2, 77, 0, 0, 0, 0, 0);     /* 36- and 68-byte rows: not the tile kernel's */
+    check_rope_attention(FORGE_KV_Q8_0, 24, 4, 64, 64, 0, 900, 0, 0, 1, 0, 0);
+    check_rope_attention(FORGE_KV_F16, 8, 1, 256, 256, 2, 130, 0, 0, 1, 1, 1);    /* groups of 8 */
+    check_rope_attention(FORGE_KV_F16, 8, 4, 256, 128, 2, 700, 512, 512, 1, 0, 1); /* a ring: cell 700 % 512 held position 188 */
+    check_rope_attention(FORGE_KV_Q8_0, 16, 8, 128, 128, 2, 4100, 1024, 1000, 0, 0, 1);
+    check_rope_attention(FORGE_KV_F32, 16, 16, 64, 64, 0, 700, 0, 0, 1, 0, 0); /* shapes the tile kernel does not take */
+    check_rope_attention(FORGE_KV_F16, 16, 4, 96, 96, 2, 300, 0, 0, 1, 0, 0);
+    check_rope_attention(FORGE_KV_F16, 16, 4, 128, 128, 0, 300, 32, 32, 1, 0, 0);
+    { /* refusals: nothing is launched, so the pointers are never read */
+        void *fake = (void *)(uintptr_t)64;
+        memset(&a, 0, sizeof a);
+        a.kv_type = FORGE_TYPE_F16, a.n_tokens = 1, a.n_head = 8, a.n_head_kv = 8, a.head_dim = 64, a.head_dim_v = 64, a.pos0 = 100;
+        a.q = (const float *)fake;
+        memset(&rope, 0, sizeof rope);
+        rope.n_rot = 63, rope.freq_base = 1e4f, rope.freq_scale = 1.0f, rope.freq = (const double *)fake;
+        CHECK(forge_hip_rope_attention_q8(&a, &rope, (float *)fake, (const float *)fake, (const uint32_t *)fake, fake, NULL, 0, NULL, msg,
+                                          sizeof msg) == -1 && strstr(msg, "rotary"),
+              "an odd rotary width must be refused: %s", msg);
+        rope.n_rot = 64, rope.mode = 1;
+        CHECK(forge_hip_rope_attention_q8(&a, &rope, (float *)fake, (const float *)fake, (const uint32_t *)fake, fake, NULL, 0, NULL, msg,
+                                          sizeof msg) == -1,
+              "rope mode 1 must be refused");
+        rope.mode = 0, rope.freq = NULL;
+        CHECK(forge_hip_rope_attention_q8(&a, &rope, (float *)fake, (const float *)fake, (const uint32_t *)fake, fake, NULL, 0, NULL, msg,
+                                          sizeof msg) == -1 && strstr(msg, "table"),
+              "no frequency table must be refused: %s", msg);
+        rope.freq = (const double *)fake;
+        CHECK(forge_hip_rope_attention_q8(&a, &rope, NULL, (const float *)fake, (const uint32_t *)fake, fake, NULL, 0, NULL, msg,
+                                          sizeof msg) == -1,
+              "no key rows must be refused");
+        a.n_tokens = 2;
+        CHECK(forge_hip_rope_attention_q8(&a, &rope, (float *)fake, (const float *)fake, (const uint32_t *)fake, fake, NULL, 0, NULL, msg,
+                                          sizeof msg) == -1,
+              "two tokens must be refused");
+        CHECK(forge_hip_rope_freqs(NULL, 64, 1e4f, NULL, msg, sizeof msg) == -1 && forge_hip_rope_freqs((double *)fake, 0, 1e4f, NULL, msg,
+                                                                                                      sizeof msg) == -1,
+              "rope_freqs without a table or with no rotated dims must be refused");
+    }
+}
+
 static void test_q8(void) {
     static const uint32_t q8_types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
     size_t i;
@@ -1547,6 +1673,69 @@ static void bench_attention_decode(void) {
     }
 }
 
+/* One decode token's rope, cache store and attention: two launches (forge_hip_rope_store, then
+   forge_hip_attention_at_q8) against one (forge_hip_rope_attention_q8), back to back on a stream. */
+static void bench_rope_attention(void) {
+    static const forge_kv_type kinds[] = {FORGE_KV_F16, FORGE_KV_Q8_0};
+    static const uint32_t depths[] = {128, 1024, 4096};
+    const uint32_t n_head = 32, n_kv = 8, hd = 128, reps = 400;
+    size_t i, j;
+    printf("decode rope + store + attention, heads 32/8, dims 128 (us a step: attention alone | two launches | one launch):\n");
+    for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        const uint32_t storage = forge__kv_storage_type(kinds[i]);
+        const forge_type_traits *t = forge_type_info(storage);
+        const size_t row = hd / t->block_elems * t->block_bytes;
+        for (j = 0; j < sizeof depths / sizeof depths[0]; j++) {
+            const uint32_t n_ctx = depths[j], pos = n_ctx - 1, nq = n_head * hd, nk = n_kv * hd;
+            const size_t cache = (size_t)n_ctx * n_kv * row, scratch_bytes = forge_hip_attention_scratch_bytes(n_ctx, 1, n_head, hd);
+            float *q = (float *)xmalloc(nq * sizeof(float)), *k = (float *)xmalloc(nk * sizeof(float));
+            uint32_t *zeros = (uint32_t *)calloc(n_head, sizeof(uint32_t)), r;
+            void *dk, *dv, *dq, *dkr, *dvr, *dout, *scratch, *dpos, *dcount, *dq8, *dfreq = dev_alloc(hd / 2 * sizeof(double), NULL);
+            forge_hip_attention_args a;
+            forge_hip_rope_args rope;
+            double t0, t1, t2, t3;
+            random_floats(q, nq, -2.0f, 2.0f), random_floats(k, nk, -2.0f, 2.0f);
+            dk = dev_alloc(cache, NULL), dv = dev_alloc(cache, NULL), dq = dev_alloc(nq * sizeof(float), q);
+            dkr = dev_alloc(nk * sizeof(float), k), dvr = dev_alloc(nk * sizeof(float), k);
+            dout = dev_alloc(nq * sizeof(float), NULL), scratch = dev_alloc(scratch_bytes, NULL), dq8 = dev_alloc(forge_hip_q8_bytes(nq), NULL);
+            dpos = dev_alloc(sizeof pos, &pos), dcount = dev_alloc(n_head * sizeof(uint32_t), zeros);
+            memset(&a, 0, sizeof a);
+            a.q = (const float *)dq, a.out = (float *)dout, a.cache_k = dk, a.cache_v = dv, a.kv_type = storage, a.n_tokens = 1;
+            a.n_head = n_head, a.n_head_kv = n_kv, a.head_dim = hd, a.head_dim_v = hd, a.pos0 = pos, a.counters = (uint32_t *)dcount;
+            memset(&rope, 0, sizeof rope);
+            rope.n_rot = hd, rope.freq_base = 5e5f, rope.freq_scale = 1.0f, rope.freq = (const double *)dfreq;
+            CHECK(forge_hip_rope_freqs((double *)dfreq, hd, 5e5f, NULL, msg, sizeof msg) == 0 &&
+                      forge_hip_rope_attention_q8(&a, &rope, (float *)dkr, (const float *)dvr, (const uint32_t *)dpos, dq8, scratch,
+                                                  scratch_bytes, NULL, msg, sizeof msg) == 0 &&
+                      forge_hip_stream_sync(NULL, msg, sizeof msg) == 0,
+                  "bench rope_attention %s: %s", t->name, msg);
+            t0 = now_s();
+            for (r = 0; r < reps; r++)
+                forge_hip_attention_at_q8(&a, (const uint32_t *)dpos, dq8, scratch, scratch_bytes, NULL, msg, sizeof msg);
+            forge_hip_stream_sync(NULL, msg, sizeof msg);
+            t1 = now_s();
+            for (r = 0; r < reps; r++) {
+                forge_hip_rope_store(storage, (float *)dq, (float *)dkr, (const float *)dvr, n_head, n_kv, hd, hd, hd, 0, 0,
+                                     (const uint32_t *)dpos, 5e5f, 1.0f, NULL, dk, dv, 0, NULL, msg, sizeof msg);
+                forge_hip_attention_at_q8(&a, (const uint32_t *)dpos, dq8, scratch, scratch_bytes, NULL, msg, sizeof msg);
+            }
+            forge_hip_stream_sync(NULL, msg, sizeof msg);
+            t2 = now_s();
+            for (r = 0; r < reps; r++)
+                forge_hip_rope_attention_q8(&a, &rope, (float *)dkr, (const float *)dvr, (const uint32_t *)dpos, dq8, scratch, scratch_bytes,
+                                            NULL, msg, sizeof msg);
+            forge_hip_stream_sync(NULL, msg, sizeof msg);
+            t3 = now_s();
+            printf("  %-5s depth %5u: %7.2f us | %7.2f us | %7.2f us\n", t->name, n_ctx, (t1 - t0) / reps * 1e6, (t2 - t1) / reps * 1e6,
+                   (t3 - t2) / reps * 1e6);
+            forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(dq), forge_hip_arena_free(dkr);
+            forge_hip_arena_free(dvr), forge_hip_arena_free(dout), forge_hip_arena_free(scratch), forge_hip_arena_free(dq8);
+            forge_hip_arena_free(dpos), forge_hip_arena_free(dcount), forge_hip_arena_free(dfreq);
+            free(q), free(k), free(zeros);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     forge_hip_device_info info;
     if (forge_hip_device_query(0, &info, msg, sizeof msg)) {
@@ -1563,18 +1752,23 @@ int main(int argc, char **argv) {
         bench_attention_decode();
         return test_summary();
     }
+    if (argc > 1 && strcmp(argv[1], "rope-attention") == 0) { /* the decode rope + attention table alone, no checks */
+        bench_rope_attention();
+        return test_summary();
+    }
     test_matmul();
     test_embed();
     test_norms();
     test_rope();
     test_kv_store();
     test_rope_store();
+    test_rope_attention();
     test_attention();
     test_attention_prompt();
     test_elementwise();
     test_rows_more();
     test_moe();
     test_q8();
-    if (argc < 2) bench_decode_shapes(), bench_matvec(), bench_matmul(), bench_moe(), bench_attention_decode(); /* any argument skips the tables */
+    if (argc < 2) bench_decode_shapes(), bench_matvec(), bench_matmul(), bench_moe(), bench_attention_decode(), bench_rope_attention(); /* any argument skips the tables */
     return test_summary();
 }
