@@ -141,10 +141,6 @@ __global__ void forge__k_grid_probe(void) {} // its ptxVersion says which code t
 
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 template <typename... KArgs, typename... Args>
-static void forge__launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
-    hipLaunchKernelGGL(kernel, grid, block, 0, s, args...);
-}
-template <typename... KArgs, typename... Args>
 static void forge__launch_as(int overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
     (void)overlap;
     hipLaunchKernelGGL(kernel, grid, block, 0, s, args...);
@@ -181,12 +177,12 @@ static void forge__launch_as(int overlap, void (*kernel)(KArgs...), dim3 grid, d
     cfg.attrs = attr, cfg.numAttrs = overlap && forge__pdl_enabled() ? 1 : 0;
     cudaLaunchKernelEx(&cfg, kernel, args...);
 }
+#endif
+
 template <typename... KArgs, typename... Args>
 static void forge__launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
     forge__launch_as(1, kernel, grid, block, s, args...);
 }
-
-#endif
 
 extern "C" {
 
@@ -3802,13 +3798,19 @@ struct forge__attd_block {
     bool direct;
 };
 
+// The heads of this block (from its index alone): KV head kv_head, query heads h0 .. h0 + cnt - 1.
+__device__ __forceinline__ void forge__attd_heads(const forge_hip_attention_args &a, uint32_t per_block, uint32_t &kv_head, uint32_t &h0,
+                                                  uint32_t &cnt) {
+    const uint32_t group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block, part = blockIdx.x % parts;
+    kv_head = blockIdx.x / parts, h0 = kv_head * group + part * per_block;
+    cnt = per_block < group - part * per_block ? per_block : group - part * per_block;
+}
+
 __device__ __forceinline__ bool forge__attd_block_of(const forge_hip_attention_args &a, uint32_t n_split, uint32_t per_block,
                                                      const uint32_t *dev_pos, float *partial, forge__attd_block &b) {
-    const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block;
-    const uint32_t part = blockIdx.x % parts;
-    b.kv_head = blockIdx.x / parts, b.t = blockIdx.y, b.split = blockIdx.z;
-    b.h0 = b.kv_head * group + part * per_block;
-    b.cnt = per_block < group - part * per_block ? per_block : group - part * per_block;
+    const uint32_t hd = a.head_dim;
+    forge__attd_heads(a, per_block, b.kv_head, b.h0, b.cnt);
+    b.t = blockIdx.y, b.split = blockIdx.z;
     const uint32_t kv_len = *dev_pos + b.t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
     const uint32_t span = kv_len - first, want = forge__attd_want(span);
     b.n_used = want < n_split ? want : n_split; // want >= 1
@@ -4047,15 +4049,14 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     const uint32_t PW = wave / L, sub = lane % L, grp = lane / L;     // values: position grp + j * PW, dims 8 sub ..
     // with the rotary embedding, the block's first loads (its query heads, the token's key and value
     // rows of its KV head, the pair frequencies and factors) leave together with the position's: the
-    // heads follow from the block's index alone (as in forge__attd_block_of)
+    // heads follow from the block's index alone (forge__attd_heads)
     constexpr uint32_t QE = (G * HD + FORGE__ATTD_THREADS - 1) / FORGE__ATTD_THREADS, KE = (HD + FORGE__ATTD_THREADS - 1) / FORGE__ATTD_THREADS;
     float xq[QE], xk[KE], xv[KE];
     double freq = 0.0, factor = 1.0;
     const uint32_t half = rk.n_rot / 2;
     if (rk.k) {
-        const uint32_t group = a.n_head / a.n_head_kv, parts = (group + per_block - 1) / per_block, part = blockIdx.x % parts;
-        const uint32_t kvh = blockIdx.x / parts, hq0 = kvh * group + part * per_block;
-        const uint32_t qcnt = per_block < group - part * per_block ? per_block : group - part * per_block;
+        uint32_t kvh, hq0, qcnt;
+        forge__attd_heads(a, per_block, kvh, hq0, qcnt);
 #pragma unroll
         for (uint32_t e = 0; e < QE; e++) {
             const uint32_t i = threadIdx.x + e * FORGE__ATTD_THREADS, g = i / HD;
@@ -4249,9 +4250,7 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     const bool tiled = (a.kv_type == FORGE_HIP_F16 || ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && w8)) &&
                        (hd == 64 || hd == 128 || hd == 256) && (a.n_cells == 0 || a.n_cells >= 64);
     if (rope && (!tiled || a.n_tokens != 1)) return 0;
-    forge__rope_kv rk;
-    if (rope) rk = *rope;
-    else memset(&rk, 0, sizeof rk);
+    const forge__rope_kv rk = rope ? *rope : forge__rope_kv(); // zeros: no rotation
     const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = FORGE__ATTD_MIN_BLOCKS * (uint64_t)forge__hip_sm_count();
     uint64_t n_split = forge__attd_want(span);
     if (n_split > (target + blocks - 1) / blocks) n_split = (target + blocks - 1) / blocks; // the splits that fill the device
