@@ -6113,14 +6113,17 @@ int forge_hip_q8_quantize(const float *x, uint32_t n, void *q8, void *stream, ch
 int forge_hip_rmsnorm_q8(const float *x, const float *w, float *y, uint32_t n, float eps, void *q8, void *stream, char *message,
                          size_t message_bytes);
 int forge_hip_matvec_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const void *q8, float *y, const float *bias,
-                        int accumulate, void *stream, char *message, size_t message_bytes);
+                        int accumulate, float norm_eps, void *stream, char *message, size_t message_bytes);
+int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows);
+int forge_hip_matvec_norm_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const void *q8, float *y, const float *bias,
+                             const float *norm_w, void *q8_out, void *stream, char *message, size_t message_bytes);
 int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32_t n_rows, uint32_t n_cols, const void *q8, float *h,
-                     void *q8_out, int act, void *stream, char *message, size_t message_bytes);
+                     void *q8_out, int act, float norm_eps, void *stream, char *message, size_t message_bytes);
 int forge_hip_attention_at_q8(const forge_hip_attention_args *args, const uint32_t *dev_pos, void *q8, void *scratch,
                               size_t scratch_bytes, void *stream, char *message, size_t message_bytes);
 int forge_hip_matvec3_q8_ok(uint32_t type_a, uint32_t type_b);
 int forge_hip_matvec3_q8(uint32_t type_a, uint32_t type_b, const void *const w[3], const uint32_t n_rows[3], uint32_t n_cols,
-                         const void *q8, float *const y[3], const float *const bias[3], void *stream, char *message,
+                         const void *q8, float *const y[3], const float *const bias[3], float norm_eps, void *stream, char *message,
                          size_t message_bytes);
 int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                          uint32_t head_dim_v, uint32_t n_rot, int mode, uint32_t pos0, const uint32_t *dev_pos, float freq_base,
@@ -6680,6 +6683,8 @@ struct forge_context {
     uint8_t *sample_host;   /* pinned: the selection's flag and keys, copied back */
     uint32_t n_device_samples; /* draws forge_context_sample finished from device candidates */
     int use_q8;             /* decode products on 8-bit activations (FORGE_NO_Q8=1 turns them off) */
+    int fuse_norm;          /* a residual product prepares the RMS norm after it: 0 never, 1 where faster, 2 wherever it can */
+    uint32_t norms_prepared; /* how many norms the last decode step's products prepared */
     uint32_t *step_host;    /* their pinned host mirror */
     void *graph;            /* the recorded decode step; NULL: plain launches */
     int dev_pending;        /* a decode step queued and not yet waited for */
@@ -6861,11 +6866,15 @@ static void forge__gpu_attention_args(forge_context *ctx, const forge__op *op, u
    in use holds the quantized form of value d->value, valid until an op writes that value; a norm
    feeding a product writes it directly, gate and up products share it and write the gated result's
    quantized form into the other slot (one launch for both matrices and the gate), and a product
-   whose only reader is the residual add that follows adds into the residual itself. Returns how many
-   ops were launched here (0: none, the op takes the ordinary path). */
+   whose only reader is the residual add that follows adds into the residual itself; when the RMS
+   norm of that residual is read only by products, the same launch prepares the norm's input for
+   them (forge_hip_matvec_norm_q8) and the norm's own launch and output go. Returns how many ops were
+   launched here (0: none, the op takes the ordinary path). */
 typedef struct forge__q8_state {
     int32_t value; /* the value whose quantized form is in slot `slot`, or -1 */
     int slot;
+    int norm;      /* the slot holds the input of RMS norm `value` (forge_hip_matvec_norm_q8's form) */
+    uint32_t prepared; /* norms prepared so far by the products before them */
 } forge__q8_state;
 
 static int forge__q8_matmul_ok(forge_context *ctx, const forge__op *op) {
@@ -6879,6 +6888,21 @@ static int forge__q8_product_ok(forge_context *ctx, const forge__op *op) {
                                              ctx->sched.values[op->src].width == (uint32_t)op->w->ne[0]);
 }
 
+/* The ops right after op kn up to the last reader of its output are all products on 8-bit
+   activations reading it as their input: they take it from the quantized slot, and its float
+   form is never read. */
+static int forge__q8_read_only_by_products(forge_context *ctx, uint32_t kn) {
+    const forge__schedule *s = &ctx->sched;
+    const int32_t v = s->ops[kn].dst;
+    uint32_t j;
+    if (v < 0 || s->values[v].last <= kn) return 0;
+    for (j = kn + 1; j <= s->values[v].last; j++) {
+        const forge__op *o = &s->ops[j];
+        if (!(o->src == v && o->src2 != v && o->dst != v && forge__q8_product_ok(ctx, o))) return 0;
+    }
+    return 1;
+}
+
 static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, const uint32_t *dev_pos, forge__q8_state *d,
                                             uint32_t *consumed, forge_error *error) {
     const forge__schedule *s = &ctx->sched;
@@ -6886,6 +6910,7 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
     const forge__op *third = k + 2 < s->n_ops ? &s->ops[k + 2] : NULL;
     const forge__op *fourth = k + 3 < s->n_ops ? &s->ops[k + 3] : NULL, *fifth = k + 4 < s->n_ops ? &s->ops[k + 4] : NULL;
     uint8_t *slot;
+    float eps; /* the products' norm_eps: the slot's RMS norm, or none */
     *consumed = 0;
     /* in a recorded step: rope of the queries and keys, the keys and values into the cache, attention
        with its output quantized for the product that reads it, in one launch; the queries and keys
@@ -6908,7 +6933,7 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
         FORGE__HIP(forge_hip_rope_attention_q8(&args, &rope, forge__dev_val(ctx, next->dst), forge__dev_val(ctx, third->src2), dev_pos,
                                                ctx->dev + ctx->dev_q8[d->slot], ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes,
                                                ctx->stream, FORGE__MSG));
-        d->value = fourth->dst;
+        d->value = fourth->dst, d->norm = 0;
         *consumed = 4;
         return FORGE_OK;
     }
@@ -6937,7 +6962,7 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
         d->slot ^= 1;
         FORGE__HIP(forge_hip_attention_at_q8(&args, dev_pos, ctx->dev + ctx->dev_q8[d->slot], ctx->dev + ctx->dev_attn,
                                              (size_t)ctx->dev_attn_bytes, ctx->stream, FORGE__MSG));
-        d->value = op->dst;
+        d->value = op->dst, d->norm = 0;
         *consumed = 1;
         return FORGE_OK;
     }
@@ -6945,7 +6970,7 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
         d->slot ^= 1;
         FORGE__HIP(forge_hip_rmsnorm_q8(forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op->w), forge__dev_val(ctx, op->dst), op->n,
                                         ctx->c->rms_eps, ctx->dev + ctx->dev_q8[d->slot], ctx->stream, FORGE__MSG));
-        d->value = op->dst;
+        d->value = op->dst, d->norm = 0;
         *consumed = 1;
         return FORGE_OK;
     }
@@ -6954,13 +6979,14 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
         d->slot ^= 1;
         FORGE__HIP(forge_hip_q8_quantize(forge__dev_val(ctx, op->src), (uint32_t)op->w->ne[0], ctx->dev + ctx->dev_q8[d->slot], ctx->stream,
                                          FORGE__MSG));
-        d->value = op->src;
+        d->value = op->src, d->norm = 0;
     }
     slot = ctx->dev + ctx->dev_q8[d->slot];
+    eps = d->norm ? ctx->c->rms_eps : -1.0f;
     if (op->kind == FORGE__OP_LOGITS) {
         float *dev_logits = (float *)(void *)(ctx->dev + ctx->dev_logits);
         FORGE__HIP(forge_hip_matvec_q8(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], slot, dev_logits, NULL, 0,
-                                       ctx->stream, FORGE__MSG));
+                                       eps, ctx->stream, FORGE__MSG));
         if (ctx->c->final_softcap > 0.0f)
             FORGE__HIP(forge_hip_softcap(dev_logits, op->n, ctx->c->final_softcap, ctx->stream, FORGE__MSG));
         ctx->n_logit_rows = 1;
@@ -6980,7 +7006,8 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
             const forge__op *o = &s->ops[k + (uint32_t)i];
             w[i] = forge__dev_w(ctx, o->w), rows[i] = o->n, y[i] = forge__dev_val(ctx, o->dst), bias[i] = forge__dev_f32(ctx, o->bias);
         }
-        FORGE__HIP(forge_hip_matvec3_q8(op->w->type, third->w->type, w, rows, (uint32_t)op->w->ne[0], slot, y, bias, ctx->stream, FORGE__MSG));
+        FORGE__HIP(forge_hip_matvec3_q8(op->w->type, third->w->type, w, rows, (uint32_t)op->w->ne[0], slot, y, bias, eps, ctx->stream,
+                                        FORGE__MSG));
         *consumed = 3;
         return FORGE_OK;
     }
@@ -6991,23 +7018,36 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
         third->n == op->n && s->values[next->dst].last == k + 2 && op->n <= s->max_cols) {
         FORGE__HIP(forge_hip_glu_q8(op->w->type, forge__dev_w(ctx, op->w), forge__dev_w(ctx, next->w), op->n, (uint32_t)op->w->ne[0], slot,
                                     forge__dev_val(ctx, op->dst), ctx->dev + ctx->dev_q8[d->slot ^ 1],
-                                    third->kind == FORGE__OP_GEGLU, ctx->stream, FORGE__MSG));
+                                    third->kind == FORGE__OP_GEGLU, eps, ctx->stream, FORGE__MSG));
         d->slot ^= 1;
-        d->value = op->dst;
+        d->value = op->dst, d->norm = 0;
         *consumed = 3;
         return FORGE_OK;
     }
     /* a product read only by the residual add after it: added into the residual directly */
     if (next && next->kind == FORGE__OP_ADD && next->src == op->dst && next->dst != op->src && s->values[op->dst].last == k + 1 &&
         next->n == op->n) {
+        /* and the RMS norm of the residual after it, read only by products: their input prepared here */
+        if (!d->norm && third && third->kind == FORGE__OP_RMSNORM && third->src == next->dst && third->n == op->n && op->n % 32 == 0 &&
+            third->w && ctx->fuse_norm && (ctx->fuse_norm == 2 || forge_hip_matvec_norm_q8_ok(op->w->type, op->n)) &&
+            forge__q8_read_only_by_products(ctx, k + 2)) {
+            FORGE__HIP(forge_hip_matvec_norm_q8(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], slot,
+                                                forge__dev_val(ctx, next->dst), forge__dev_f32(ctx, op->bias), forge__dev_f32(ctx, third->w),
+                                                ctx->dev + ctx->dev_q8[d->slot ^ 1], ctx->stream, FORGE__MSG));
+            d->slot ^= 1;
+            d->value = third->dst, d->norm = 1;
+            d->prepared++;
+            *consumed = 3;
+            return FORGE_OK;
+        }
         FORGE__HIP(forge_hip_matvec_q8(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], slot,
-                                       forge__dev_val(ctx, next->dst), forge__dev_f32(ctx, op->bias), 1, ctx->stream, FORGE__MSG));
+                                       forge__dev_val(ctx, next->dst), forge__dev_f32(ctx, op->bias), 1, eps, ctx->stream, FORGE__MSG));
         if (d->value == next->dst) d->value = -1;
         *consumed = 2;
         return FORGE_OK;
     }
     FORGE__HIP(forge_hip_matvec_q8(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], slot, forge__dev_val(ctx, op->dst),
-                                   forge__dev_f32(ctx, op->bias), 0, ctx->stream, FORGE__MSG));
+                                   forge__dev_f32(ctx, op->bias), 0, eps, ctx->stream, FORGE__MSG));
     if (d->value == op->dst) d->value = -1;
     *consumed = 1;
     return FORGE_OK;
@@ -7024,6 +7064,8 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
     forge_result r;
     q8.value = -1;
     q8.slot = 0;
+    q8.norm = 0;
+    q8.prepared = 0;
     for (k = 0; k < ctx->sched.n_ops; k++) {
         const forge__op *op = &ctx->sched.ops[k];
         if (n == 1 && ctx->use_q8) {
@@ -7144,6 +7186,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
             break;
         }
     }
+    if (n == 1) ctx->norms_prepared = q8.prepared;
     return FORGE_OK;
 }
 
@@ -7181,7 +7224,8 @@ static void forge__gpu_record_decode(forge_context *ctx, const forge_context_des
         snprintf(line, sizeof line, "decode graph: recording failed (%.300s), plain launches", r != FORGE_OK ? e.message : message);
         if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, line);
     } else if (desc->log) {
-        snprintf(line, sizeof line, "decode graph: %u ops recorded once, replayed at every position", ctx->sched.n_ops);
+        snprintf(line, sizeof line, "decode graph: %u ops recorded once, replayed at every position (%u norms prepared by a product)",
+                 ctx->sched.n_ops, ctx->norms_prepared);
         desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
     }
     ctx->n_logit_rows = 0; /* recording ran no kernel */
@@ -7246,6 +7290,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     {
         const char *off = getenv("FORGE_NO_Q8");
         ctx->use_q8 = !(off && *off && strcmp(off, "0") != 0);
+        off = getenv("FORGE_NORM_FUSION"); /* unset: where it is faster; 0: never; 1: wherever the shapes allow */
+        ctx->fuse_norm = !off || !*off ? 1 : strcmp(off, "0") == 0 ? 0 : 2;
     }
     ctx->dev_capture = offset;
     offset += ctx->plan.capture_bytes;

@@ -1199,7 +1199,8 @@ __device__ __forceinline__ int forge__dp4a(int a, int b, int c) {
 // Lanes 32g .. 32g + 31 of a wave hold elements 32 (group) .. of the vector, element i in lane i % 32;
 // each rounds its element and lane 0 of the group writes the group's float4. Every lane of the wave
 // must call this (shuffles); `store` says whether this lane's element exists.
-__device__ __forceinline__ void forge__q8_put(float v, size_t i, int store, int8_t *__restrict__ qs, float4 *__restrict__ ds) {
+__device__ __forceinline__ void forge__q8_put(float v, size_t i, int store, int8_t *__restrict__ qs, float4 *__restrict__ ds,
+                                             float fourth = 0.0f) {
     float amax = fabsf(v);
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, FORGE_SHFL_XOR(amax, m));
@@ -1211,7 +1212,7 @@ __device__ __forceinline__ void forge__q8_put(float v, size_t i, int store, int8
     const int other = FORGE_SHFL_XOR(s, 16);
     if (store) {
         qs[i] = (int8_t)q;
-        if (i % 32 == 0) ds[i / 32] = make_float4(d, d * (float)s, d * (float)other, 0.0f);
+        if (i % 32 == 0) ds[i / 32] = make_float4(d, d * (float)s, d * (float)other, fourth);
     }
 }
 
@@ -1223,8 +1224,8 @@ __global__ void forge__k_q8_quantize(const float *__restrict__ x, uint32_t n, ui
 
 // forge__k_rmsnorm for one row, also writing the result as a quantized vector. Every block adds up
 // the squares of the whole row (the same order in every block, so the same scale) and
-// then writes its own slice: a decode step runs two of these per layer, and a single block's
-// latency was what they cost. y may be x only with one block (the launcher sees to it).
+// then writes its own slice: a decode step runs this where no product before the norm prepares it
+// (forge_hip_matvec_norm_q8), and a single block's latency was what it cost. y may be x only with one block (the launcher sees to it).
 #define FORGE__NORM_Q8_THREADS 256
 __global__ void __launch_bounds__(FORGE__NORM_Q8_THREADS)
 forge__k_rmsnorm_q8(const float *x, const float *__restrict__ w, float *y, uint32_t n, float eps, uint8_t *__restrict__ q8) {
@@ -1249,6 +1250,46 @@ forge__k_rmsnorm_q8(const float *x, const float *__restrict__ w, float *y, uint3
         if (i < n) v = x[i] * scale * w[i], y[i] = v;
         forge__q8_put(v, i, i < n, qs, ds);
     }
+}
+
+// A normalized input (forge_hip_matvec_norm_q8): the quantized vector holds x * w, rounded in groups
+// of 32 as any other, with each group's sum of squares of x in the fourth float of its scales. RMS
+// norm's 1 / sqrt(mean of squares + eps) is one number for the whole vector, so a product reading it
+// multiplies its row sums by that and nothing else changes. The groups' sums are added lane by lane,
+// then across the 32 lanes in butterfly order: every lane (and every block) gets the same bits. The
+// factor is computed in float with correctly rounded operations (no double: a kernel that holds a
+// double division or square root reserves a call frame, and these are the decode step's products).
+// A product copies the groups' sums into shared memory as it starts (forge__norm_sums_fetch, an
+// asynchronous copy on NVIDIA sm_80 and newer that holds no registers while the rows stream) and
+// reads them there at the end; elsewhere, or past FORGE__NORM_SUMS groups, from the vector itself.
+#define FORGE__NORM_SUMS 1024
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_PLATFORM_AMD__)
+#define FORGE__ASYNC_COPY 1
+// 4 bytes from global to shared memory without a register (cp.async); forge__copy_wait before the
+// barrier after which the block reads them
+__device__ __forceinline__ void forge__copy4_async(float *dst, const float *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(__cvta_generic_to_global(src))
+                 : "memory");
+}
+__device__ __forceinline__ void forge__copy_wait(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+#else
+#define FORGE__ASYNC_COPY 0
+__device__ __forceinline__ void forge__copy4_async(float *, const float *) {}
+__device__ __forceinline__ void forge__copy_wait(void) {}
+#endif
+
+__device__ __forceinline__ void forge__norm_sums_fetch(const float4 *ds, uint32_t n, float *sums) {
+    if (!FORGE__ASYNC_COPY || n / 32 > FORGE__NORM_SUMS) return;
+    for (uint32_t g = threadIdx.x; g < n / 32; g += blockDim.x) forge__copy4_async(sums + g, &ds[g].w);
+}
+
+__device__ __forceinline__ float forge__q8_norm_scale(const float4 *ds, const float *sums, uint32_t n, float eps) {
+    const bool shared = FORGE__ASYNC_COPY && n / 32 <= FORGE__NORM_SUMS;
+    float s = 0.0f;
+    for (uint32_t g = threadIdx.x % 32; g < n / 32; g += 32) s = __fadd_rn(s, shared ? sums[g] : ds[g].w);
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) s = __fadd_rn(s, FORGE_SHFL_XOR(s, m));
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s, (float)n), eps)));
 }
 
 // The activations of one piece: 8 words of 4 bytes and the scales and sums of the groups it touches.
@@ -1377,19 +1418,28 @@ struct forge__pq_q6_k : forge__p_q6_k {
 // memory and are added in wave order. GLU: two matrices (gate, up) of the same type share the
 // activations; the block writes h = act(gate) * up for its 32 rows and rounds them to q8_out
 // (blocks then cover exactly 32 rows: KSPLIT must be 1). Otherwise y = W x + bias, or y += that.
-template <class P, int KSPLIT, int GLU>
+// NORM_OUT: a block of WAVES = 8 * KSPLIT waves covers 32 rows, adds them into y (the residual)
+// and writes y * norm_w to q8_out as a normalized input (see forge__q8_norm_scale). NORM_IN: the
+// input q8 is such a vector and the rows are scaled by its norm with epsilon norm_eps (a separate
+// instantiation: the plain kernels keep their registers).
+template <class P, int KSPLIT, int GLU, int WAVES = FORGE__MVQ_WAVES, int NORM_OUT = 0, int NORM_IN = 0>
 __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up,
                                                  size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
                                                  float *y, const float *__restrict__ bias, int accumulate, int act,
-                                                 uint8_t *__restrict__ q8_out) {
-    __shared__ float part[FORGE__MVQ_WAVES][2 * FORGE__MVQ_ROWS];
+                                                 uint8_t *__restrict__ q8_out, float norm_eps, const float *__restrict__ norm_w) {
+    __shared__ float part[WAVES][2 * FORGE__MVQ_ROWS];
+    __shared__ float norm_sums[NORM_IN ? FORGE__NORM_SUMS : 1];
+    __shared__ float ends[NORM_OUT ? 64 : 1]; // NORM_OUT: the block's 32 residual values and norm weights
     const uint32_t wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave;
-    const uint32_t set = wid % KSPLIT, rows_per_block = FORGE__MVQ_ROWS * (FORGE__MVQ_WAVES / KSPLIT);
+    const uint32_t set = wid % KSPLIT, rows_per_block = FORGE__MVQ_ROWS * (WAVES / KSPLIT);
     const uint32_t r0 = block * rows_per_block + (wid / KSPLIT) * FORGE__MVQ_ROWS;
     const uint32_t n_pieces = n_cols / 32;
     const int8_t *qs = (const int8_t *)q8;
     const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS(n_cols));
     float acc[2 * FORGE__MVQ_ROWS] = {0};
+    if (NORM_IN) forge__norm_sums_fetch(ds, n_cols, norm_sums);
+    if (NORM_OUT && threadIdx.x < 64) // fetched as the rows start streaming: the tail after them is shorter
+        forge__copy4_async(ends + threadIdx.x, threadIdx.x < 32 ? y + block * 32 + threadIdx.x : norm_w + block * 32 + threadIdx.x - 32);
     // GLU: the gate rows over all the pieces, then the up rows (the activations are read twice, from
     // cache): the registers of a single product, so four blocks fit a multiprocessor and the grid of
     // a large FFN runs in one wave
@@ -1414,12 +1464,30 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
         const float total = forge__wave_sum(acc[k]);
         if (lane == 0) part[wid][k] = total;
     }
-    if (KSPLIT > 1 || GLU) __syncthreads();
+    if (NORM_IN || NORM_OUT) forge__copy_wait();
+    if (KSPLIT > 1 || GLU || NORM_OUT || NORM_IN) __syncthreads();
+    const float scale = NORM_IN ? forge__q8_norm_scale(ds, norm_sums, n_cols, norm_eps) : 1.0f;
+    if (NORM_OUT) { // threads 0..31: one row each of the block's 32, their sum of squares, one group
+        if (threadIdx.x < 32) {
+            const uint32_t t = threadIdx.x, q = t / FORGE__MVQ_ROWS, k = t % FORGE__MVQ_ROWS, r = block * 32 + t;
+            float total = 0.0f;
+            for (int j = 0; j < KSPLIT; j++) total += part[q * KSPLIT + j][k];
+            if (bias) total += bias[r];
+            const float x = (FORGE__ASYNC_COPY ? ends[t] : y[r]) + total; // as the plain product's accumulate
+            y[r] = x;
+            float ss = __fmul_rn(x, x);
+#pragma unroll
+            for (int m = 16; m > 0; m >>= 1) ss = __fadd_rn(ss, FORGE_SHFL_XOR(ss, m));
+            forge__q8_put(__fmul_rn(x, FORGE__ASYNC_COPY ? ends[32 + t] : norm_w[r]), r, 1, (int8_t *)q8_out, (float4 *)(q8_out + FORGE__Q8_DS(n_rows)), ss);
+        }
+        return;
+    }
     if (GLU) { // threads 0..31: one row each of the block's 32, rounded as one group
         if (threadIdx.x < rows_per_block) {
             const uint32_t wr = threadIdx.x / FORGE__MVQ_ROWS, k = threadIdx.x % FORGE__MVQ_ROWS;
             const uint32_t r = block * rows_per_block + threadIdx.x;
-            const float g = part[wr][k], u = part[wr][FORGE__MVQ_ROWS + k];
+            float g = part[wr][k], u = part[wr][FORGE__MVQ_ROWS + k];
+            if (NORM_IN) g = __fmul_rn(g, scale), u = __fmul_rn(u, scale);
             const float h = (act ? forge__gelu(g) : g / (1.0f + expf(-g))) * u;
             if (r < n_rows) y[r] = h;
             forge__q8_put(r < n_rows ? h : 0.0f, r, r < n_rows, (int8_t *)q8_out, (float4 *)(q8_out + FORGE__Q8_DS(n_rows)));
@@ -1430,19 +1498,32 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
         float total = 0.0f;
         for (int j = 0; j < KSPLIT; j++) total += part[wid + j][lane];
         const uint32_t r = r0 + lane;
+        if (NORM_IN) total = __fmul_rn(total, scale);
         if (bias) total += bias[r];
         y[r] = accumulate ? y[r] + total : total;
     }
 }
 
 // at most 64 registers: four 256-thread blocks a multiprocessor
-template <class P, int KSPLIT, int GLU>
+template <class P, int KSPLIT, int GLU, int NORM_IN>
 __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2)
 forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
              const uint8_t *__restrict__ q8, float *y, const float *__restrict__ bias, int accumulate, int act,
-             uint8_t *__restrict__ q8_out) {
+             uint8_t *__restrict__ q8_out, float norm_eps) {
     FORGE__GRID_ENTER();
-    forge__mvq_block<P, KSPLIT, GLU>(blockIdx.x, w, w_up, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, act, q8_out);
+    forge__mvq_block<P, KSPLIT, GLU, FORGE__MVQ_WAVES, 0, NORM_IN>(blockIdx.x, w, w_up, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, act,
+                                                                  q8_out, norm_eps, NULL);
+}
+
+// y += W x + bias with the result prepared for the RMS norm that follows (NORM_OUT above): blocks of
+// 8 * KSPLIT waves, at most 1024 threads and so at most 64 registers
+template <class P, int KSPLIT>
+__global__ void __launch_bounds__(1024, 1)
+forge__k_mvq_norm(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
+                  float *y, const float *__restrict__ bias, const float *__restrict__ norm_w, uint8_t *__restrict__ q8_out) {
+    FORGE__GRID_ENTER();
+    forge__mvq_block<P, KSPLIT, 0, FORGE__MVQ_WAVES * KSPLIT, 1>(blockIdx.x, w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, 1, 0, q8_out,
+                                                                 -1.0f, norm_w);
 }
 
 // Three products of the same quantized input in one launch (the query, key and value projections):
@@ -1453,18 +1534,22 @@ struct forge__mv3 {
     uint32_t n_rows[3], first[3];
     float *y[3];
     const float *bias[3];
+    float norm_eps;
 };
 
-template <class PA, class PB, int KSPLIT>
+template <class PA, class PB, int KSPLIT, int NORM_IN>
 __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2) forge__k_mvq3(forge__mv3 m, uint32_t n_cols, const uint8_t *__restrict__ q8) {
     FORGE__GRID_ENTER();
     const uint32_t b = blockIdx.x;
     if (b < m.first[1])
-        forge__mvq_block<PA, KSPLIT, 0>(b, m.w[0], NULL, m.row_bytes[0], m.n_rows[0], n_cols, q8, m.y[0], m.bias[0], 0, 0, NULL);
+        forge__mvq_block<PA, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b, m.w[0], NULL, m.row_bytes[0], m.n_rows[0], n_cols, q8, m.y[0], m.bias[0], 0, 0, NULL, m.norm_eps,
+                                        NULL);
     else if (b < m.first[2])
-        forge__mvq_block<PA, KSPLIT, 0>(b - m.first[1], m.w[1], NULL, m.row_bytes[1], m.n_rows[1], n_cols, q8, m.y[1], m.bias[1], 0, 0, NULL);
+        forge__mvq_block<PA, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b - m.first[1], m.w[1], NULL, m.row_bytes[1], m.n_rows[1], n_cols, q8, m.y[1], m.bias[1], 0, 0,
+                                        NULL, m.norm_eps, NULL);
     else
-        forge__mvq_block<PB, KSPLIT, 0>(b - m.first[2], m.w[2], NULL, m.row_bytes[2], m.n_rows[2], n_cols, q8, m.y[2], m.bias[2], 0, 0, NULL);
+        forge__mvq_block<PB, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b - m.first[2], m.w[2], NULL, m.row_bytes[2], m.n_rows[2], n_cols, q8, m.y[2], m.bias[2], 0, 0,
+                                        NULL, m.norm_eps, NULL);
 }
 
 static int forge__hip_sm_count(void) {
@@ -1483,13 +1568,14 @@ static int forge__hip_sm_count(void) {
     X(FORGE_HIP_Q4_0, forge__pq_q4_0) X(FORGE_HIP_Q8_0, forge__pq_q8_0) X(FORGE_HIP_Q4_K, forge__pq_q4_k) \
     X(FORGE_HIP_Q6_K, forge__pq_q6_k)
 
-template <class P>
+template <class P, int NI>
 static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
-                              const uint8_t *q8, float *y, const float *bias, int accumulate, int act, uint8_t *q8_out, hipStream_t s) {
+                              const uint8_t *q8, float *y, const float *bias, int accumulate, int act, uint8_t *q8_out, float norm_eps,
+                              hipStream_t s) {
     const uint32_t threads = FORGE__MVQ_WAVES * (uint32_t)forge__hip_wave_size(), rows = FORGE__MVQ_ROWS * FORGE__MVQ_WAVES;
     if (w_up) {
-        forge__launch(forge__k_mvq<P, 1, 1>, dim3((n_rows + rows - 1) / rows), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8, y,
-                      (const float *)NULL, 0, act, q8_out);
+        forge__launch(forge__k_mvq<P, 1, 1, NI>, dim3((n_rows + rows - 1) / rows), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8, y,
+                      (const float *)NULL, 0, act, q8_out, norm_eps);
         return;
     }
     // split the waves of a block over the columns until the grid covers the machine twice
@@ -1497,10 +1583,10 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
     while (split < 8 && (n_rows + rows / split - 1) / (rows / split) < 2u * (uint32_t)forge__hip_sm_count()) split *= 2;
     const uint32_t blocks = (n_rows + rows / split - 1) / (rows / split);
     switch (split) {
-    case 1: forge__launch(forge__k_mvq<P, 1, 0>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL); break;
-    case 2: forge__launch(forge__k_mvq<P, 2, 0>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL); break;
-    case 4: forge__launch(forge__k_mvq<P, 4, 0>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL); break;
-    default: forge__launch(forge__k_mvq<P, 8, 0>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL); break;
+    case 1: forge__launch(forge__k_mvq<P, 1, 0, NI>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL, norm_eps); break;
+    case 2: forge__launch(forge__k_mvq<P, 2, 0, NI>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL, norm_eps); break;
+    case 4: forge__launch(forge__k_mvq<P, 4, 0, NI>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL, norm_eps); break;
+    default: forge__launch(forge__k_mvq<P, 8, 0, NI>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL, norm_eps); break;
     }
 }
 
@@ -1533,17 +1619,21 @@ int forge_hip_rmsnorm_q8(const float *x, const float *w, float *y, uint32_t n, f
 }
 
 // y = W x (+ bias), or y += that when accumulate, for one token whose x is the quantized vector q8
-// (forge_hip_q8_quantize). Types: those forge_hip_q8_type accepts.
+// (forge_hip_q8_quantize). Types: those forge_hip_q8_type accepts. norm_eps >= 0: q8 is a vector
+// forge_hip_matvec_norm_q8 prepared, and x is its RMS norm with that epsilon (negative: plain).
 int forge_hip_matvec_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const void *q8, float *y, const float *bias,
-                        int accumulate, void *stream, char *message, size_t message_bytes) {
+                        int accumulate, float norm_eps, void *stream, char *message, size_t message_bytes) {
     size_t row_bytes;
     if (!forge_hip_q8_type(type)) return forge__hip_refuse(message, message_bytes, "matvec q8: the weight type has no 8-bit path");
     if (forge__hip_weights(type, n_cols, &row_bytes, "matvec q8", message, message_bytes)) return -1;
     if (n_rows == 0) return 0;
     switch (type) {
 #define FORGE__Q8_CASE(id, P)                                                                            \
-    case id: forge__mvq_launch<P>((const uint8_t *)w, NULL, row_bytes, n_rows, n_cols, (const uint8_t *)q8, y, bias, accumulate, 0, NULL, \
-                                  (hipStream_t)stream); break;
+    case id:                                                                                             \
+        (norm_eps >= 0.0f ? forge__mvq_launch<P, 1> : forge__mvq_launch<P, 0>)((const uint8_t *)w, NULL, row_bytes, n_rows, n_cols,   \
+                                                                               (const uint8_t *)q8, y, bias, accumulate, 0, NULL,     \
+                                                                               norm_eps, (hipStream_t)stream);                        \
+        break;
         FORGE__Q8_TYPES(FORGE__Q8_CASE)
 #undef FORGE__Q8_CASE
     }
@@ -1552,8 +1642,9 @@ int forge_hip_matvec_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t 
 
 // h = act(W_gate x) * (W_up x) for one token (act 0 silu, 1 gelu), both matrices of one type and
 // shape, and h again as a quantized vector in q8_out (which must not be q8). n_rows a multiple of 32.
+// norm_eps as forge_hip_matvec_q8's.
 int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32_t n_rows, uint32_t n_cols, const void *q8, float *h,
-                     void *q8_out, int act, void *stream, char *message, size_t message_bytes) {
+                     void *q8_out, int act, float norm_eps, void *stream, char *message, size_t message_bytes) {
     size_t row_bytes;
     if (!forge_hip_q8_type(type)) return forge__hip_refuse(message, message_bytes, "glu q8: the weight type has no 8-bit path");
     if (forge__hip_weights(type, n_cols, &row_bytes, "glu q8", message, message_bytes)) return -1;
@@ -1561,8 +1652,11 @@ int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32
     if (n_rows == 0) return 0;
     switch (type) {
 #define FORGE__Q8_CASE(id, P)                                                                            \
-    case id: forge__mvq_launch<P>((const uint8_t *)w_gate, (const uint8_t *)w_up, row_bytes, n_rows, n_cols, (const uint8_t *)q8, h, NULL, 0, \
-                                  act, (uint8_t *)q8_out, (hipStream_t)stream); break;
+    case id:                                                                                             \
+        (norm_eps >= 0.0f ? forge__mvq_launch<P, 1> : forge__mvq_launch<P, 0>)((const uint8_t *)w_gate, (const uint8_t *)w_up, row_bytes, \
+                                                                               n_rows, n_cols, (const uint8_t *)q8, h, NULL, 0, act,  \
+                                                                               (uint8_t *)q8_out, norm_eps, (hipStream_t)stream);     \
+        break;
         FORGE__Q8_TYPES(FORGE__Q8_CASE)
 #undef FORGE__Q8_CASE
     }
@@ -1571,7 +1665,64 @@ int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32
 
 }  // extern "C"
 
-template <class PA, class PB>
+template <class P>
+static void forge__mvq_norm_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *q8, float *y,
+                                   const float *bias, const float *norm_w, uint8_t *q8_out, hipStream_t s) {
+    const uint32_t wave = (uint32_t)forge__hip_wave_size(), blocks = n_rows / 32;
+    // as forge__mvq_launch: split the columns over more waves until they cover the machine twice,
+    // here within the block (a block keeps its 32 rows), at most 1024 threads
+    uint32_t split = 1;
+    while (split < 4 && 2 * split * FORGE__MVQ_WAVES * wave <= 1024 && blocks * split < 2u * (uint32_t)forge__hip_sm_count()) split *= 2;
+    const dim3 threads(split * FORGE__MVQ_WAVES * wave);
+    switch (split) {
+    case 1: forge__launch(forge__k_mvq_norm<P, 1>, dim3(blocks), threads, s, w, row_bytes, n_rows, n_cols, q8, y, bias, norm_w, q8_out); break;
+    case 2: forge__launch(forge__k_mvq_norm<P, 2>, dim3(blocks), threads, s, w, row_bytes, n_rows, n_cols, q8, y, bias, norm_w, q8_out); break;
+    default: forge__launch(forge__k_mvq_norm<P, 4>, dim3(blocks), threads, s, w, row_bytes, n_rows, n_cols, q8, y, bias, norm_w, q8_out); break;
+    }
+}
+
+extern "C" {
+
+// Whether forge_hip_matvec_norm_q8 is the faster way to run a product of this type and n_rows rows
+// and the norm after it (against forge_hip_matvec_q8 accumulating, then forge_hip_rmsnorm_q8). Its
+// blocks keep whole groups of 32 rows and split the columns over at most 1024 threads, so the
+// launch is slower than the plain product's by 1.6-1.9 us for Q4_K / Q4_0 / Q8_0 on the H200 and by
+// 2.7 us for Q6_K, against a norm launch of about 1.3 us in a recorded step; with fewer groups than
+// fill the machine (Qwen2.5-1.5B's 1536 rows: 48 blocks on 132 multiprocessors) it loses more
+// (measured in tests/PERF.md). Taken: row counts that fill the machine, types other than Q6_K.
+int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows) {
+    const uint32_t wave = (uint32_t)forge__hip_wave_size(), max_split = 1024 / (FORGE__MVQ_WAVES * wave);
+    return forge_hip_q8_type(type) && type != FORGE_HIP_Q6_K && n_rows % 32 == 0 &&
+           n_rows / 32 * (max_split < 4 ? max_split : 4) >= 2u * (uint32_t)forge__hip_sm_count();
+}
+
+// y += W x (+ bias) for one token, x the quantized vector q8 and y the residual stream (its bits as
+// forge_hip_matvec_q8 with accumulate gives them where the columns split alike), then y prepared for the RMS norm with weights
+// norm_w that reads it: q8_out holds y * norm_w rounded in groups of 32 and each group's sum of
+// squares of y. A product given q8_out and norm_eps >= 0 computes W' (rmsnorm(y) * norm_w) from it:
+// the norm's one factor 1 / sqrt(mean + eps) multiplies its row sums. n_rows a multiple of 32;
+// q8_out must not be q8.
+int forge_hip_matvec_norm_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const void *q8, float *y, const float *bias,
+                             const float *norm_w, void *q8_out, void *stream, char *message, size_t message_bytes) {
+    size_t row_bytes;
+    if (!forge_hip_q8_type(type)) return forge__hip_refuse(message, message_bytes, "matvec norm q8: the weight type has no 8-bit path");
+    if (forge__hip_weights(type, n_cols, &row_bytes, "matvec norm q8", message, message_bytes)) return -1;
+    if (n_rows % 32) return forge__hip_refuse(message, message_bytes, "matvec norm q8: the rows must be a multiple of 32");
+    if (!norm_w) return forge__hip_refuse(message, message_bytes, "matvec norm q8: no norm weights");
+    if (n_rows == 0) return 0;
+    switch (type) {
+#define FORGE__Q8_CASE(id, P)                                                                            \
+    case id: forge__mvq_norm_launch<P>((const uint8_t *)w, row_bytes, n_rows, n_cols, (const uint8_t *)q8, y, bias, norm_w, \
+                                       (uint8_t *)q8_out, (hipStream_t)stream); break;
+        FORGE__Q8_TYPES(FORGE__Q8_CASE)
+#undef FORGE__Q8_CASE
+    }
+    return forge__hip_launched("matvec norm q8 launch", message, message_bytes);
+}
+
+}  // extern "C"
+
+template <class PA, class PB, int NI>
 static void forge__mvq3_launch(forge__mv3 &m, uint32_t n_cols, const uint8_t *q8, hipStream_t s) {
     const uint32_t threads = FORGE__MVQ_WAVES * (uint32_t)forge__hip_wave_size(), rows = FORGE__MVQ_ROWS * FORGE__MVQ_WAVES;
     uint32_t split = 1, blocks = 0;
@@ -1582,10 +1733,10 @@ static void forge__mvq3_launch(forge__mv3 &m, uint32_t n_cols, const uint8_t *q8
         split *= 2;
     }
     switch (split) {
-    case 1: forge__launch(forge__k_mvq3<PA, PB, 1>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
-    case 2: forge__launch(forge__k_mvq3<PA, PB, 2>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
-    case 4: forge__launch(forge__k_mvq3<PA, PB, 4>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
-    default: forge__launch(forge__k_mvq3<PA, PB, 8>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
+    case 1: forge__launch(forge__k_mvq3<PA, PB, 1, NI>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
+    case 2: forge__launch(forge__k_mvq3<PA, PB, 2, NI>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
+    case 4: forge__launch(forge__k_mvq3<PA, PB, 4, NI>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
+    default: forge__launch(forge__k_mvq3<PA, PB, 8, NI>, dim3(blocks), dim3(threads), s, m, n_cols, q8); break;
     }
 }
 
@@ -1607,11 +1758,13 @@ int forge_hip_matvec3_q8_ok(uint32_t type_a, uint32_t type_b) {
 }
 
 // y[i] = W[i] x (+ bias[i]) for i = 0, 1, 2 in one launch, x the quantized vector q8 of n_cols
-// elements: W[0], W[1] of type_a, W[2] of type_b (a pair forge_hip_matvec3_q8_ok accepts).
+// elements: W[0], W[1] of type_a, W[2] of type_b (a pair forge_hip_matvec3_q8_ok accepts); norm_eps
+// as forge_hip_matvec_q8's.
 int forge_hip_matvec3_q8(uint32_t type_a, uint32_t type_b, const void *const w[3], const uint32_t n_rows[3], uint32_t n_cols,
-                         const void *q8, float *const y[3], const float *const bias[3], void *stream, char *message,
+                         const void *q8, float *const y[3], const float *const bias[3], float norm_eps, void *stream, char *message,
                          size_t message_bytes) {
     forge__mv3 m;
+    m.norm_eps = norm_eps;
     if (!forge_hip_matvec3_q8_ok(type_a, type_b)) return forge__hip_refuse(message, message_bytes, "matvec3 q8: unsupported type pair");
     for (int i = 0; i < 3; i++) {
         if (forge__hip_weights(i < 2 ? type_a : type_b, n_cols, &m.row_bytes[i], "matvec3 q8", message, message_bytes)) return -1;
@@ -1619,7 +1772,8 @@ int forge_hip_matvec3_q8(uint32_t type_a, uint32_t type_b, const void *const w[3
         m.w[i] = (const uint8_t *)w[i], m.n_rows[i] = n_rows[i], m.y[i] = y[i], m.bias[i] = bias[i];
     }
 #define FORGE__PAIR_LAUNCH(ta, PA, tb, PB)                                                               \
-    if (type_a == ta && type_b == tb) forge__mvq3_launch<PA, PB>(m, n_cols, (const uint8_t *)q8, (hipStream_t)stream);
+    if (type_a == ta && type_b == tb)                                                                    \
+        (norm_eps >= 0.0f ? forge__mvq3_launch<PA, PB, 1> : forge__mvq3_launch<PA, PB, 0>)(m, n_cols, (const uint8_t *)q8, (hipStream_t)stream);
     FORGE__Q8_PAIRS(FORGE__PAIR_LAUNCH)
 #undef FORGE__PAIR_LAUNCH
     return forge__hip_launched("matvec3 q8 launch", message, message_bytes);

@@ -842,6 +842,48 @@ static void sample_timing(const char *path) {
     forge_model_close(m);
 }
 
+/* The count of norms prepared by a product in the decode graph's log line (-1: no such line). */
+static void prepared_log(void *user, forge_log_level level, const char *message) {
+    const char *at = strstr(message, "replayed at every position (");
+    (void)level;
+    if (at) *(int *)user = atoi(at + strlen("replayed at every position ("));
+}
+
+/* FORGE_NORM_FUSION: with 1 every residual product whose norm after it is read only by products
+   prepares that norm (two a layer in these models: after the attention output and after the FFN,
+   the last one feeding the head), with 0 none does; the decode with prepared norms is checked
+   against the CPU and graph against plain launches by the callers. */
+static void norms_prepared(const char *dir, const char *name) {
+    static const char *const modes[2] = {"0", "1"};
+    char path[1024], label[256];
+    forge_model *m = NULL;
+    forge_error e;
+    int i;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    snprintf(label, sizeof label, "norms prepared by the products before them: %s", name);
+    TEST_CASE(label);
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    for (i = 0; i < 2; i++) {
+        forge_context *ctx = NULL;
+        forge_context_desc d;
+        int count = -1;
+        memset(&d, 0, sizeof d);
+        d.n_ctx = 64;
+        d.backend = FORGE_BACKEND_GPU;
+        d.log = prepared_log;
+        d.log_user_data = &count;
+        setenv("FORGE_NORM_FUSION", modes[i], 1);
+        if (CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "gpu: %s", e.message)) {
+            const int want = i ? 2 * (int)forge_model_config(m)->n_layer : 0;
+            CHECK(count == want, "FORGE_NORM_FUSION=%s: %d norms prepared, expected %d", modes[i], count, want);
+            printf("  %-32s FORGE_NORM_FUSION=%s: %d norms prepared in the decode graph\n", name, modes[i], count);
+        }
+        unsetenv("FORGE_NORM_FUSION");
+        forge_context_destroy(ctx);
+    }
+    forge_model_close(m);
+}
+
 int main(int argc, char **argv) {
     static const char *const fixtures[] = {"tiny-llama-f16.gguf",      "tiny-llama-q4_0.gguf",     "tiny-llama-q4_k_m.gguf",
                                            "tiny-llama-q6_k.gguf",     "tiny-llama-iq4_xs.gguf",   "tiny-qwen2-q8_0.gguf",
@@ -878,6 +920,19 @@ int main(int argc, char **argv) {
     for (i = 0; i + 1 < sizeof fixtures / sizeof fixtures[0]; i++) decode_vs_reference(argv[1], fixtures[i]);
     graph_vs_plain(argv[1], "tiny-llama-q4_k_m.gguf", FORGE_KV_F16, 0, 256, 20, 200);
     graph_vs_plain(argv[1], "tiny-gemma-q4_k_m.gguf", FORGE_KV_F16, 0, 64, 8, 40);
+    /* norms prepared by the residual products (the speed rule leaves these small models to the
+       norm launch; FORGE_NORM_FUSION=1 takes the path wherever the shapes allow) */
+    norms_prepared(argv[1], "tiny-llama-q4_k_m.gguf");
+    norms_prepared(argv[1], "tiny-qwen2-q8_0.gguf");
+    norms_prepared(argv[1], "tiny-phi3-q4_k_m.gguf");
+    setenv("FORGE_NORM_FUSION", "1", 1);
+    compare_fixture(argv[1], "tiny-llama-q4_k_m.gguf", FORGE_KV_F16, 0);
+    compare_fixture(argv[1], "tiny-llama-q4_0.gguf", FORGE_KV_Q8_0, 0);
+    compare_fixture(argv[1], "tiny-qwen2-q8_0.gguf", FORGE_KV_F16, 0);
+    compare_fixture(argv[1], "tiny-phi3-q4_k_m.gguf", FORGE_KV_F16, 0);
+    graph_vs_plain(argv[1], "tiny-llama-q4_k_m.gguf", FORGE_KV_F16, 0, 256, 20, 200);
+    graph_vs_plain(argv[1], "tiny-qwen2-q8_0.gguf", FORGE_KV_Q8_0, 0, 256, 20, 100);
+    unsetenv("FORGE_NORM_FUSION");
     argmax_matches(argv[1], "tiny-llama-q4_k_m.gguf");
     generator_greedy(argv[1], "tiny-llama-q4_k_m.gguf");
     sample_on_device(argv[1], "tiny-llama-q4_k_m.gguf");

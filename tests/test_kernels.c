@@ -1225,8 +1225,8 @@ static void check_matvec_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int
     dw = dev_alloc(row_bytes * n_rows, w), dx = dev_alloc(n_cols * sizeof(float), x), dq8 = dev_alloc(forge_hip_q8_bytes(n_cols), NULL);
     db = dev_alloc(n_rows * sizeof(float), bias), dy = dev_alloc(n_rows * sizeof(float), y0);
     CHECK(forge_hip_q8_quantize((const float *)dx, n_cols, dq8, NULL, msg, sizeof msg) == 0, "q8 quantize: %s", msg);
-    CHECK(forge_hip_matvec_q8(type, dw, n_rows, n_cols, dq8, (float *)dy, with_bias ? (const float *)db : NULL, accumulate, NULL, msg,
-                              sizeof msg) == 0,
+    CHECK(forge_hip_matvec_q8(type, dw, n_rows, n_cols, dq8, (float *)dy, with_bias ? (const float *)db : NULL, accumulate, -1.0f, NULL,
+                              msg, sizeof msg) == 0,
           "matvec q8 %s: %s", t->name, msg);
     if (check_q8_vector(dq8, x, n_cols, "q8 quantize") && dev_fetch(y, dy, n_rows * sizeof(float))) {
         const double err = norm_error_d(y, ref, n_rows), err32 = norm_error_d(y, ref32, n_rows);
@@ -1266,7 +1266,7 @@ static void check_glu_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int ac
     dq8 = dev_alloc(forge_hip_q8_bytes(n_cols), NULL), dh = dev_alloc(n_rows * sizeof(float), NULL);
     dout = dev_alloc(forge_hip_q8_bytes(n_rows), NULL);
     forge_hip_q8_quantize((const float *)dx, n_cols, dq8, NULL, msg, sizeof msg);
-    CHECK(forge_hip_glu_q8(type, dwg, dwu, n_rows, n_cols, dq8, (float *)dh, dout, act, NULL, msg, sizeof msg) == 0, "glu q8 %s: %s",
+    CHECK(forge_hip_glu_q8(type, dwg, dwu, n_rows, n_cols, dq8, (float *)dh, dout, act, -1.0f, NULL, msg, sizeof msg) == 0, "glu q8 %s: %s",
           t->name, msg);
     if (dev_fetch(h, dh, n_rows * sizeof(float))) {
         const double err = norm_error_d(h, ref, n_rows);
@@ -1303,10 +1303,10 @@ static void check_matvec3_q8(uint32_t type_a, uint32_t type_b, uint32_t rows_q, 
         dw[i] = dev_alloc(bytes, w), db[i] = dev_alloc(rows[i] * sizeof(float), bias);
         dy[i] = dev_alloc(rows[i] * sizeof(float), NULL), dy1[i] = dev_alloc(rows[i] * sizeof(float), NULL);
         w_arg[i] = dw[i], y_arg[i] = (float *)dy[i], b_arg[i] = with_bias ? (const float *)db[i] : NULL;
-        forge_hip_matvec_q8(types[i], dw[i], rows[i], n_cols, dq8, (float *)dy1[i], b_arg[i], 0, NULL, msg, sizeof msg);
+        forge_hip_matvec_q8(types[i], dw[i], rows[i], n_cols, dq8, (float *)dy1[i], b_arg[i], 0, -1.0f, NULL, msg, sizeof msg);
         free(w), free(bias);
     }
-    CHECK(forge_hip_matvec3_q8(type_a, type_b, w_arg, rows, n_cols, dq8, y_arg, b_arg, NULL, msg, sizeof msg) == 0, "matvec3 q8: %s", msg);
+    CHECK(forge_hip_matvec3_q8(type_a, type_b, w_arg, rows, n_cols, dq8, y_arg, b_arg, -1.0f, NULL, msg, sizeof msg) == 0, "matvec3 q8: %s", msg);
     for (i = 0; i < 3; i++)
         if (dev_fetch(got, dy[i], rows[i] * sizeof(float)) && dev_fetch(want, dy1[i], rows[i] * sizeof(float))) {
             const double err = norm_error_f(got, want, rows[i]);
@@ -1485,6 +1485,149 @@ static void test_rope_attention(void) {
     }
 }
 
+/* forge__q8_norm_scale on the host: each lane's groups in order, then the butterfly over 32 lanes */
+static float norm_scale_ref(const float *fourth, uint32_t n, float eps) {
+    float lane[32];
+    uint32_t t, g;
+    int m;
+    for (t = 0; t < 32; t++) {
+        lane[t] = 0.0f;
+        for (g = t; g < n / 32; g += 32) lane[t] += fourth[g];
+    }
+    for (m = 16; m > 0; m >>= 1) {
+        float next[32];
+        for (t = 0; t < 32; t++) next[t] = lane[t] + lane[t ^ (uint32_t)m];
+        memcpy(lane, next, sizeof lane);
+    }
+    return 1.0f / sqrtf(lane[0] / (float)n + eps);
+}
+
+/* A residual product that prepares the RMS norm after it (forge_hip_matvec_norm_q8), and the
+   products that read its output as a normalized input:
+   - the residual is forge_hip_matvec_q8's with accumulate (up to the order of its column sums);
+   - the quantized vector is y * norm_w by the rounding rule, each group's fourth float the sum of
+     squares of y in the kernel's butterfly order (exact);
+   - a product with norm_eps is the plain product of the same vector times the norm's factor, to the
+     bit (with and without bias), and within the activations' rounding (2e-2) of a double product of
+     rmsnorm(y) * norm_w; three products in one launch and the gate/up launch as their single
+     launches give them. */
+static void check_norm_q8(uint32_t type, uint32_t n_embd, uint32_t n_in, uint32_t type2, uint32_t n_out, int with_bias) {
+    const forge_type_traits *t = forge_type_info(type), *t2 = forge_type_info(type2);
+    const size_t row_bytes = (size_t)n_in / t->block_elems * t->block_bytes, row2 = (size_t)n_embd / t2->block_elems * t2->block_bytes;
+    const size_t ds = (n_embd + 255) / 256 * 256, qn_bytes = forge_hip_q8_bytes(n_embd);
+    const float eps = 1e-5f;
+    uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_embd), *w2 = (uint8_t *)xmalloc(row2 * n_out), *got = (uint8_t *)xmalloc(qn_bytes);
+    float *a = (float *)xmalloc(n_in * sizeof(float)), *x0 = (float *)xmalloc(n_embd * sizeof(float));
+    float *nw = (float *)xmalloc(n_embd * sizeof(float)), *bias = (float *)xmalloc(n_embd * sizeof(float));
+    float *b2 = (float *)xmalloc(n_out * sizeof(float)), *y = (float *)xmalloc(n_embd * sizeof(float));
+    float *y_ref = (float *)xmalloc(n_embd * sizeof(float)), *v = (float *)xmalloc(n_embd * sizeof(float));
+    float *fourth = (float *)xmalloc(n_embd / 32 * sizeof(float)), *f2 = (float *)xmalloc((size_t)n_out * n_embd * sizeof(float));
+    float *out_n = (float *)xmalloc(n_out * sizeof(float)), *out_p = (float *)xmalloc(n_out * sizeof(float));
+    float *out_b = (float *)xmalloc(n_out * sizeof(float));
+    double *ref = (double *)xmalloc(n_out * sizeof(double));
+    void *dw, *dw2, *da, *dqa, *dy, *dy_ref, *dnw, *db, *db2, *dqn, *dout, *dout2, *dout3[3], *dglu, *dglu_q;
+    uint32_t i, r, bad_sq = 0, bad_n = 0, bad_b = 0;
+    double res_err;
+    float scale;
+    random_blocks(type, w, (uint64_t)n_embd * (n_in / t->block_elems));
+    random_blocks(type2, w2, (uint64_t)n_out * (n_embd / t2->block_elems));
+    forge_dequantize(type2, w2, f2, (uint64_t)n_out * n_embd);
+    random_floats(a, n_in, -1.0f, 1.0f), random_floats(x0, n_embd, -3.0f, 3.0f), random_floats(nw, n_embd, 0.5f, 1.5f);
+    random_floats(bias, n_embd, -1.0f, 1.0f), random_floats(b2, n_out, -1.0f, 1.0f);
+    dw = dev_alloc(row_bytes * n_embd, w), dw2 = dev_alloc(row2 * n_out, w2), da = dev_alloc(n_in * sizeof(float), a);
+    dqa = dev_alloc(forge_hip_q8_bytes(n_in), NULL), dy = dev_alloc(n_embd * sizeof(float), x0);
+    dy_ref = dev_alloc(n_embd * sizeof(float), x0), dnw = dev_alloc(n_embd * sizeof(float), nw);
+    db = dev_alloc(n_embd * sizeof(float), bias), db2 = dev_alloc(n_out * sizeof(float), b2), dqn = dev_alloc(qn_bytes, NULL);
+    dout = dev_alloc(n_out * sizeof(float), NULL), dout2 = dev_alloc(n_out * sizeof(float), NULL);
+    for (i = 0; i < 3; i++) dout3[i] = dev_alloc(n_out * sizeof(float), NULL);
+    dglu = dev_alloc(n_out * sizeof(float), NULL), dglu_q = dev_alloc(forge_hip_q8_bytes(n_out), NULL);
+    forge_hip_q8_quantize((const float *)da, n_in, dqa, NULL, msg, sizeof msg);
+    CHECK(forge_hip_matvec_norm_q8(type, dw, n_embd, n_in, dqa, (float *)dy, with_bias ? (const float *)db : NULL, (const float *)dnw, dqn,
+                                   NULL, msg, sizeof msg) == 0,
+          "matvec norm q8 %s: %s", t->name, msg);
+    forge_hip_matvec_q8(type, dw, n_embd, n_in, dqa, (float *)dy_ref, with_bias ? (const float *)db : NULL, 1, -1.0f, NULL, msg, sizeof msg);
+    if (!dev_fetch(y, dy, n_embd * sizeof(float)) || !dev_fetch(y_ref, dy_ref, n_embd * sizeof(float)) || !dev_fetch(got, dqn, qn_bytes))
+        goto done;
+    for (i = 0; i < n_embd; i++) v[i] = y[i] * nw[i];
+    res_err = norm_error_f(y, y_ref, n_embd); /* the columns may split differently: up to float rounding */
+    CHECK(res_err < 1e-6, "matvec norm q8 %s %ux%u: the residual is %.3e from matvec q8's", t->name, n_embd, n_in, res_err);
+    check_q8_vector(dqn, v, n_embd, "matvec norm q8 output");
+    for (i = 0; i < n_embd / 32; i++) { /* the group's butterfly, as the kernel's lanes add */
+        float lane[32];
+        int m;
+        for (r = 0; r < 32; r++) lane[r] = y[32 * i + r] * y[32 * i + r];
+        for (m = 16; m > 0; m >>= 1) {
+            float next[32];
+            for (r = 0; r < 32; r++) next[r] = lane[r] + lane[r ^ (uint32_t)m];
+            memcpy(lane, next, sizeof lane);
+        }
+        memcpy(&fourth[i], got + ds + 16 * i + 12, sizeof(float));
+        bad_sq += memcmp(&fourth[i], &lane[0], sizeof(float)) != 0;
+    }
+    CHECK(bad_sq == 0, "matvec norm q8: %u of %u group sums of squares differ", bad_sq, n_embd / 32);
+    scale = norm_scale_ref(fourth, n_embd, eps);
+    /* the reader: normalized, plain, normalized with bias */
+    forge_hip_matvec_q8(type2, dw2, n_out, n_embd, dqn, (float *)dout, NULL, 0, eps, NULL, msg, sizeof msg);
+    forge_hip_matvec_q8(type2, dw2, n_out, n_embd, dqn, (float *)dout2, NULL, 0, -1.0f, NULL, msg, sizeof msg);
+    CHECK(forge_hip_matvec_q8(type2, dw2, n_out, n_embd, dqn, (float *)dout3[0], (const float *)db2, 0, eps, NULL, msg, sizeof msg) == 0,
+          "matvec q8 normalized: %s", msg);
+    if (dev_fetch(out_n, dout, n_out * sizeof(float)) && dev_fetch(out_p, dout2, n_out * sizeof(float)) &&
+        dev_fetch(out_b, dout3[0], n_out * sizeof(float))) {
+        double ss = 0.0, err;
+        for (r = 0; r < n_out; r++) {
+            const float want = out_p[r] * scale, want_b = want + b2[r];
+            bad_n += memcmp(&out_n[r], &want, sizeof(float)) != 0;
+            bad_b += memcmp(&out_b[r], &want_b, sizeof(float)) != 0;
+        }
+        for (i = 0; i < n_embd; i++) ss += (double)y[i] * y[i];
+        for (r = 0; r < n_out; r++) {
+            double s = 0.0;
+            for (i = 0; i < n_embd; i++) s += (double)f2[(size_t)r * n_embd + i] * (y[i] / sqrt(ss / n_embd + eps) * nw[i]);
+            ref[r] = s;
+        }
+        err = norm_error_d(out_n, ref, n_out);
+        printf("  norm q8 %-5s %5u x %5u%s -> %-5s %5u rows: err %.2e against rmsnorm in double\n", t->name, n_embd, n_in,
+               with_bias ? " +bias" : "", t2->name, n_out, err);
+        CHECK(bad_n == 0 && bad_b == 0, "matvec q8 normalized %s: %u and %u (with bias) of %u rows are not the plain rows times the scale",
+              t2->name, bad_n, bad_b, n_out);
+        CHECK(err < 2e-2, "matvec q8 normalized %s: normalized error %.3e against rmsnorm in double", t2->name, err);
+    }
+    /* three products of the normalized input in one launch, and gate/up */
+    if (forge_hip_matvec3_q8_ok(type2, type2)) {
+        const void *w3[3];
+        const uint32_t rows3[3] = {n_out, n_out, n_out};
+        float *y3[3];
+        const float *b3[3] = {NULL, NULL, NULL};
+        for (i = 0; i < 3; i++) w3[i] = dw2, y3[i] = (float *)dout3[i];
+        CHECK(forge_hip_matvec3_q8(type2, type2, w3, rows3, n_embd, dqn, y3, b3, eps, NULL, msg, sizeof msg) == 0,
+              "matvec3 q8 normalized: %s", msg);
+        for (i = 0; i < 3; i++)
+            if (dev_fetch(out_b, dout3[i], n_out * sizeof(float))) {
+                const double err = norm_error_f(out_b, out_n, n_out);
+                CHECK(err < 1e-6, "matvec3 q8 normalized: output %u is %.3e from the single launch", i, err);
+            }
+    }
+    if (n_out % 32 == 0) {
+        CHECK(forge_hip_glu_q8(type2, dw2, dw2, n_out, n_embd, dqn, (float *)dglu, dglu_q, 0, eps, NULL, msg, sizeof msg) == 0,
+              "glu q8 normalized: %s", msg);
+        if (dev_fetch(out_b, dglu, n_out * sizeof(float))) {
+            double worst = 0.0;
+            for (r = 0; r < n_out; r++) {
+                const double g = out_n[r], h = g / (1.0 + exp(-g)) * g, e = fabs(out_b[r] - h) / (1.0 + fabs(h));
+                worst = e > worst ? e : worst;
+            }
+            CHECK(worst < 1e-4, "glu q8 normalized: %.3e from silu(g) * u of the single products", worst);
+        }
+    }
+done:
+    forge_hip_arena_free(dw), forge_hip_arena_free(dw2), forge_hip_arena_free(da), forge_hip_arena_free(dqa), forge_hip_arena_free(dy);
+    forge_hip_arena_free(dy_ref), forge_hip_arena_free(dnw), forge_hip_arena_free(db), forge_hip_arena_free(db2), forge_hip_arena_free(dqn);
+    forge_hip_arena_free(dout), forge_hip_arena_free(dout2), forge_hip_arena_free(dglu), forge_hip_arena_free(dglu_q);
+    for (i = 0; i < 3; i++) forge_hip_arena_free(dout3[i]);
+    free(w), free(w2), free(got), free(a), free(x0), free(nw), free(bias), free(b2), free(y), free(y_ref), free(v), free(fourth), free(f2);
+    free(out_n), free(out_p), free(out_b), free(ref);
+}
+
 static void test_q8(void) {
     static const uint32_t q8_types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
     size_t i;
@@ -1505,6 +1648,11 @@ static void test_q8(void) {
     check_matvec3_q8(FORGE_TYPE_Q8_0, FORGE_TYPE_Q8_0, 2048, 512, 2048, 0);
     check_matvec3_q8(FORGE_TYPE_Q6_K, FORGE_TYPE_Q6_K, 896, 128, 2304, 1);
     CHECK(forge_hip_matvec3_q8_ok(FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_K) == 0, "Q6_K then Q4_K is not a pair the launch takes");
+    check_norm_q8(FORGE_TYPE_Q4_K, 4096, 4096, FORGE_TYPE_Q4_K, 1024, 0); /* Llama-3-8B: output projection -> k */
+    check_norm_q8(FORGE_TYPE_Q6_K, 1536, 8960, FORGE_TYPE_Q4_K, 256, 1);  /* Qwen2.5-1.5B: down -> gate */
+    check_norm_q8(FORGE_TYPE_Q4_0, 64, 1024, FORGE_TYPE_Q8_0, 96, 1);     /* two blocks of rows */
+    check_norm_q8(FORGE_TYPE_Q8_0, 2048, 2048, FORGE_TYPE_Q6_K, 300, 0);  /* a reader without a gate/up shape */
+    check_norm_q8(FORGE_TYPE_Q4_K, 8192, 4096, FORGE_TYPE_Q4_0, 64, 1);   /* enough blocks to fill the machine unsplit */
     check_attention_q8(FORGE_KV_F16, 32, 8, 128, 5, 0);    /* one pass */
     check_attention_q8(FORGE_KV_F16, 32, 8, 128, 3000, 0); /* split, merged by a second launch */
     check_attention_q8(FORGE_KV_F16, 32, 8, 128, 3000, 1); /* split, merged in the launch */
@@ -1534,13 +1682,24 @@ static void test_q8(void) {
     }
     /* refusals */
     CHECK(forge_hip_q8_type(FORGE_TYPE_F16) == 0 && forge_hip_q8_type(FORGE_TYPE_Q5_K) == 0, "F16 and Q5_K have no 8-bit path");
-    CHECK(forge_hip_matvec_q8(FORGE_TYPE_F16, NULL, 4, 64, NULL, NULL, NULL, 0, NULL, msg, sizeof msg) == -1 && strstr(msg, "8-bit"),
+    CHECK(forge_hip_matvec_q8(FORGE_TYPE_F16, NULL, 4, 64, NULL, NULL, NULL, 0, -1.0f, NULL, msg, sizeof msg) == -1 && strstr(msg, "8-bit"),
           "an F16 matvec on 8-bit activations must be refused: %s", msg);
-    CHECK(forge_hip_matvec_q8(FORGE_TYPE_Q4_K, NULL, 4, 100, NULL, NULL, NULL, 0, NULL, msg, sizeof msg) == -1 && strstr(msg, "256"),
+    CHECK(forge_hip_matvec_q8(FORGE_TYPE_Q4_K, NULL, 4, 100, NULL, NULL, NULL, 0, -1.0f, NULL, msg, sizeof msg) == -1 && strstr(msg, "256"),
           "a Q4_K row of 100 elements must be refused: %s", msg);
     CHECK(forge_hip_q8_quantize(NULL, 100, NULL, NULL, msg, sizeof msg) == -1, "a width of 100 must be refused");
-    CHECK(forge_hip_glu_q8(FORGE_TYPE_Q4_0, NULL, NULL, 40, 64, NULL, NULL, NULL, 0, NULL, msg, sizeof msg) == -1 && strstr(msg, "32"),
+    CHECK(forge_hip_glu_q8(FORGE_TYPE_Q4_0, NULL, NULL, 40, 64, NULL, NULL, NULL, 0, -1.0f, NULL, msg, sizeof msg) == -1 && strstr(msg, "32"),
           "glu q8 over 40 rows must be refused: %s", msg);
+    CHECK(forge_hip_matvec_norm_q8(FORGE_TYPE_Q4_K, NULL, 40, 256, NULL, NULL, NULL, (const float *)msg, NULL, NULL, msg, sizeof msg) == -1 &&
+              strstr(msg, "32"),
+          "matvec norm q8 over 40 rows must be refused: %s", msg);
+    CHECK(forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q4_K, 40) == 0 && forge_hip_matvec_norm_q8_ok(FORGE_TYPE_F16, 1u << 20) == 0,
+          "40 rows are not whole groups, F16 has no 8-bit path: no prepared norm");
+    CHECK(forge_hip_matvec_norm_q8(FORGE_TYPE_Q4_K, NULL, 64, 256, NULL, NULL, NULL, NULL, NULL, NULL, msg, sizeof msg) == -1 &&
+              strstr(msg, "norm weights"),
+          "matvec norm q8 without norm weights must be refused: %s", msg);
+    CHECK(forge_hip_matvec_norm_q8(FORGE_TYPE_F16, NULL, 64, 256, NULL, NULL, NULL, (const float *)msg, NULL, NULL, msg, sizeof msg) == -1 &&
+              strstr(msg, "8-bit"),
+          "an F16 matvec norm q8 must be refused: %s", msg);
 }
 
 /* Decode products at the shapes of real models, the f32-activation kernel against the 8-bit one:
@@ -1581,10 +1740,12 @@ static void bench_decode_shapes(void) {
         dq8 = dev_alloc(forge_hip_q8_bytes(shapes[i].cols), NULL), dq8_out = dev_alloc(forge_hip_q8_bytes(shapes[i].rows), NULL);
         forge_hip_q8_quantize((const float *)dx, shapes[i].cols, dq8, NULL, msg, sizeof msg);
         if (shapes[i].glu) /* a warm-up launch of each kernel timed below */
-            forge_hip_glu_q8(shapes[i].type, dw[0], dw[1], shapes[i].rows, shapes[i].cols, dq8, (float *)dy, dq8_out, 0, NULL, msg, sizeof msg);
+            forge_hip_glu_q8(shapes[i].type, dw[0], dw[1], shapes[i].rows, shapes[i].cols, dq8, (float *)dy, dq8_out, 0, -1.0f, NULL, msg,
+                             sizeof msg);
         else {
             forge_hip_matvec(shapes[i].type, dw[0], shapes[i].rows, shapes[i].cols, (const float *)dx, (float *)dy, NULL, NULL, msg, sizeof msg);
-            forge_hip_matvec_q8(shapes[i].type, dw[0], shapes[i].rows, shapes[i].cols, dq8, (float *)dy, NULL, 0, NULL, msg, sizeof msg);
+            forge_hip_matvec_q8(shapes[i].type, dw[0], shapes[i].rows, shapes[i].cols, dq8, (float *)dy, NULL, 0, -1.0f, NULL, msg,
+                                sizeof msg);
         }
         forge_hip_stream_sync(NULL, msg, sizeof msg);
         t0 = now_s();
@@ -1596,10 +1757,10 @@ static void bench_decode_shapes(void) {
         for (k = 0; k < reps; k++) {
             if (shapes[i].glu)
                 forge_hip_glu_q8(shapes[i].type, dw[k % n_copies], dw[(k + 1) % n_copies], shapes[i].rows, shapes[i].cols, dq8,
-                                 (float *)dy, dq8_out, 0, NULL, msg, sizeof msg);
+                                 (float *)dy, dq8_out, 0, -1.0f, NULL, msg, sizeof msg);
             else
-                forge_hip_matvec_q8(shapes[i].type, dw[k % n_copies], shapes[i].rows, shapes[i].cols, dq8, (float *)dy, NULL, 0, NULL, msg,
-                                    sizeof msg);
+                forge_hip_matvec_q8(shapes[i].type, dw[k % n_copies], shapes[i].rows, shapes[i].cols, dq8, (float *)dy, NULL, 0, -1.0f, NULL,
+                                    msg, sizeof msg);
         }
         forge_hip_stream_sync(NULL, msg, sizeof msg);
         t2 = now_s();
