@@ -1085,14 +1085,19 @@ struct forge__p_q4_k {
 // (quarter k = 0..3, i = 0..7): ql bytes 64h + 8t.. (k = 0 low, 2 high nibbles) and 64h + 32 + 8t..
 // (k = 1, 3), qh bytes 128 + 32h + 8t.. (bits 2k), scale 8h + 2k + t/2. Blocks are 2-aligned.
 struct forge__p_q6_k {
-    struct raw { uint32_t a[2], b[2], h[2], s[2]; float d; };
+    // sc: the piece's four scales, quarter k in byte k (one register a row instead of the half's two
+    // words: the decode products run at their register limit)
+    struct raw { uint32_t a[2], b[2], h[2], sc; float d; };
     static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, raw &r) {
         const uint8_t *blk = row + (size_t)(p / 8) * 210;
         const uint32_t pi = p % 8, h = pi / 4, t = pi % 4;
+        uint32_t s[2];
         forge__ld_words<2>(blk + 64 * h + 8 * t, r.a);
         forge__ld_words<2>(blk + 64 * h + 32 + 8 * t, r.b);
         forge__ld_words<2>(blk + 128 + 32 * h + 8 * t, r.h);
-        forge__ld_words<2>(blk + 192 + 8 * h, r.s); // the 8 scale bytes of half h
+        forge__ld_words<2>(blk + 192 + 8 * h, s); // the 8 scale bytes of half h
+        // quarters 0, 1 in word 0 bytes t/2 and 2 + t/2; quarters 2, 3 likewise in word 1
+        r.sc = __byte_perm(s[0] >> (8 * (t / 2)), s[1] >> (8 * (t / 2)), 0x6420u);
         const uint32_t *base = (const uint32_t *)((uintptr_t)(blk + 208) & ~(uintptr_t)3);
         const uint32_t dw = *base;
         r.d = forge__f16(((uintptr_t)(blk + 208) & 2) ? dw >> 16 : dw & 0xffffu);
@@ -1109,10 +1114,8 @@ struct forge__p_q6_k {
         }
     }
     static __device__ __forceinline__ float dot(const raw &r, uint32_t p, const float xr[32], const float xs[4]) {
-        const uint32_t t = p % 4;
-        // scales of quarters 0, 1 in the half's word 0 bytes t/2 and 2 + t/2; quarters 2, 3 likewise in word 1
-        const uint32_t s01 = r.s[0] >> (8 * (t / 2)), s23 = r.s[1] >> (8 * (t / 2));
-        const uint32_t sx = (s01 & 0x00ff00ffu) | ((s23 & 0x00ff00ffu) << 8); // bytes: k = 0, 2, 1, 3
+        (void)p;
+        const uint32_t sx = __byte_perm(r.sc, 0u, 0x3120u); // bytes: k = 0, 2, 1, 3
         const uint32_t su = sx ^ 0x80808080u;
         const float magic = 8388736.0f;
         const float sc[4] = {forge__b2magic<0>(su) - magic, forge__b2magic<2>(su) - magic, forge__b2magic<1>(su) - magic,
@@ -1386,13 +1389,13 @@ struct forge__pq_q6_k : forge__p_q6_k {
             const int2 a = *(const int2 *)(qs + 32 * (g + k) + 8 * t);
             x.q[2 * k] = a.x, x.q[2 * k + 1] = a.y;
         }
-        x.g0 = ds[g], x.g1 = ds[g + 1], x.g2 = ds[g + 2], x.g3 = ds[g + 3];
+        // only the groups' scales: the sums are not used here, and four 16-byte loads cost registers
+        x.g0.x = ds[g].x, x.g1.x = ds[g + 1].x, x.g2.x = ds[g + 2].x, x.g3.x = ds[g + 3].x;
     }
     static __device__ __forceinline__ float dotq(const raw &r, uint32_t p, const forge__xq &x) {
-        const uint32_t t = p % 4; // (the half's scales are in r.s)
-        const uint32_t s01 = r.s[0] >> (8 * (t / 2)), s23 = r.s[1] >> (8 * (t / 2));
-        const int sc[4] = {(int)(int8_t)(s01 & 0xffu), (int)(int8_t)((s01 >> 16) & 0xffu), (int)(int8_t)(s23 & 0xffu),
-                           (int)(int8_t)((s23 >> 16) & 0xffu)};
+        (void)p;
+        const int sc[4] = {(int)(int8_t)(r.sc & 0xffu), (int)(int8_t)((r.sc >> 8) & 0xffu), (int)(int8_t)((r.sc >> 16) & 0xffu),
+                           (int)(int8_t)(r.sc >> 24)};
         const float dx[4] = {x.g0.x, x.g1.x, x.g2.x, x.g3.x};
         float total = 0.0f;
 #pragma unroll
