@@ -1445,9 +1445,31 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
         forge__copy4_async(ends + threadIdx.x, threadIdx.x < 32 ? y + block * 32 + threadIdx.x : norm_w + block * 32 + threadIdx.x - 32);
     // GLU: the gate rows over all the pieces, then the up rows (the activations are read twice, from
     // cache): the registers of a single product, so four blocks fit a multiprocessor and the grid of
-    // a large FFN runs in one wave
+    // a large FFN runs in one wave. GLU 2: the gate's pieces and then the up's as one list the lanes
+    // walk together, for rows whose pieces are not a multiple of the wave (Qwen2.5-1.5B's 48: three
+    // full rounds of loads instead of two full and two half)
+    if (GLU == 2) {
+        size_t rows[FORGE__MVQ_ROWS];
 #pragma unroll
-    for (int m = 0; m < (GLU ? 2 : 1); m++) {
+        for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows[k] = (size_t)min(r0 + k, n_rows - 1) * row_bytes;
+        for (uint32_t i = lane; i < 2 * n_pieces; i += wave) {
+            const bool up = i >= n_pieces;
+            const uint32_t p = up ? i - n_pieces : i;
+            const uint8_t *base = up ? w_up : w;
+            typename P::raw raw[FORGE__MVQ_ROWS];
+#pragma unroll
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(base + rows[k], p, raw[k]);
+            forge__xq xq;
+            P::load_q(qs, ds, p, xq);
+#pragma unroll
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) {
+                const float v = P::dotq(raw[k], p, xq);
+                acc[k] += up ? 0.0f : v, acc[FORGE__MVQ_ROWS + k] += up ? v : 0.0f;
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < (GLU == 2 ? 0 : GLU ? 2 : 1); m++) {
         const uint8_t *rows[FORGE__MVQ_ROWS];
 #pragma unroll
         for (int k = 0; k < FORGE__MVQ_ROWS; k++) // rows past the end: re-read, dropped
@@ -1577,8 +1599,12 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
                               hipStream_t s) {
     const uint32_t threads = FORGE__MVQ_WAVES * (uint32_t)forge__hip_wave_size(), rows = FORGE__MVQ_ROWS * FORGE__MVQ_WAVES;
     if (w_up) {
-        forge__launch(forge__k_mvq<P, 1, 1, NI>, dim3((n_rows + rows - 1) / rows), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8, y,
-                      (const float *)NULL, 0, act, q8_out, norm_eps);
+        if ((n_cols / 32) % (uint32_t)forge__hip_wave_size())
+            forge__launch(forge__k_mvq<P, 1, 2, NI>, dim3((n_rows + rows - 1) / rows), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8,
+                          y, (const float *)NULL, 0, act, q8_out, norm_eps);
+        else
+            forge__launch(forge__k_mvq<P, 1, 1, NI>, dim3((n_rows + rows - 1) / rows), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8,
+                          y, (const float *)NULL, 0, act, q8_out, norm_eps);
         return;
     }
     // split the waves of a block over the columns until the grid covers the machine twice
