@@ -816,7 +816,11 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    2% (relative L2) from a float64 computation on the fixtures, within their tolerances, against
    0.03% with f32 activations, and a greedy path can part from the CPU backend's where two logits
    nearly tie. Prompt batches are not affected. FORGE_NO_Q8=1 in the environment before
-   forge_context_create keeps decode on f32 activations (slower: see README, Performance). */
+   forge_context_create keeps decode on f32 activations (slower: see README, Performance). A
+   product that adds into the residual stream also prepares the RMS norm after it where that is
+   faster (the residual times the norm weight rounded as above, the norm's factor applied to the
+   readers' sums: the same values up to float rounding); FORGE_NORM_FUSION=0 never does, =1 does
+   wherever the shapes allow. */
 FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error);
 /* Logits of the last forge_eval: n_rows rows of n_vocab floats (the last token's, or every token's
    of the final step when all_logits is set). Valid until the next eval. On the GPU the rows stay on
