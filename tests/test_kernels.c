@@ -1610,13 +1610,11 @@ static void check_norm_q8(uint32_t type, uint32_t n_embd, uint32_t n_in, uint32_
     if (n_out % 32 == 0) {
         CHECK(forge_hip_glu_q8(type2, dw2, dw2, n_out, n_embd, dqn, (float *)dglu, dglu_q, 0, eps, NULL, msg, sizeof msg) == 0,
               "glu q8 normalized: %s", msg);
-        if (dev_fetch(out_b, dglu, n_out * sizeof(float))) {
-            double worst = 0.0;
-            for (r = 0; r < n_out; r++) {
-                const double g = out_n[r], h = g / (1.0 + exp(-g)) * g, e = fabs(out_b[r] - h) / (1.0 + fabs(h));
-                worst = e > worst ? e : worst;
-            }
-            CHECK(worst < 1e-4, "glu q8 normalized: %.3e from silu(g) * u of the single products", worst);
+        if (dev_fetch(out_b, dglu, n_out * sizeof(float))) { /* gate = up: h = silu(g) * g, g the single product's row */
+            double err;
+            for (r = 0; r < n_out; r++) ref[r] = out_n[r] / (1.0 + exp(-(double)out_n[r])) * out_n[r];
+            err = norm_error_d(out_b, ref, n_out); /* the launches add the columns in different orders */
+            CHECK(err < 1e-5, "glu q8 normalized: %.3e from silu(g) * u of the single products", err);
         }
     }
 done:
