@@ -925,7 +925,9 @@ int main(int argc, char **argv) {
     norms_prepared(argv[1], "tiny-llama-q4_k_m.gguf");
     norms_prepared(argv[1], "tiny-qwen2-q8_0.gguf");
     norms_prepared(argv[1], "tiny-phi3-q4_k_m.gguf");
+    norms_prepared(argv[1], "tiny-gemma-q4_k_m.gguf");
     setenv("FORGE_NORM_FUSION", "1", 1);
+    compare_fixture(argv[1], "tiny-gemma-q4_k_m.gguf", FORGE_KV_F16, 0);
     compare_fixture(argv[1], "tiny-llama-q4_k_m.gguf", FORGE_KV_F16, 0);
     compare_fixture(argv[1], "tiny-llama-q4_0.gguf", FORGE_KV_Q8_0, 0);
     compare_fixture(argv[1], "tiny-qwen2-q8_0.gguf", FORGE_KV_F16, 0);
