@@ -1184,7 +1184,8 @@ __device__ __forceinline__ float forge__gelu(float x); // defined in >>rows
 //
 // Layout of a quantized vector of n elements (n a multiple of 32), forge_hip_q8_bytes(n) bytes:
 // n int8 values, then from byte FORGE__Q8_DS(n) one float4 per group: d, d * sum of q over the
-// group's first 16 elements, d * sum over its last 16, 0.
+// group's first 16 elements, d * sum over its last 16, and 0 (or, in a vector prepared for an RMS
+// norm by forge_hip_matvec_norm_q8, the sum of squares of the group's unnormalized values).
 #define FORGE__Q8_DS(n) (((size_t)(n) + 255) & ~(size_t)255)
 #define FORGE__MVQ_ROWS 4   // rows per wave
 #define FORGE__MVQ_WAVES 8  // waves per block: 32 rows of a block are one group of the quantized output
