@@ -1229,7 +1229,8 @@ __global__ void forge__k_q8_quantize(const float *__restrict__ x, uint32_t n, ui
 // forge__k_rmsnorm for one row, also writing the result as a quantized vector. Every block adds up
 // the squares of the whole row (the same order in every block, so the same scale) and
 // then writes its own slice: a decode step runs this where no product before the norm prepares it
-// (forge_hip_matvec_norm_q8), and a single block's latency was what it cost. y may be x only with one block (the launcher sees to it).
+// (forge_hip_matvec_norm_q8), and a single block's latency was what it cost. y may be x only with
+// one block (the launcher sees to it).
 #define FORGE__NORM_Q8_THREADS 256
 __global__ void __launch_bounds__(FORGE__NORM_Q8_THREADS)
 forge__k_rmsnorm_q8(const float *x, const float *__restrict__ w, float *y, uint32_t n, float eps, uint8_t *__restrict__ q8) {
@@ -1504,7 +1505,8 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
             float ss = __fmul_rn(x, x);
 #pragma unroll
             for (int m = 16; m > 0; m >>= 1) ss = __fadd_rn(ss, FORGE_SHFL_XOR(ss, m));
-            forge__q8_put(__fmul_rn(x, FORGE__ASYNC_COPY ? ends[32 + t] : norm_w[r]), r, 1, (int8_t *)q8_out, (float4 *)(q8_out + FORGE__Q8_DS(n_rows)), ss);
+            forge__q8_put(__fmul_rn(x, FORGE__ASYNC_COPY ? ends[32 + t] : norm_w[r]), r, 1, (int8_t *)q8_out,
+                          (float4 *)(q8_out + FORGE__Q8_DS(n_rows)), ss);
         }
         return;
     }
@@ -1568,14 +1570,14 @@ __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2) forge__k_mvq3(forge
     FORGE__GRID_ENTER();
     const uint32_t b = blockIdx.x;
     if (b < m.first[1])
-        forge__mvq_block<PA, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b, m.w[0], NULL, m.row_bytes[0], m.n_rows[0], n_cols, q8, m.y[0], m.bias[0], 0, 0, NULL, m.norm_eps,
-                                        NULL);
+        forge__mvq_block<PA, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b, m.w[0], NULL, m.row_bytes[0], m.n_rows[0], n_cols, q8, m.y[0],
+                                                                      m.bias[0], 0, 0, NULL, m.norm_eps, NULL);
     else if (b < m.first[2])
-        forge__mvq_block<PA, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b - m.first[1], m.w[1], NULL, m.row_bytes[1], m.n_rows[1], n_cols, q8, m.y[1], m.bias[1], 0, 0,
-                                        NULL, m.norm_eps, NULL);
+        forge__mvq_block<PA, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b - m.first[1], m.w[1], NULL, m.row_bytes[1], m.n_rows[1], n_cols, q8,
+                                                                      m.y[1], m.bias[1], 0, 0, NULL, m.norm_eps, NULL);
     else
-        forge__mvq_block<PB, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b - m.first[2], m.w[2], NULL, m.row_bytes[2], m.n_rows[2], n_cols, q8, m.y[2], m.bias[2], 0, 0,
-                                        NULL, m.norm_eps, NULL);
+        forge__mvq_block<PB, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b - m.first[2], m.w[2], NULL, m.row_bytes[2], m.n_rows[2], n_cols, q8,
+                                                                      m.y[2], m.bias[2], 0, 0, NULL, m.norm_eps, NULL);
 }
 
 static int forge__hip_sm_count(void) {
@@ -1695,15 +1697,21 @@ int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32
 
 }  // extern "C"
 
+// forge_hip_matvec_norm_q8's column split for `blocks` groups of 32 rows: as forge__mvq_launch's,
+// more waves until they cover the machine twice, here within the block (a block keeps its 32 rows),
+// at most 4 sets and 1024 threads
+static uint32_t forge__mvq_norm_split(uint32_t blocks) {
+    const uint32_t wave = (uint32_t)forge__hip_wave_size();
+    uint32_t split = 1;
+    while (split < 4 && 2 * split * FORGE__MVQ_WAVES * wave <= 1024 && blocks * split < 2u * (uint32_t)forge__hip_sm_count()) split *= 2;
+    return split;
+}
+
 template <class P>
 static void forge__mvq_norm_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *q8, float *y,
                                    const float *bias, const float *norm_w, uint8_t *q8_out, hipStream_t s) {
-    const uint32_t wave = (uint32_t)forge__hip_wave_size(), blocks = n_rows / 32;
-    // as forge__mvq_launch: split the columns over more waves until they cover the machine twice,
-    // here within the block (a block keeps its 32 rows), at most 1024 threads
-    uint32_t split = 1;
-    while (split < 4 && 2 * split * FORGE__MVQ_WAVES * wave <= 1024 && blocks * split < 2u * (uint32_t)forge__hip_sm_count()) split *= 2;
-    const dim3 threads(split * FORGE__MVQ_WAVES * wave);
+    const uint32_t blocks = n_rows / 32, split = forge__mvq_norm_split(blocks);
+    const dim3 threads(split * FORGE__MVQ_WAVES * (uint32_t)forge__hip_wave_size());
     switch (split) {
     case 1: forge__launch(forge__k_mvq_norm<P, 1>, dim3(blocks), threads, s, w, row_bytes, n_rows, n_cols, q8, y, bias, norm_w, q8_out); break;
     case 2: forge__launch(forge__k_mvq_norm<P, 2>, dim3(blocks), threads, s, w, row_bytes, n_rows, n_cols, q8, y, bias, norm_w, q8_out); break;
@@ -1719,16 +1727,16 @@ extern "C" {
 // launch is slower than the plain product's by 1.6-1.9 us for Q4_K / Q4_0 / Q8_0 on the H200 and by
 // 2.7 us for Q6_K, against a norm launch of about 1.3 us in a recorded step; with fewer groups than
 // fill the machine (Qwen2.5-1.5B's 1536 rows: 48 blocks on 132 multiprocessors) it loses more
-// (measured in tests/PERF.md). Taken: row counts that fill the machine, types other than Q6_K.
+// (measured in tests/PERF.md). Taken: row counts whose split fills the machine, types other than Q6_K.
 int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows) {
-    const uint32_t wave = (uint32_t)forge__hip_wave_size(), max_split = 1024 / (FORGE__MVQ_WAVES * wave);
+    const uint32_t blocks = n_rows / 32;
     return forge_hip_q8_type(type) && type != FORGE_HIP_Q6_K && n_rows % 32 == 0 &&
-           n_rows / 32 * (max_split < 4 ? max_split : 4) >= 2u * (uint32_t)forge__hip_sm_count();
+           blocks * forge__mvq_norm_split(blocks) >= 2u * (uint32_t)forge__hip_sm_count();
 }
 
 // y += W x (+ bias) for one token, x the quantized vector q8 and y the residual stream (its bits as
-// forge_hip_matvec_q8 with accumulate gives them where the columns split alike), then y prepared for the RMS norm with weights
-// norm_w that reads it: q8_out holds y * norm_w rounded in groups of 32 and each group's sum of
+// forge_hip_matvec_q8 with accumulate gives them where the columns split alike), then y prepared
+// for the RMS norm with weights norm_w that reads it: q8_out holds y * norm_w rounded in groups of 32 and each group's sum of
 // squares of y. A product given q8_out and norm_eps >= 0 computes W' (rmsnorm(y) * norm_w) from it:
 // the norm's one factor 1 / sqrt(mean + eps) multiplies its row sums. n_rows a multiple of 32;
 // q8_out must not be q8.

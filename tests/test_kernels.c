@@ -1485,21 +1485,27 @@ static void test_rope_attention(void) {
     }
 }
 
+/* The kernels' sum over 32 lanes in butterfly order (each step adds the lane m apart): lane 0's total */
+static float butterfly32(float lane[32]) {
+    uint32_t t;
+    int m;
+    for (m = 16; m > 0; m >>= 1) {
+        float next[32];
+        for (t = 0; t < 32; t++) next[t] = lane[t] + lane[t ^ (uint32_t)m];
+        memcpy(lane, next, sizeof next);
+    }
+    return lane[0];
+}
+
 /* forge__q8_norm_scale on the host: each lane's groups in order, then the butterfly over 32 lanes */
 static float norm_scale_ref(const float *fourth, uint32_t n, float eps) {
     float lane[32];
     uint32_t t, g;
-    int m;
     for (t = 0; t < 32; t++) {
         lane[t] = 0.0f;
         for (g = t; g < n / 32; g += 32) lane[t] += fourth[g];
     }
-    for (m = 16; m > 0; m >>= 1) {
-        float next[32];
-        for (t = 0; t < 32; t++) next[t] = lane[t] + lane[t ^ (uint32_t)m];
-        memcpy(lane, next, sizeof lane);
-    }
-    return 1.0f / sqrtf(lane[0] / (float)n + eps);
+    return 1.0f / sqrtf(butterfly32(lane) / (float)n + eps);
 }
 
 /* A residual product that prepares the RMS norm after it (forge_hip_matvec_norm_q8), and the
@@ -1553,16 +1559,11 @@ static void check_norm_q8(uint32_t type, uint32_t n_embd, uint32_t n_in, uint32_
     CHECK(res_err < 1e-6, "matvec norm q8 %s %ux%u: the residual is %.3e from matvec q8's", t->name, n_embd, n_in, res_err);
     check_q8_vector(dqn, v, n_embd, "matvec norm q8 output");
     for (i = 0; i < n_embd / 32; i++) { /* the group's butterfly, as the kernel's lanes add */
-        float lane[32];
-        int m;
+        float lane[32], want;
         for (r = 0; r < 32; r++) lane[r] = y[32 * i + r] * y[32 * i + r];
-        for (m = 16; m > 0; m >>= 1) {
-            float next[32];
-            for (r = 0; r < 32; r++) next[r] = lane[r] + lane[r ^ (uint32_t)m];
-            memcpy(lane, next, sizeof lane);
-        }
+        want = butterfly32(lane);
         memcpy(&fourth[i], got + ds + 16 * i + 12, sizeof(float));
-        bad_sq += memcmp(&fourth[i], &lane[0], sizeof(float)) != 0;
+        bad_sq += memcmp(&fourth[i], &want, sizeof(float)) != 0;
     }
     CHECK(bad_sq == 0, "matvec norm q8: %u of %u group sums of squares differ", bad_sq, n_embd / 32);
     scale = norm_scale_ref(fourth, n_embd, eps);
