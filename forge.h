@@ -6738,6 +6738,35 @@ static float *forge__dev_val(forge_context *ctx, int32_t v) {
 }
 #endif
 
+/* Q6_K matrices of 2048k columns on the GPU: each row of nb super-blocks keeps its 210 nb bytes and
+   its place, as four arrays (forge_kernels.hip >>weights): ql (128 nb; in super-block j, piece p's 16
+   bytes at 128 j + 16 p, the file's bytes 64 (p / 4) + 8 (p % 4) .. + 7 and 32 further on), qh
+   (64 nb), the int8 scales (16 nb) and d (2 nb), each in file order. Such rows start 16-aligned, and a
+   piece of 32 elements is then one 16-byte, two 8-byte and one 2-byte load where the file's block
+   scatters it over a dozen 4-byte words. The same bytes in the same amount: the plan does not change.
+   n_rows rows from src to dst (not overlapping). */
+static FORGE__MAYBE_UNUSED void forge__gpu_pack_q6_k(const uint8_t *src, uint8_t *dst, uint64_t n_rows, uint64_t nb) {
+    uint64_t r, j;
+    uint32_t p;
+    for (r = 0; r < n_rows; r++, src += 210 * nb, dst += 210 * nb) {
+        for (j = 0; j < nb; j++) {
+            const uint8_t *b = src + 210 * j;
+            for (p = 0; p < 8; p++) {
+                memcpy(dst + 128 * j + 16 * p, b + 64 * (p / 4) + 8 * (p % 4), 8);
+                memcpy(dst + 128 * j + 16 * p + 8, b + 64 * (p / 4) + 32 + 8 * (p % 4), 8);
+            }
+            memcpy(dst + 128 * nb + 64 * j, b + 128, 64);
+            memcpy(dst + 192 * nb + 16 * j, b + 192, 16);
+            memcpy(dst + 208 * nb + 2 * j, b + 208, 2);
+        }
+    }
+}
+
+/* Bytes of one row of a matrix the upload packs (whole rows at a time), else 0. */
+static FORGE__MAYBE_UNUSED uint64_t forge__gpu_packed_row_bytes(const forge_gguf_tensor *t, forge__use use) {
+    return use == FORGE__MATRIX && t->type == FORGE_TYPE_Q6_K && t->ne[0] % 2048 == 0 ? t->ne[0] / 256 * 210 : 0;
+}
+
 #ifdef FORGE_HIP
 /* One staging buffer of the weight upload; two of them, pinned, let the host fill one while the
    copy engine empties the other. Smaller models take less (a multiple of 64 KiB). */
@@ -6768,12 +6797,14 @@ static forge_result forge__upload_room(forge__upload *u, uint64_t bytes, forge_e
     return FORGE_OK;
 }
 
-/* One tensor to device offset `offset`, in pieces that fit the staging: a matrix as stored, a
-   vector dequantized to f32 a whole number of blocks at a time. */
+/* One tensor to device offset `offset`, in pieces that fit the staging: a matrix as stored (Q6_K
+   rows of 2048k elements packed into the device layout, whole rows at a time), a vector dequantized to f32 a whole
+   number of blocks at a time. */
 static forge_result forge__upload_tensor(forge__upload *u, const forge_gguf_tensor *t, forge__use use, uint64_t offset,
                                          forge_error *error) {
     const forge_type_traits *tt = forge_type_info(t->type);
-    const uint64_t piece = use == FORGE__VECTOR ? (uint64_t)tt->block_elems * sizeof(float) : 1; /* smallest piece, bytes */
+    const uint64_t row = forge__gpu_packed_row_bytes(t, use);
+    const uint64_t piece = use == FORGE__VECTOR ? (uint64_t)tt->block_elems * sizeof(float) : row ? row : 1; /* smallest piece, bytes */
     uint64_t left = use == FORGE__VECTOR ? t->n_elements * sizeof(float) : t->n_bytes, placed = 0;
     char message[256];
     forge_result r;
@@ -6786,6 +6817,8 @@ static forge_result forge__upload_tensor(forge__upload *u, const forge_gguf_tens
         if (use == FORGE__VECTOR) {
             if (forge_dequantize(t->type, t->data + placed / piece * tt->block_bytes, (float *)(void *)buffer, n / sizeof(float)))
                 return forge__fail(error, FORGE_ERR_UNSUPPORTED, "cannot convert tensor '%.*s' to f32", FORGE__STR_ARGS(t->name));
+        } else if (row) {
+            forge__gpu_pack_q6_k(t->data + placed, buffer, n / row, row / 210);
         } else {
             memcpy(buffer, t->data + placed, (size_t)n);
         }
@@ -6813,6 +6846,11 @@ static forge_result forge__gpu_upload(forge_context *ctx, const forge_context_de
     u.desc = desc;
     u.total = ctx->plan.weights_bytes;
     u.chunk = FORGE__MIN(FORGE__UPLOAD_CHUNK_BYTES, FORGE__MAX((u.total + 65535) / 65536 * 65536, 65536));
+    for (i = 0; i < n_tensors; i++) { /* a packed row goes whole into one buffer */
+        const forge_gguf_tensor *t = forge_gguf_tensor_at(g, i);
+        const uint64_t row = forge__gpu_packed_row_bytes(t, forge__tensor_use(&ctx->sched, ctx->model, t));
+        if (row > u.chunk) u.chunk = (row + 65535) / 65536 * 65536;
+    }
     if (forge_hip_host_alloc((size_t)(2 * u.chunk), (void **)&u.staging, message, sizeof message) != 0)
         return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot stage the weight upload: %s", message);
     if (forge_hip_event_create(&u.emptied[0], message, sizeof message) != 0 ||

@@ -476,8 +476,19 @@ __device__ float forge__block_sum(float v) {
 //   Q3_K 110 B: [hmask 32][qs 64][scales 12][d]                      2-aligned
 //   Q4_K 144 B: [d][dmin][scales 12][qs 128]                        16-aligned
 //   Q5_K 176 B: [d][dmin][scales 12][qh 32][qs 128]                 16-aligned
-//   Q6_K 210 B: [ql 128][qh 64][scales 16 int8][d]                   2-aligned
+//   Q6_K 210 B: [ql 128][qh 64][scales 16 int8][d] in the file; on the device, below
 //   IQ4_XS 136 B: [d][scales_h u16][scales_l 4][qs 128]              8-aligned
+// Q6_K matrices of 2048k columns (every Llama-3-8B one) are the one case stored on the device in a
+// layout of its own (forge.h packs them as it uploads, forge__gpu_pack_q6_k): a row of nb = n_cols /
+// 256 super-blocks keeps its 210 nb bytes and its place, as four arrays: ql (128 nb bytes; in
+// super-block j, piece pi's 16 bytes at 128 j + 16 pi: file bytes 64 h + 8 t .. + 7, then 64 h + 32 +
+// 8 t .. + 7, with h = pi / 4 and t = pi % 4), qh (64 nb, at 128 nb + 64 j, file order), scales
+// (16 nb, at 192 nb + 16 j, file order) and d (2 nb, at 208 nb + 2 j). In the file a piece's 32
+// bytes are scattered over a 2-aligned block (about a dozen 4-byte loads); such rows start 16-aligned
+// and a piece is one 16-byte, two 8-byte and one 2-byte load. Narrower rows are not 16-aligned
+// (1536 columns: 4-aligned, 8960: 2-aligned), the arrays would not be either, and the layout measured
+// slower there (tests/PERF.md): they stay as in the file. Readers take n_cols to tell (every other
+// type ignores it).
 
 // The 16 IQ4 levels {-127,-104,-83,-65, -49,-35,-22,-10, 1,13,25,38, 53,69,89,113} packed four int8
 // to a word and picked with selects: no table in memory, no divergent lookups.
@@ -488,7 +499,7 @@ __device__ __forceinline__ float forge__iq4_level(uint32_t q) {
 
 struct forge__w_f32 {
     static const int block_elems = 1, block_bytes = 4, is_float = 1;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const float4 *p = (const float4 *)(row + (size_t)u * 128);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -501,7 +512,7 @@ struct forge__w_f32 {
 
 struct forge__w_f16 {
     static const int block_elems = 1, block_bytes = 2, is_float = 1;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *p = row + (size_t)u * 64;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -516,7 +527,7 @@ struct forge__w_f16 {
 
 struct forge__w_bf16 {
     static const int block_elems = 1, block_bytes = 2, is_float = 1;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *p = row + (size_t)u * 64;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -532,7 +543,7 @@ struct forge__w_bf16 {
 // The 32-element block types: byte j of qs holds element j (low nibble) and j + 16 (high nibble).
 struct forge__w_q4_0 {
     static const int block_elems = 32, block_bytes = 18, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)u * 18;
         const float d = forge__f16(forge__ld16(b));
 #pragma unroll
@@ -551,7 +562,7 @@ struct forge__w_q4_0 {
 
 struct forge__w_iq4_nl {
     static const int block_elems = 32, block_bytes = 18, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)u * 18;
         const float d = forge__f16(forge__ld16(b));
 #pragma unroll
@@ -570,7 +581,7 @@ struct forge__w_iq4_nl {
 
 struct forge__w_q4_1 {
     static const int block_elems = 32, block_bytes = 20, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)u * 20;
         const uint32_t dm = forge__ld32(b);
         const float d = forge__f16(dm & 0xffffu), m = forge__f16(dm >> 16);
@@ -590,7 +601,7 @@ struct forge__w_q4_1 {
 
 struct forge__w_q5_0 {
     static const int block_elems = 32, block_bytes = 22, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)u * 22;
         const float d = forge__f16(forge__ld16(b));
         const uint32_t high = forge__ld16(b + 2) | (forge__ld16(b + 4) << 16);
@@ -613,7 +624,7 @@ struct forge__w_q5_0 {
 
 struct forge__w_q5_1 {
     static const int block_elems = 32, block_bytes = 24, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)u * 24;
         const uint32_t dm = forge__ld32(b), high = forge__ld32(b + 4);
         const float d = forge__f16(dm & 0xffffu), m = forge__f16(dm >> 16);
@@ -634,7 +645,7 @@ struct forge__w_q5_1 {
 
 struct forge__w_q8_0 {
     static const int block_elems = 32, block_bytes = 34, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)u * 34;
         const float d = forge__f16(forge__ld16(b));
 #pragma unroll
@@ -651,7 +662,7 @@ struct forge__w_q8_0 {
 // shift 2*(s%4), reading the half's 32 qs bytes; its two 16-element sub-blocks have scales 2s, 2s+1.
 struct forge__w_q2_k {
     static const int block_elems = 256, block_bytes = 84, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)(u / 8) * 84;
         const uint32_t s = u % 8, shift = 2 * (s % 4);
         const uint8_t *qs = b + 16 + (s / 4) * 32;
@@ -684,7 +695,7 @@ __device__ __forceinline__ int forge__q3k_scale(const uint8_t *packed, uint32_t 
 
 struct forge__w_q3_k {
     static const int block_elems = 256, block_bytes = 110, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)(u / 8) * 110;
         const uint32_t s = u % 8, shift = 2 * (s % 4);
         const uint8_t *qs = b + 32 + (s / 4) * 32;
@@ -719,7 +730,7 @@ __device__ __forceinline__ void forge__k4_scale_min(const uint8_t *packed, uint3
 // Q5_K adds bit s of qh[l] as the fifth bit.
 struct forge__w_q4_k {
     static const int block_elems = 256, block_bytes = 144, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)(u / 8) * 144;
         const uint32_t s = u % 8, nibble_shift = 4 * (s & 1);
         const uint32_t dd = forge__ld32(b);
@@ -740,7 +751,7 @@ struct forge__w_q4_k {
 
 struct forge__w_q5_k {
     static const int block_elems = 256, block_bytes = 176, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)(u / 8) * 176;
         const uint32_t s = u % 8, nibble_shift = 4 * (s & 1);
         const uint32_t dd = forge__ld32(b);
@@ -763,26 +774,36 @@ struct forge__w_q5_k {
     static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
 };
 
-// Q6_K: unit s is half s/4, quarter k = s%4: ql bytes (k&1)*32.. of the half at nibble 4*(k>>1),
-// qh bytes of the half at bits 2k, scales half*8 + 2k + l/16.
+// Whether a Q6_K matrix of n_cols columns is in the device layout (the table above): rows of 2048k
+// elements, which all start 16-aligned (the launchers refuse such a matrix at an address that is
+// not: forge__hip_weights). One condition for every row of a launch, so the readers' branch on it is
+// uniform; narrower Q6_K rows keep the file's blocks and the file's reading.
+__host__ __device__ __forceinline__ bool forge__q6_k_aligned(uint32_t n_cols) { return n_cols % 2048 == 0; }
+
+// Q6_K: unit s = u % 8 of super-block j is half s/4, quarter k = s%4, elements l = 0..31 of it: ql
+// byte l of (k&1) 32 of the half at nibble 4 (k>>1), qh byte l of the half at bits 2k, scale
+// 8 half + 2k + l/16. In the device layout ql byte l is byte l % 8 of the (k&1) 8 of piece
+// 4 half + l/8.
 struct forge__w_q6_k {
     static const int block_elems = 256, block_bytes = 210, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
-        const uint8_t *b = row + (size_t)(u / 8) * 210;
-        const uint32_t s = u % 8, half = s / 4, k4 = s % 4;
-        const uint8_t *ql = b + half * 64 + (k4 & 1) * 32, *qh = b + 128 + half * 32;
-        const int8_t *scales = (const int8_t *)(b + 192 + half * 8 + 2 * k4);
-        const float d = forge__f16(forge__ld16(b + 208));
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t n_cols, float v[32]) {
+        const uint32_t j = u / 8, s = u % 8, half = s / 4, k4 = s % 4;
+        const bool packed = forge__q6_k_aligned(n_cols);
+        const uint32_t nb = n_cols / 256, b = packed ? 0 : 210 * j; // the block's start in the file's layout
+        const uint8_t *ql = row + (packed ? 128 * j + 64 * half + 8 * (k4 & 1) : b + 64 * half + 32 * (k4 & 1));
+        const uint8_t *qh = row + (packed ? 128 * nb + 64 * j : b + 128) + 32 * half;
+        const int8_t *scales = (const int8_t *)(row + (packed ? 192 * nb + 16 * j : b + 192) + 8 * half + 2 * k4);
+        const float d = forge__f16(forge__ld16(row + (packed ? 208 * nb + 2 * j : b + 208)));
         const float d0 = d * (float)scales[0], d1 = d * (float)scales[1];
-        const uint32_t nibble_shift = 4 * (k4 >> 1), high_shift = 2 * k4;
+        const uint32_t nibble_shift = 4 * (k4 >> 1), high_shift = 2 * k4, step = packed ? 16 : 8; // ql bytes 8t.. at step t
 #pragma unroll
         for (int i = 0; i < 16; i++) {
-            uint32_t lw = forge__ld16(ql + 2 * i), hw = forge__ld16(qh + 2 * i);
+            uint32_t lw = forge__ld16(ql + step * (i / 4) + 2 * (i % 4)), hw = forge__ld16(qh + 2 * i);
 #pragma unroll
             for (int k = 0; k < 2; k++) {
-                const int j = 2 * i + k;
+                const int e = 2 * i + k;
                 int q = (int)(((lw >> (8 * k + nibble_shift)) & 0xfu) | (((hw >> (8 * k + high_shift)) & 3u) << 4)) - 32;
-                v[j] = (j < 16 ? d0 : d1) * (float)q;
+                v[e] = (e < 16 ? d0 : d1) * (float)q;
             }
         }
     }
@@ -792,7 +813,7 @@ struct forge__w_q6_k {
 // IQ4_XS: unit g is 32-element group g of the super-block: qs bytes 16g.., 6-bit scale minus 32.
 struct forge__w_iq4_xs {
     static const int block_elems = 256, block_bytes = 136, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, float v[32]) {
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
         const uint8_t *b = row + (size_t)(u / 8) * 136;
         const uint32_t g = u % 8, head = forge__ld32(b);
         const float d = forge__f16(head & 0xffffu);
@@ -838,8 +859,9 @@ static int forge__hip_block(uint32_t type, uint32_t *block_elems, uint32_t *bloc
     }
 }
 
-// Checks a weight matrix's type and width; fills row_bytes.
-static int forge__hip_weights(uint32_t type, uint32_t n_cols, size_t *row_bytes, const char *who, char *message,
+// Checks a weight matrix's type, width and address (w: the first matrix; Q6_K rows of 2048k elements
+// are read with 16-byte loads); fills row_bytes.
+static int forge__hip_weights(uint32_t type, uint32_t n_cols, const void *w, size_t *row_bytes, const char *who, char *message,
                               size_t message_bytes) {
     uint32_t elems, bytes;
     if (!forge__hip_block(type, &elems, &bytes)) {
@@ -849,6 +871,11 @@ static int forge__hip_weights(uint32_t type, uint32_t n_cols, size_t *row_bytes,
     if (n_cols % elems != 0) {
         if (message && message_bytes)
             snprintf(message, message_bytes, "%s: rows of %u elements are not a whole number of %u-element blocks", who, n_cols, elems);
+        return -1;
+    }
+    if (type == FORGE_HIP_Q6_K && forge__q6_k_aligned(n_cols) && ((uintptr_t)w & 15) != 0) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "%s: a Q6_K matrix of %u columns must start at a 16-byte aligned address", who, n_cols);
         return -1;
     }
     *row_bytes = (size_t)(n_cols / elems) * bytes;
@@ -885,7 +912,7 @@ __global__ void forge__k_matvec(const uint8_t *__restrict__ w, size_t row_bytes,
         for (int k = 0; k < FORGE__MATVEC_ROWS; k++) {
             if ((uint32_t)k < n_here) { // a condition, not a break: the loop must stay unrollable
                 float v[32], s0 = 0.0f, s1 = 0.0f; // two partial sums: two dependency chains
-                W::unit(w + (size_t)(r0 + k) * row_bytes, u, v);
+                W::unit(w + (size_t)(r0 + k) * row_bytes, u, n_cols, v);
 #pragma unroll
                 for (int j = 0; j < 32; j += 2) s0 += v[j] * xr[j], s1 += v[j + 1] * xr[j + 1];
                 acc[k] += s0 + s1;
@@ -966,7 +993,7 @@ __device__ __forceinline__ void forge__x32(const float *__restrict__ x, uint32_t
 // Q4_0: piece = one 18-byte block (2-aligned): 5 aligned words hold d and the 16 qs bytes.
 struct forge__p_q4_0 {
     struct raw { uint32_t w[5]; bool odd; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t, raw &r) {
         const uint8_t *b = row + (size_t)p * 18;
         const uint32_t *base = (const uint32_t *)((uintptr_t)b & ~(uintptr_t)3);
         r.odd = ((uintptr_t)b & 2) != 0;
@@ -1000,7 +1027,7 @@ struct forge__p_q4_0 {
 // Q8_0: piece = one 34-byte block (2-aligned): 9 aligned words.
 struct forge__p_q8_0 {
     struct raw { uint32_t w[9]; bool odd; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t, raw &r) {
         const uint8_t *b = row + (size_t)p * 34;
         const uint32_t *base = (const uint32_t *)((uintptr_t)b & ~(uintptr_t)3);
         r.odd = ((uintptr_t)b & 2) != 0;
@@ -1034,7 +1061,7 @@ struct forge__p_q8_0 {
 // (c = pi/2, h = pi%2). The 16-byte head (d, dmin, 12 scale bytes) is one load, shared by 8 lanes.
 struct forge__p_q4_k {
     struct raw { uint4 head, qs; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t, raw &r) {
         const uint8_t *b = row + (size_t)(p / 8) * 144;
         r.head = forge__ld128(b);
         r.qs = forge__ld128(b + 16 + 16 * (p % 8));
@@ -1083,24 +1110,36 @@ struct forge__p_q4_k {
 
 // Q6_K: piece pi (0..7) of a super-block: half h = pi/4, t = pi%4, elements 128h + 32k + 8t + i
 // (quarter k = 0..3, i = 0..7): ql bytes 64h + 8t.. (k = 0 low, 2 high nibbles) and 64h + 32 + 8t..
-// (k = 1, 3), qh bytes 128 + 32h + 8t.. (bits 2k), scale 8h + 2k + t/2. Blocks are 2-aligned.
-struct forge__p_q6_k {
+// (k = 1, 3), qh bytes 128 + 32h + 8t.. (bits 2k), scale 8h + 2k + t/2. Blocks are 2-aligned: about
+// a dozen 4-byte loads a piece. In the device layout of rows of 2048k elements (>>weights) the
+// piece's 16 ql bytes are together, its 8 qh bytes and the half's 8 scales in arrays after them:
+// one 16-byte, two 8-byte and one 2-byte load.
+template <int PACKED> struct forge__p_q6_k_t {
     // sc: the piece's four scales, quarter k in byte k (one register a row instead of the half's two
     // words: the decode products run at their register limit)
     struct raw { uint32_t a[2], b[2], h[2], sc; float d; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, raw &r) {
-        const uint8_t *blk = row + (size_t)(p / 8) * 210;
-        const uint32_t pi = p % 8, h = pi / 4, t = pi % 4;
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t n_cols, raw &r) {
+        const uint32_t j = p / 8, pi = p % 8, h = pi / 4, t = pi % 4;
         uint32_t s[2];
-        forge__ld_words<2>(blk + 64 * h + 8 * t, r.a);
-        forge__ld_words<2>(blk + 64 * h + 32 + 8 * t, r.b);
-        forge__ld_words<2>(blk + 128 + 32 * h + 8 * t, r.h);
-        forge__ld_words<2>(blk + 192 + 8 * h, s); // the 8 scale bytes of half h
+        if (PACKED) {
+            const uint32_t nb = n_cols / 256;
+            const uint4 q = forge__ld128(row + 128 * j + 16 * pi);
+            const uint2 hv = *(const uint2 *)(row + 128 * nb + 64 * j + 8 * pi), sv = *(const uint2 *)(row + 192 * nb + 16 * j + 8 * h);
+            r.a[0] = q.x, r.a[1] = q.y, r.b[0] = q.z, r.b[1] = q.w;
+            r.h[0] = hv.x, r.h[1] = hv.y, s[0] = sv.x, s[1] = sv.y;
+            r.d = forge__f16(forge__ld16(row + 208 * nb + 2 * j));
+        } else {
+            const uint8_t *blk = row + (size_t)j * 210;
+            forge__ld_words<2>(blk + 64 * h + 8 * t, r.a);
+            forge__ld_words<2>(blk + 64 * h + 32 + 8 * t, r.b);
+            forge__ld_words<2>(blk + 128 + 32 * h + 8 * t, r.h);
+            forge__ld_words<2>(blk + 192 + 8 * h, s); // the 8 scale bytes of half h
+            const uint32_t *base = (const uint32_t *)((uintptr_t)(blk + 208) & ~(uintptr_t)3);
+            const uint32_t dw = *base;
+            r.d = forge__f16(((uintptr_t)(blk + 208) & 2) ? dw >> 16 : dw & 0xffffu);
+        }
         // quarters 0, 1 in word 0 bytes t/2 and 2 + t/2; quarters 2, 3 likewise in word 1
         r.sc = __byte_perm(s[0] >> (8 * (t / 2)), s[1] >> (8 * (t / 2)), 0x6420u);
-        const uint32_t *base = (const uint32_t *)((uintptr_t)(blk + 208) & ~(uintptr_t)3);
-        const uint32_t dw = *base;
-        r.d = forge__f16(((uintptr_t)(blk + 208) & 2) ? dw >> 16 : dw & 0xffffu);
     }
     static __device__ __forceinline__ void load_x(const float *__restrict__ x, uint32_t p, float xr[32], float xs[4]) {
         const uint32_t pi = p % 8;
@@ -1139,6 +1178,11 @@ struct forge__p_q6_k {
         return r.d * total;
     }
 };
+// the file's layout (rows narrower than 2048k elements) and the device layout (>>weights): separate
+// instantiations, chosen at launch (forge__hip_kind), so that each decode product keeps the registers
+// of one way of loading
+typedef forge__p_q6_k_t<0> forge__p_q6_k;
+typedef forge__p_q6_k_t<1> forge__p_q6_k_packed;
 
 // The fast decode kernel: one wave per FORGE__MV_ROWS rows, lane i takes pieces i, i + wave, ...
 template <class P>
@@ -1156,7 +1200,7 @@ __global__ void __launch_bounds__(256) forge__k_matvec_fast(const uint8_t *__res
     for (uint32_t p = lane; p < n_pieces; p += wave) {
         typename P::raw raw[FORGE__MV_ROWS];
 #pragma unroll
-        for (int k = 0; k < FORGE__MV_ROWS; k++) P::load(rows[k], p, raw[k]);
+        for (int k = 0; k < FORGE__MV_ROWS; k++) P::load(rows[k], p, n_cols, raw[k]);
         float xr[32], xs[4];
         P::load_x(x, p, xr, xs);
 #pragma unroll
@@ -1382,7 +1426,8 @@ struct forge__pq_q4_k : forge__p_q4_k {
 // (h = pi / 4, t = pi % 4), as in forge__p_q6_k. The 6-bit values v become signed bytes v - 32 with
 // one add and one xor per word: v + 96 never carries out of its byte, and flipping the top bit
 // subtracts 128.
-struct forge__pq_q6_k : forge__p_q6_k {
+template <int PACKED> struct forge__pq_q6_k_t : forge__p_q6_k_t<PACKED> {
+    typedef typename forge__p_q6_k_t<PACKED>::raw raw;
     static __device__ __forceinline__ void load_q(const int8_t *qs, const float4 *ds, uint32_t p, forge__xq &x) {
         const uint32_t pi = p % 8, h = pi / 4, t = pi % 4;
         const size_t g = (size_t)(p / 8) * 8 + 4 * h;
@@ -1415,6 +1460,8 @@ struct forge__pq_q6_k : forge__p_q6_k {
         return r.d * total;
     }
 };
+typedef forge__pq_q6_k_t<0> forge__pq_q6_k;
+typedef forge__pq_q6_k_t<1> forge__pq_q6_k_packed;
 
 // The decode product on quantized activations. A block is FORGE__MVQ_WAVES waves; the waves are
 // split into KSPLIT sets that walk interleaved pieces of the same rows (for matrices with few rows:
@@ -1460,7 +1507,7 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
             const uint8_t *base = up ? w_up : w;
             typename P::raw raw[FORGE__MVQ_ROWS];
 #pragma unroll
-            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(base + rows[k], p, raw[k]);
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(base + rows[k], p, n_cols, raw[k]);
             forge__xq xq;
             P::load_q(qs, ds, p, xq);
 #pragma unroll
@@ -1479,7 +1526,7 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
         for (uint32_t p = lane + wave * set; p < n_pieces; p += wave * KSPLIT) {
             typename P::raw raw[FORGE__MVQ_ROWS];
 #pragma unroll
-            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(rows[k], p, raw[k]);
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(rows[k], p, n_cols, raw[k]);
             forge__xq xq;
             P::load_q(qs, ds, p, xq);
 #pragma unroll
@@ -1596,6 +1643,14 @@ static int forge__hip_sm_count(void) {
     X(FORGE_HIP_Q4_0, forge__pq_q4_0) X(FORGE_HIP_Q8_0, forge__pq_q8_0) X(FORGE_HIP_Q4_K, forge__pq_q4_k) \
     X(FORGE_HIP_Q6_K, forge__pq_q6_k)
 
+// Which instantiation reads a matrix: its type, but Q6_K matrices of 2048k columns are in the device
+// layout (>>weights) and have their own readers, under an id no GGUF type uses.
+#define FORGE__HIP_Q6_K_PACKED 0x1000Eu
+static uint32_t forge__hip_kind(uint32_t type, uint32_t n_cols) {
+    return type == FORGE_HIP_Q6_K && forge__q6_k_aligned(n_cols) ? FORGE__HIP_Q6_K_PACKED : type;
+}
+#define FORGE__Q8_KINDS(X) FORGE__Q8_TYPES(X) X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed)
+
 template <class P, int NI>
 static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
                               const uint8_t *q8, float *y, const float *bias, int accumulate, int act, uint8_t *q8_out, float norm_eps,
@@ -1657,16 +1712,16 @@ int forge_hip_matvec_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t 
                         int accumulate, float norm_eps, void *stream, char *message, size_t message_bytes) {
     size_t row_bytes;
     if (!forge_hip_q8_type(type)) return forge__hip_refuse(message, message_bytes, "matvec q8: the weight type has no 8-bit path");
-    if (forge__hip_weights(type, n_cols, &row_bytes, "matvec q8", message, message_bytes)) return -1;
+    if (forge__hip_weights(type, n_cols, w, &row_bytes, "matvec q8", message, message_bytes)) return -1;
     if (n_rows == 0) return 0;
-    switch (type) {
+    switch (forge__hip_kind(type, n_cols)) {
 #define FORGE__Q8_CASE(id, P)                                                                            \
     case id:                                                                                             \
         (norm_eps >= 0.0f ? forge__mvq_launch<P, 1> : forge__mvq_launch<P, 0>)((const uint8_t *)w, NULL, row_bytes, n_rows, n_cols,   \
                                                                                (const uint8_t *)q8, y, bias, accumulate, 0, NULL,     \
                                                                                norm_eps, (hipStream_t)stream);                        \
         break;
-        FORGE__Q8_TYPES(FORGE__Q8_CASE)
+        FORGE__Q8_KINDS(FORGE__Q8_CASE)
 #undef FORGE__Q8_CASE
     }
     return forge__hip_launched("matvec q8 launch", message, message_bytes);
@@ -1679,17 +1734,19 @@ int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32
                      void *q8_out, int act, float norm_eps, void *stream, char *message, size_t message_bytes) {
     size_t row_bytes;
     if (!forge_hip_q8_type(type)) return forge__hip_refuse(message, message_bytes, "glu q8: the weight type has no 8-bit path");
-    if (forge__hip_weights(type, n_cols, &row_bytes, "glu q8", message, message_bytes)) return -1;
+    if (forge__hip_weights(type, n_cols, w_gate, &row_bytes, "glu q8", message, message_bytes) ||
+        forge__hip_weights(type, n_cols, w_up, &row_bytes, "glu q8", message, message_bytes))
+        return -1;
     if (n_rows % 32) return forge__hip_refuse(message, message_bytes, "glu q8: the rows must be a multiple of 32");
     if (n_rows == 0) return 0;
-    switch (type) {
+    switch (forge__hip_kind(type, n_cols)) {
 #define FORGE__Q8_CASE(id, P)                                                                            \
     case id:                                                                                             \
         (norm_eps >= 0.0f ? forge__mvq_launch<P, 1> : forge__mvq_launch<P, 0>)((const uint8_t *)w_gate, (const uint8_t *)w_up, row_bytes, \
                                                                                n_rows, n_cols, (const uint8_t *)q8, h, NULL, 0, act,  \
                                                                                (uint8_t *)q8_out, norm_eps, (hipStream_t)stream);     \
         break;
-        FORGE__Q8_TYPES(FORGE__Q8_CASE)
+        FORGE__Q8_KINDS(FORGE__Q8_CASE)
 #undef FORGE__Q8_CASE
     }
     return forge__hip_launched("glu q8 launch", message, message_bytes);
@@ -1744,15 +1801,15 @@ int forge_hip_matvec_norm_q8(uint32_t type, const void *w, uint32_t n_rows, uint
                              const float *norm_w, void *q8_out, void *stream, char *message, size_t message_bytes) {
     size_t row_bytes;
     if (!forge_hip_q8_type(type)) return forge__hip_refuse(message, message_bytes, "matvec norm q8: the weight type has no 8-bit path");
-    if (forge__hip_weights(type, n_cols, &row_bytes, "matvec norm q8", message, message_bytes)) return -1;
+    if (forge__hip_weights(type, n_cols, w, &row_bytes, "matvec norm q8", message, message_bytes)) return -1;
     if (n_rows % 32) return forge__hip_refuse(message, message_bytes, "matvec norm q8: the rows must be a multiple of 32");
     if (!norm_w) return forge__hip_refuse(message, message_bytes, "matvec norm q8: no norm weights");
     if (n_rows == 0) return 0;
-    switch (type) {
+    switch (forge__hip_kind(type, n_cols)) {
 #define FORGE__Q8_CASE(id, P)                                                                            \
     case id: forge__mvq_norm_launch<P>((const uint8_t *)w, row_bytes, n_rows, n_cols, (const uint8_t *)q8, y, bias, norm_w, \
                                        (uint8_t *)q8_out, (hipStream_t)stream); break;
-        FORGE__Q8_TYPES(FORGE__Q8_CASE)
+        FORGE__Q8_KINDS(FORGE__Q8_CASE)
 #undef FORGE__Q8_CASE
     }
     return forge__hip_launched("matvec norm q8 launch", message, message_bytes);
@@ -1785,6 +1842,10 @@ static void forge__mvq3_launch(forge__mv3 &m, uint32_t n_cols, const uint8_t *q8
     X(FORGE_HIP_Q4_K, forge__pq_q4_k, FORGE_HIP_Q4_K, forge__pq_q4_k)                                    \
     X(FORGE_HIP_Q4_K, forge__pq_q4_k, FORGE_HIP_Q6_K, forge__pq_q6_k)                                    \
     X(FORGE_HIP_Q6_K, forge__pq_q6_k, FORGE_HIP_Q6_K, forge__pq_q6_k)
+// and the instantiations that run them (forge__hip_kind)
+#define FORGE__Q8_PAIR_KINDS(X)                                                                          \
+    FORGE__Q8_PAIRS(X) X(FORGE_HIP_Q4_K, forge__pq_q4_k, FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed) \
+    X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed, FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed)
 
 extern "C" {
 
@@ -1805,14 +1866,15 @@ int forge_hip_matvec3_q8(uint32_t type_a, uint32_t type_b, const void *const w[3
     m.norm_eps = norm_eps;
     if (!forge_hip_matvec3_q8_ok(type_a, type_b)) return forge__hip_refuse(message, message_bytes, "matvec3 q8: unsupported type pair");
     for (int i = 0; i < 3; i++) {
-        if (forge__hip_weights(i < 2 ? type_a : type_b, n_cols, &m.row_bytes[i], "matvec3 q8", message, message_bytes)) return -1;
+        if (forge__hip_weights(i < 2 ? type_a : type_b, n_cols, w[i], &m.row_bytes[i], "matvec3 q8", message, message_bytes)) return -1;
         if (n_rows[i] == 0) return forge__hip_refuse(message, message_bytes, "matvec3 q8: a matrix without rows");
         m.w[i] = (const uint8_t *)w[i], m.n_rows[i] = n_rows[i], m.y[i] = y[i], m.bias[i] = bias[i];
     }
+    const uint32_t kind_a = forge__hip_kind(type_a, n_cols), kind_b = forge__hip_kind(type_b, n_cols);
 #define FORGE__PAIR_LAUNCH(ta, PA, tb, PB)                                                               \
-    if (type_a == ta && type_b == tb)                                                                    \
+    if (kind_a == ta && kind_b == tb)                                                                    \
         (norm_eps >= 0.0f ? forge__mvq3_launch<PA, PB, 1> : forge__mvq3_launch<PA, PB, 0>)(m, n_cols, (const uint8_t *)q8, (hipStream_t)stream);
-    FORGE__Q8_PAIRS(FORGE__PAIR_LAUNCH)
+    FORGE__Q8_PAIR_KINDS(FORGE__PAIR_LAUNCH)
 #undef FORGE__PAIR_LAUNCH
     return forge__hip_launched("matvec3 q8 launch", message, message_bytes);
 }
@@ -1843,7 +1905,7 @@ forge__k_matmul_tiled(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t 
             const uint32_t r = row0 + tid;
             float v[32];
             if (r < n_rows && step < n_units) {
-                W::unit(w + (size_t)r * row_bytes, step, v);
+                W::unit(w + (size_t)r * row_bytes, step, n_cols, v);
             } else {
 #pragma unroll
                 for (int k = 0; k < 32; k++)
@@ -1944,7 +2006,7 @@ __device__ __forceinline__ uint32_t forge__h2_dup(uint32_t h16) { return (h16 & 
 // n under the exponent byte 0x64, minus 1032 gives n - 8 exactly.
 struct forge__h_q4_0 {
     struct raw { uint32_t q[4], d; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t, raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t, uint32_t, raw &r) {
         const uint8_t *b = row + (size_t)u * 18;
         forge__ld_words<4>(b + 2, r.q);
         r.d = forge__ld16(b);
@@ -1963,7 +2025,7 @@ struct forge__h_q4_0 {
 // Q8_0: 16 int8 and d; q + 128 under the exponent byte 0x64 is 1152 + q, minus 1152 gives q.
 struct forge__h_q8_0 {
     struct raw { uint32_t q[4], d; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, uint32_t, raw &r) {
         const uint8_t *b = row + (size_t)u * 34;
         forge__ld_words<4>(b + 2 + 16 * h, r.q);
         r.d = forge__ld16(b);
@@ -1984,7 +2046,7 @@ struct forge__h_q8_0 {
 // the float 2 + n/8 (forge__b2f), so dl n - ml = 8 dl f - (16 dl + ml): one fma, one rounding.
 struct forge__h_q4_k {
     struct raw { uint4 head, qs; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, uint32_t, raw &r) {
         const uint8_t *b = row + (size_t)(u / 8) * 144;
         r.head = forge__ld128(b);
         r.qs = forge__ld128(b + 16 + 32 * ((u % 8) / 2) + 16 * h);
@@ -2015,16 +2077,27 @@ struct forge__h_q4_k {
 };
 
 // Q6_K: unit s = u % 8 is half s/4, quarter k = s%4 (as forge__w_q6_k): ql bytes 64 half + 32 (k&1)
-// + 16h.. at nibble 4 (k>>1), qh bytes 128 + 32 half + 16h.. at bits 2k, scale 8 half + 2k + h.
-// Blocks are 2-aligned. 6-bit v placed as 2v gives the float 2 + v/32: dl (v - 32) = 32 dl f - 96 dl.
+// + 16h.. at nibble 4 (k>>1), qh bytes 128 + 32 half + 16h.. at bits 2k, scale 8 half + 2k + h; in
+// the device layout (>>weights) the ql bytes are the (k&1) 8 of pieces 4 half + 2h and + 1. 6-bit v
+// placed as 2v gives the float 2 + v/32: dl (v - 32) = 32 dl f - 96 dl.
 struct forge__h_q6_k {
     struct raw { uint32_t ql[4], qh[4], sd; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, raw &r) {
-        const uint8_t *blk = row + (size_t)(u / 8) * 210;
-        const uint32_t s = u % 8, half = s / 4, k = s % 4;
-        forge__ld_words<4>(blk + 64 * half + 32 * (k & 1) + 16 * h, r.ql);
-        forge__ld_words<4>(blk + 128 + 32 * half + 16 * h, r.qh);
-        r.sd = (uint32_t)(uint8_t)blk[192 + 8 * half + 2 * k + h] | (forge__ld16(blk + 208) << 16);
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, uint32_t n_cols, raw &r) {
+        const uint32_t j = u / 8, s = u % 8, half = s / 4, k = s % 4;
+        if (forge__q6_k_aligned(n_cols)) {
+            const uint32_t nb = n_cols / 256;
+            const uint8_t *ql = row + 128 * j + 64 * half + 32 * h + 8 * (k & 1);
+            const uint2 a = *(const uint2 *)ql, b = *(const uint2 *)(ql + 16);
+            const uint4 q = forge__ld128(row + 128 * nb + 64 * j + 32 * half + 16 * h);
+            r.ql[0] = a.x, r.ql[1] = a.y, r.ql[2] = b.x, r.ql[3] = b.y;
+            r.qh[0] = q.x, r.qh[1] = q.y, r.qh[2] = q.z, r.qh[3] = q.w;
+            r.sd = (uint32_t)row[192 * nb + 16 * j + 8 * half + 2 * k + h] | (forge__ld16(row + 208 * nb + 2 * j) << 16);
+        } else {
+            const uint8_t *blk = row + (size_t)j * 210;
+            forge__ld_words<4>(blk + 64 * half + 32 * (k & 1) + 16 * h, r.ql);
+            forge__ld_words<4>(blk + 128 + 32 * half + 16 * h, r.qh);
+            r.sd = (uint32_t)(uint8_t)blk[192 + 8 * half + 2 * k + h] | (forge__ld16(blk + 208) << 16);
+        }
     }
     static __device__ __forceinline__ void convert(const raw &r, uint32_t u, uint32_t, uint32_t out[8]) {
         const uint32_t k = u % 4, nibble_shift = 4 * (k >> 1), high_shift = 2 * k;
@@ -2043,7 +2116,7 @@ struct forge__h_q6_k {
 // F16: the 32 bytes themselves (rows are 64-byte multiples here, so 16-aligned).
 struct forge__h_f16 {
     struct raw { uint4 a, b; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, uint32_t, raw &r) {
         const uint8_t *p = row + (size_t)u * 64 + 32 * h;
         r.a = forge__ld128(p), r.b = forge__ld128(p + 16);
     }
@@ -2056,11 +2129,11 @@ struct forge__h_f16 {
 // Every other quantized type through its unit reader (>>weights): loads and arithmetic together at
 // conversion time, both halves computed and one kept by selects (no run-time register indexing).
 template <class W> struct forge__h_unit {
-    struct raw { const uint8_t *row; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t, uint32_t, raw &r) { r.row = row; }
+    struct raw { const uint8_t *row; uint32_t n_cols; };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t, uint32_t, uint32_t n_cols, raw &r) { r.row = row, r.n_cols = n_cols; }
     static __device__ __forceinline__ void convert(const raw &r, uint32_t u, uint32_t h, uint32_t out[8]) {
         float v[32];
-        W::unit(r.row, u, v);
+        W::unit(r.row, u, r.n_cols, v);
 #pragma unroll
         for (int i = 0; i < 8; i++) out[i] = h ? forge__h2_pack(v[16 + 2 * i], v[17 + 2 * i]) : forge__h2_pack(v[2 * i], v[2 * i + 1]);
     }
@@ -2124,7 +2197,7 @@ forge__k_matmul_mma(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_
 
     // step 0: load and store; then each step loads the next, multiplies, stores the next
 #pragma unroll
-    for (int i = 0; i < TASKS; i++) H::load(rows[i], 0, (tid + i * THREADS) % 2, raw[i]);
+    for (int i = 0; i < TASKS; i++) H::load(rows[i], 0, (tid + i * THREADS) % 2, n_cols, raw[i]);
 #pragma unroll
     for (int i = 0; i < PIECES; i++) xv[i] = *(const float4 *)xs[i];
     for (uint32_t step = 0;; step++) {
@@ -2149,7 +2222,7 @@ forge__k_matmul_mma(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_
         __syncthreads(); // buffer buf is complete; the other one is free (its products were done before the last barrier)
         if (step + 1 < n_steps) {
 #pragma unroll
-            for (int i = 0; i < TASKS; i++) H::load(rows[i], step + 1, (tid + i * THREADS) % 2, raw[i]);
+            for (int i = 0; i < TASKS; i++) H::load(rows[i], step + 1, (tid + i * THREADS) % 2, n_cols, raw[i]);
 #pragma unroll
             for (int i = 0; i < PIECES; i++) xv[i] = *(const float4 *)(xs[i] + 32 * (step + 1));
         }
@@ -2257,14 +2330,15 @@ static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, 
 extern "C" {
 
 // y[t][r] = sum_c W[r][c] x[t][c] (+ bias[r]) for t < n_tokens. W: n_rows rows of n_cols elements of
-// GGUF type `type`, stored exactly as in the file (row r at w + r * row_bytes, row_bytes = n_cols /
-// block_elems * block_bytes); x f32 [n_tokens][n_cols]; y f32 [n_tokens][n_rows], must not alias x;
+// GGUF type `type`, stored as in the file (row r at w + r * row_bytes, row_bytes = n_cols /
+// block_elems * block_bytes; Q6_K rows in the device layout of >>weights, forge.h's
+// forge__gpu_pack_q6_k); x f32 [n_tokens][n_cols]; y f32 [n_tokens][n_rows], must not alias x;
 // bias f32 [n_rows] or NULL. One token runs the fused decode matvec, more the matrix-unit kernel
 // (f16 operands, f32 sums) where it applies, else the tiled kernel.
 int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                      uint32_t n_tokens, const float *bias, void *stream, char *message, size_t message_bytes) {
     size_t row_bytes;
-    if (forge__hip_weights(type, n_cols, &row_bytes, "matmul", message, message_bytes)) return -1;
+    if (forge__hip_weights(type, n_cols, w, &row_bytes, "matmul", message, message_bytes)) return -1;
     if (n_rows == 0 || n_tokens == 0) return 0;
     if (n_tokens > 65535u * FORGE__TILE_TOKENS) return forge__hip_refuse(message, message_bytes, "matmul: too many tokens in one batch");
     hipStream_t s = (hipStream_t)stream;
@@ -2274,7 +2348,7 @@ int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
         const uint32_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
         const uint32_t fast_rows = FORGE__MATVEC_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MV_ROWS;
         const uint32_t fast_blocks = (n_rows + fast_rows - 1) / fast_rows;
-        switch (type) {
+        switch (forge__hip_kind(type, n_cols)) {
 #define FORGE__LAUNCH_FAST(id, P)                                                                        \
     case id: forge__k_matvec_fast<P><<<fast_blocks, FORGE__MATVEC_THREADS, 0, s>>>(wb, row_bytes, n_rows, n_cols, x, y, bias); \
         return forge__hip_launched("matvec launch", message, message_bytes);
@@ -2282,6 +2356,7 @@ int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
             FORGE__LAUNCH_FAST(FORGE_HIP_Q8_0, forge__p_q8_0)
             FORGE__LAUNCH_FAST(FORGE_HIP_Q4_K, forge__p_q4_k)
             FORGE__LAUNCH_FAST(FORGE_HIP_Q6_K, forge__p_q6_k)
+            FORGE__LAUNCH_FAST(FORGE__HIP_Q6_K_PACKED, forge__p_q6_k_packed)
 #undef FORGE__LAUNCH_FAST
         default: break;
         }
@@ -2329,7 +2404,7 @@ __global__ void forge__k_embed(const uint8_t *__restrict__ table, size_t row_byt
     const uint32_t n_units = forge__fast_units<W>(n);
     for (uint32_t u = threadIdx.x; u < n_units; u += blockDim.x) {
         float v[32];
-        W::unit(row, u, v);
+        W::unit(row, u, n, v);
 #pragma unroll
         for (int k = 0; k < 32; k++) out[u * 32 + k] = valid ? v[k] * scale : 0.0f;
     }
@@ -2504,7 +2579,7 @@ extern "C" {
 int forge_hip_embed(uint32_t type, const void *table, uint32_t n_vocab, uint32_t n, const int32_t *tokens, uint32_t n_tokens,
                     float scale, float *dst, void *stream, char *message, size_t message_bytes) {
     size_t row_bytes;
-    if (forge__hip_weights(type, n, &row_bytes, "embed", message, message_bytes)) return -1;
+    if (forge__hip_weights(type, n, table, &row_bytes, "embed", message, message_bytes)) return -1;
     if (n_tokens == 0) return 0;
     hipStream_t s = (hipStream_t)stream;
     switch (type) {
@@ -4703,7 +4778,7 @@ forge__k_matvec_id(const uint8_t *__restrict__ w, size_t expert_bytes, size_t ro
             for (int r = 0; r < FORGE__MOE_ROWS; r++) {
                 if ((uint32_t)r < n_here) {
                     float v[32], s0 = 0.0f, s1 = 0.0f;
-                    W::unit(we + (size_t)r * row_bytes, u, v);
+                    W::unit(we + (size_t)r * row_bytes, u, n_cols, v);
 #pragma unroll
                     for (int j = 0; j < 32; j += 2) s0 += v[j] * xr[j], s1 += v[j + 1] * xr[j + 1];
                     acc[r] += s0 + s1;
@@ -4745,7 +4820,7 @@ forge__k_matvec_id_fast(const uint8_t *__restrict__ w, size_t expert_bytes, size
         for (uint32_t p = lane; p < n_pieces; p += wave) {
             typename P::raw raw[FORGE__MOE_ROWS];
 #pragma unroll
-            for (int r = 0; r < FORGE__MOE_ROWS; r++) P::load(rows[r], p, raw[r]);
+            for (int r = 0; r < FORGE__MOE_ROWS; r++) P::load(rows[r], p, n_cols, raw[r]);
             float xr[32], xs[4];
             P::load_x(xin, p, xr, xs);
 #pragma unroll
@@ -4793,7 +4868,7 @@ forge__k_matmul_id_tiled(const uint8_t *__restrict__ w, size_t expert_bytes, siz
                     const uint32_t r = row0 + tid;
                     float v[32];
                     if (r < n_rows && step < n_units) {
-                        W::unit(we + (size_t)r * row_bytes, step, v);
+                        W::unit(we + (size_t)r * row_bytes, step, n_cols, v);
                     } else {
 #pragma unroll
                         for (int c = 0; c < 32; c++)
@@ -4882,7 +4957,7 @@ int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint3
                         int x_per_slot, const float *route, uint32_t k, uint32_t n_tokens, float *y, void *stream, char *message,
                         size_t message_bytes) {
     size_t row_bytes;
-    if (forge__hip_weights(type, n_cols, &row_bytes, "matmul_id", message, message_bytes)) return -1;
+    if (forge__hip_weights(type, n_cols, w, &row_bytes, "matmul_id", message, message_bytes)) return -1;
     if (n_rows == 0 || n_tokens == 0 || k == 0) return 0;
     if (n_cols == 0 || expert_bytes / row_bytes < n_rows || (size_t)n_tokens * k > UINT32_MAX) {
         if (message && message_bytes)
@@ -4890,6 +4965,8 @@ int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint3
                      expert_bytes, n_rows, n_cols, row_bytes, n_tokens, k);
         return -1;
     }
+    if (type == FORGE_HIP_Q6_K && forge__q6_k_aligned(n_cols) && expert_bytes % 16 != 0)
+        return forge__hip_refuse(message, message_bytes, "matmul_id: Q6_K experts of 2048k columns must be a multiple of 16 bytes apart");
     hipStream_t s = (hipStream_t)stream;
     const uint8_t *wb = (const uint8_t *)w;
     const uint32_t n_pairs = n_tokens * k, pair_blocks = n_pairs < 65535u ? n_pairs : 65535u;
@@ -4905,7 +4982,7 @@ int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint3
     }
     const uint32_t rows_per_block = FORGE__MOE_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MOE_ROWS;
     dim3 grid((n_rows + rows_per_block - 1) / rows_per_block, pair_blocks);
-    switch (type) {
+    switch (forge__hip_kind(type, n_cols)) {
 #define FORGE__LAUNCH_ID_FAST(id, P)                                                                     \
     case id: forge__k_matvec_id_fast<P><<<grid, FORGE__MOE_THREADS, 0, s>>>(wb, expert_bytes, row_bytes, n_rows, n_cols, x, x_per_slot, route, k, n_pairs, y); \
         return forge__hip_launched("matmul_id launch", message, message_bytes);
@@ -4913,6 +4990,7 @@ int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint3
         FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q8_0, forge__p_q8_0)
         FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q4_K, forge__p_q4_k)
         FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q6_K, forge__p_q6_k)
+        FORGE__LAUNCH_ID_FAST(FORGE__HIP_Q6_K_PACKED, forge__p_q6_k_packed)
 #undef FORGE__LAUNCH_ID_FAST
     default: break;
     }

@@ -88,6 +88,20 @@ static void *dev_alloc(size_t bytes, const void *host) {
     return d;
 }
 
+/* A weight matrix (rows of n_cols elements of `type`, in file order) as forge's upload places it on
+   the device: Q6_K rows of 2048k elements packed into the device layout (forge__gpu_pack_q6_k), every
+   other matrix as is. */
+static void *dev_weights(uint32_t type, uint32_t n_cols, size_t bytes, const void *host) {
+    void *d;
+    uint8_t *packed;
+    if (type != FORGE_TYPE_Q6_K || n_cols % 2048 != 0) return dev_alloc(bytes, host);
+    packed = (uint8_t *)xmalloc(bytes);
+    forge__gpu_pack_q6_k((const uint8_t *)host, packed, bytes / (n_cols / 256 * 210), n_cols / 256);
+    d = dev_alloc(bytes, packed);
+    free(packed);
+    return d;
+}
+
 /* Waits for the stream and copies back; returns 0 and records a failure when either step fails. */
 static int dev_fetch(void *host, const void *d, size_t bytes) {
     if (forge_hip_stream_sync(NULL, msg, sizeof msg) || forge_hip_copy_from_device(host, d, bytes, NULL, msg, sizeof msg) ||
@@ -151,7 +165,7 @@ static void check_matmul(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32
             for (c = 0; c < n_cols; c++) s += (double)wf[(size_t)r * n_cols + c] * x[(size_t)k * n_cols + c];
             ref[(size_t)k * n_rows + r] = s;
         }
-    dw = dev_alloc(row_bytes * n_rows, w);
+    dw = dev_weights(type, n_cols, row_bytes * n_rows, w);
     dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
     db = dev_alloc(n_rows * sizeof(float), bias);
     dy = dev_alloc((size_t)n_tokens * n_rows * sizeof(float), NULL);
@@ -223,7 +237,7 @@ static void test_embed(void) {
             forge_dequantize(type, table + (size_t)tokens[k] * row_bytes, ref + (size_t)k * n, n);
             for (j = 0; j < n; j++) ref[(size_t)k * n + j] *= scale;
         }
-        dt = dev_alloc(row_bytes * n_vocab, table);
+        dt = dev_weights(type, n, row_bytes * n_vocab, table);
         dtok = dev_alloc(sizeof tokens, tokens);
         dy = dev_alloc((size_t)n_tokens * n * sizeof(float), NULL);
         CHECK(forge_hip_embed(type, dt, n_vocab, n, (const int32_t *)dtok, n_tokens, scale, (float *)dy, NULL, msg, sizeof msg) == 0,
@@ -958,7 +972,7 @@ static void check_matmul_id(uint32_t type, uint32_t n_expert, uint32_t k, uint32
             ref[pair * n_rows + r] = s;
         }
     }
-    dw = dev_alloc(expert_bytes * n_expert, w);
+    dw = dev_weights(type, n_cols, expert_bytes * n_expert, w);
     dx = dev_alloc(n_x * sizeof(float), x);
     dr = dev_alloc(n_pairs * 2 * sizeof(float), route);
     dy = dev_alloc(n_out * sizeof(float), NULL);
@@ -1062,7 +1076,7 @@ static void bench_matvec(void) {
         double t0, t1;
         random_blocks(all_types[i], w, (uint64_t)n_rows * (n_cols / t->block_elems));
         random_floats(x, n_cols, -1.0f, 1.0f);
-        dw = dev_alloc(bytes, w), dx = dev_alloc(n_cols * sizeof(float), x), dy = dev_alloc(n_rows * sizeof(float), NULL);
+        dw = dev_weights(all_types[i], n_cols, bytes, w), dx = dev_alloc(n_cols * sizeof(float), x), dy = dev_alloc(n_rows * sizeof(float), NULL);
         forge_hip_matvec(all_types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, NULL, NULL, msg, sizeof msg);
         forge_hip_stream_sync(NULL, msg, sizeof msg);
         t0 = now_s();
@@ -1094,7 +1108,7 @@ static void bench_matmul(void) {
             double t0, t1;
             random_blocks(types[i], w, (uint64_t)n_rows * (n_cols / t->block_elems));
             random_floats(x, (size_t)n_tokens * n_cols, -1.0f, 1.0f);
-            dw = dev_alloc(bytes, w), dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
+            dw = dev_weights(types[i], n_cols, bytes, w), dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
             dy = dev_alloc((size_t)n_tokens * n_rows * sizeof(float), NULL);
             forge_hip_matmul(types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, NULL, NULL, msg, sizeof msg);
             forge_hip_stream_sync(NULL, msg, sizeof msg);
@@ -1222,7 +1236,7 @@ static void check_matvec_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int
         for (c = 0; c < n_cols; c++) s += (double)wf[(size_t)r * n_cols + c] * dq[c], s32 += (double)wf[(size_t)r * n_cols + c] * x[c];
         ref[r] = s, ref32[r] = s32;
     }
-    dw = dev_alloc(row_bytes * n_rows, w), dx = dev_alloc(n_cols * sizeof(float), x), dq8 = dev_alloc(forge_hip_q8_bytes(n_cols), NULL);
+    dw = dev_weights(type, n_cols, row_bytes * n_rows, w), dx = dev_alloc(n_cols * sizeof(float), x), dq8 = dev_alloc(forge_hip_q8_bytes(n_cols), NULL);
     db = dev_alloc(n_rows * sizeof(float), bias), dy = dev_alloc(n_rows * sizeof(float), y0);
     CHECK(forge_hip_q8_quantize((const float *)dx, n_cols, dq8, NULL, msg, sizeof msg) == 0, "q8 quantize: %s", msg);
     CHECK(forge_hip_matvec_q8(type, dw, n_rows, n_cols, dq8, (float *)dy, with_bias ? (const float *)db : NULL, accumulate, -1.0f, NULL,
@@ -1262,7 +1276,8 @@ static void check_glu_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int ac
         for (c = 0; c < n_cols; c++) g += (double)fg[(size_t)r * n_cols + c] * dq[c], u += (double)fu[(size_t)r * n_cols + c] * dq[c];
         ref[r] = (act ? gelu_ref(g) : g / (1.0 + exp(-g))) * u;
     }
-    dwg = dev_alloc(row_bytes * n_rows, wg), dwu = dev_alloc(row_bytes * n_rows, wu), dx = dev_alloc(n_cols * sizeof(float), x);
+    dwg = dev_weights(type, n_cols, row_bytes * n_rows, wg), dwu = dev_weights(type, n_cols, row_bytes * n_rows, wu);
+    dx = dev_alloc(n_cols * sizeof(float), x);
     dq8 = dev_alloc(forge_hip_q8_bytes(n_cols), NULL), dh = dev_alloc(n_rows * sizeof(float), NULL);
     dout = dev_alloc(forge_hip_q8_bytes(n_rows), NULL);
     forge_hip_q8_quantize((const float *)dx, n_cols, dq8, NULL, msg, sizeof msg);
@@ -1300,7 +1315,7 @@ static void check_matvec3_q8(uint32_t type_a, uint32_t type_b, uint32_t rows_q, 
         float *bias = (float *)xmalloc(rows[i] * sizeof(float));
         random_blocks(types[i], w, (uint64_t)rows[i] * (n_cols / t->block_elems));
         random_floats(bias, rows[i], -1.0f, 1.0f);
-        dw[i] = dev_alloc(bytes, w), db[i] = dev_alloc(rows[i] * sizeof(float), bias);
+        dw[i] = dev_weights(types[i], n_cols, bytes, w), db[i] = dev_alloc(rows[i] * sizeof(float), bias);
         dy[i] = dev_alloc(rows[i] * sizeof(float), NULL), dy1[i] = dev_alloc(rows[i] * sizeof(float), NULL);
         w_arg[i] = dw[i], y_arg[i] = (float *)dy[i], b_arg[i] = with_bias ? (const float *)db[i] : NULL;
         forge_hip_matvec_q8(types[i], dw[i], rows[i], n_cols, dq8, (float *)dy1[i], b_arg[i], 0, -1.0f, NULL, msg, sizeof msg);
@@ -1540,7 +1555,8 @@ static void check_norm_q8(uint32_t type, uint32_t n_embd, uint32_t n_in, uint32_
     forge_dequantize(type2, w2, f2, (uint64_t)n_out * n_embd);
     random_floats(a, n_in, -1.0f, 1.0f), random_floats(x0, n_embd, -3.0f, 3.0f), random_floats(nw, n_embd, 0.5f, 1.5f);
     random_floats(bias, n_embd, -1.0f, 1.0f), random_floats(b2, n_out, -1.0f, 1.0f);
-    dw = dev_alloc(row_bytes * n_embd, w), dw2 = dev_alloc(row2 * n_out, w2), da = dev_alloc(n_in * sizeof(float), a);
+    dw = dev_weights(type, n_in, row_bytes * n_embd, w), dw2 = dev_weights(type2, n_embd, row2 * n_out, w2);
+    da = dev_alloc(n_in * sizeof(float), a);
     dqa = dev_alloc(forge_hip_q8_bytes(n_in), NULL), dy = dev_alloc(n_embd * sizeof(float), x0);
     dy_ref = dev_alloc(n_embd * sizeof(float), x0), dnw = dev_alloc(n_embd * sizeof(float), nw);
     db = dev_alloc(n_embd * sizeof(float), bias), db2 = dev_alloc(n_out * sizeof(float), b2), dqn = dev_alloc(qn_bytes, NULL);
@@ -1734,7 +1750,7 @@ static void bench_decode_shapes(void) {
         if (n_copies > 64) n_copies = 64;
         random_blocks(shapes[i].type, w, (uint64_t)shapes[i].rows * (shapes[i].cols / t->block_elems));
         random_floats(x, shapes[i].cols, -1.0f, 1.0f);
-        for (c = 0; c < n_copies; c++) dw[c] = dev_alloc(bytes, w);
+        for (c = 0; c < n_copies; c++) dw[c] = dev_weights(shapes[i].type, shapes[i].cols, bytes, w);
         dx = dev_alloc(shapes[i].cols * sizeof(float), x), dy = dev_alloc(shapes[i].rows * sizeof(float), NULL);
         dq8 = dev_alloc(forge_hip_q8_bytes(shapes[i].cols), NULL), dq8_out = dev_alloc(forge_hip_q8_bytes(shapes[i].rows), NULL);
         forge_hip_q8_quantize((const float *)dx, shapes[i].cols, dq8, NULL, msg, sizeof msg);

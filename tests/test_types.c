@@ -7,6 +7,7 @@
 #include "test.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_geometry(void) {
@@ -131,6 +132,61 @@ static void test_blocks(void) {
     CHECK(forge_dequantize(16, block, out, 256) == FORGE_ERR_ARGUMENT, "unsupported type");
 }
 
+/* The device layout of Q6_K rows (forge__gpu_pack_q6_k, described in forge_kernels.hip >>weights):
+   every element read back from the packed rows by the layout's own description equals the file's
+   dequantized value, bit for bit; and the upload packs exactly the Q6_K matrices of 2048k columns. */
+static void test_q6_k_device_layout(void) {
+    static const uint32_t widths[] = {2048, 4096};
+    uint32_t seed = 12345u;
+    size_t w;
+    TEST_CASE("Q6_K device layout");
+    for (w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        const uint32_t n_cols = widths[w], nb = n_cols / 256, n_rows = 3;
+        const size_t bytes = (size_t)n_rows * nb * 210;
+        uint8_t *file = (uint8_t *)malloc(bytes), *packed = (uint8_t *)malloc(bytes);
+        float *ref = (float *)malloc((size_t)n_rows * n_cols * sizeof(float));
+        uint32_t r, c, j, bad = 0;
+        size_t i;
+        if (!file || !packed || !ref) {
+            CHECK(0, "out of memory");
+            free(file), free(packed), free(ref);
+            return;
+        }
+        for (i = 0; i < bytes; i++) seed = seed * 1664525u + 1013904223u, file[i] = (uint8_t)(seed >> 24);
+        for (r = 0; r < n_rows; r++) /* finite d: 0x2c00 + a little, about 2^-4 */
+            for (j = 0; j < nb; j++) file[(size_t)r * nb * 210 + 210 * j + 209] = 0x2c;
+        CHECK(forge_dequantize(FORGE_TYPE_Q6_K, file, ref, (uint64_t)n_rows * n_cols) == FORGE_OK, "dequantize");
+        memset(packed, 0xee, bytes);
+        forge__gpu_pack_q6_k(file, packed, n_rows, nb);
+        for (r = 0; r < n_rows; r++) {
+            const uint8_t *row = packed + (size_t)r * nb * 210;
+            for (c = 0; c < n_cols; c++) {
+                const uint32_t blk = c / 256, e = c % 256, half = e / 128, k = (e % 128) / 32, l = e % 32;
+                const uint8_t lo = row[128 * blk + 16 * (4 * half + l / 8) + 8 * (k & 1) + l % 8];
+                const uint8_t hi = row[128 * nb + 64 * blk + 32 * half + l];
+                const int q = (((k >> 1) ? lo >> 4 : lo & 0xf) | (((hi >> (2 * k)) & 3) << 4)) - 32;
+                const int8_t scale = (int8_t)row[192 * nb + 16 * blk + 8 * half + 2 * k + l / 16];
+                const uint16_t dh = (uint16_t)(row[208 * nb + 2 * blk] | (row[208 * nb + 2 * blk + 1] << 8));
+                const float v = forge_f16_to_f32(dh) * (float)scale * (float)q;
+                bad += v != ref[(size_t)r * n_cols + c];
+            }
+        }
+        CHECK(bad == 0, "%u columns: %u of %u values differ", n_cols, bad, n_rows * n_cols);
+        free(file), free(packed), free(ref);
+    }
+    {
+        forge_gguf_tensor t;
+        memset(&t, 0, sizeof t);
+        t.type = FORGE_TYPE_Q6_K, t.n_dims = 2, t.ne[0] = 4096, t.ne[1] = 8;
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 16 * 210, "a 4096-wide Q6_K matrix is packed a row at a time");
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__VECTOR) == 0, "a Q6_K vector goes to f32, not packed");
+        t.ne[0] = 1536;
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "1536-wide Q6_K rows keep the file's layout");
+        t.type = FORGE_TYPE_Q4_K, t.ne[0] = 4096;
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "Q4_K keeps the file's layout");
+    }
+}
+
 static void test_results(void) {
     int r;
     TEST_CASE("result names");
@@ -145,6 +201,7 @@ int main(void) {
     test_geometry();
     test_half();
     test_blocks();
+    test_q6_k_device_layout();
     test_results();
     return test_summary();
 }
