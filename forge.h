@@ -6118,7 +6118,7 @@ int forge_hip_rmsnorm_q8(const float *x, const float *w, float *y, uint32_t n, f
                          size_t message_bytes);
 int forge_hip_matvec_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const void *q8, float *y, const float *bias,
                         int accumulate, float norm_eps, void *stream, char *message, size_t message_bytes);
-int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows);
+int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows, uint32_t n_cols);
 int forge_hip_matvec_norm_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const void *q8, float *y, const float *bias,
                              const float *norm_w, void *q8_out, void *stream, char *message, size_t message_bytes);
 int forge_hip_glu_q8(uint32_t type, const void *w_gate, const void *w_up, uint32_t n_rows, uint32_t n_cols, const void *q8, float *h,
@@ -7071,7 +7071,8 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
         next->n == op->n) {
         /* and the RMS norm of the residual after it, read only by products: their input prepared here */
         if (!d->norm && third && third->kind == FORGE__OP_RMSNORM && third->src == next->dst && third->n == op->n && op->n % 32 == 0 &&
-            third->w && ctx->fuse_norm && (ctx->fuse_norm == 2 || forge_hip_matvec_norm_q8_ok(op->w->type, op->n)) &&
+            third->w && ctx->fuse_norm &&
+            (ctx->fuse_norm == 2 || forge_hip_matvec_norm_q8_ok(op->w->type, op->n, (uint32_t)op->w->ne[0])) &&
             forge__q8_read_only_by_products(ctx, k + 2)) {
             FORGE__HIP(forge_hip_matvec_norm_q8(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], slot,
                                                 forge__dev_val(ctx, next->dst), forge__dev_f32(ctx, op->bias), forge__dev_f32(ctx, third->w),

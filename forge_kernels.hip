@@ -1784,10 +1784,12 @@ extern "C" {
 // launch is slower than the plain product's by 1.6-1.9 us for Q4_K / Q4_0 / Q8_0 on the H200 and by
 // 2.7 us for Q6_K, against a norm launch of about 1.3 us in a recorded step; with fewer groups than
 // fill the machine (Qwen2.5-1.5B's 1536 rows: 48 blocks on 132 multiprocessors) it loses more
-// (measured in tests/PERF.md). Taken: row counts whose split fills the machine, types other than Q6_K.
-int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows) {
+// (measured in tests/PERF.md). Taken: row counts whose split fills the machine, types other than Q6_K
+// in the file's layout (Q6_K in the device layout, >>weights, loads as Q4_K does and pays like it:
+// Llama-3-8B Q4_K_M tg128 416.0 -> 422.0 on the H100 with its Q6_K down projections taken too).
+int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows, uint32_t n_cols) {
     const uint32_t blocks = n_rows / 32;
-    return forge_hip_q8_type(type) && type != FORGE_HIP_Q6_K && n_rows % 32 == 0 &&
+    return forge_hip_q8_type(type) && forge__hip_kind(type, n_cols) != FORGE_HIP_Q6_K && n_rows % 32 == 0 &&
            blocks * forge__mvq_norm_split(blocks) >= 2u * (uint32_t)forge__hip_sm_count();
 }
 
@@ -2080,11 +2082,11 @@ struct forge__h_q4_k {
 // + 16h.. at nibble 4 (k>>1), qh bytes 128 + 32 half + 16h.. at bits 2k, scale 8 half + 2k + h; in
 // the device layout (>>weights) the ql bytes are the (k&1) 8 of pieces 4 half + 2h and + 1. 6-bit v
 // placed as 2v gives the float 2 + v/32: dl (v - 32) = 32 dl f - 96 dl.
-struct forge__h_q6_k {
+template <int PACKED> struct forge__h_q6_k_t { // PACKED: the device layout, a launch of its own (forge__hip_kind)
     struct raw { uint32_t ql[4], qh[4], sd; };
     static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, uint32_t n_cols, raw &r) {
         const uint32_t j = u / 8, s = u % 8, half = s / 4, k = s % 4;
-        if (forge__q6_k_aligned(n_cols)) {
+        if (PACKED) {
             const uint32_t nb = n_cols / 256;
             const uint8_t *ql = row + 128 * j + 64 * half + 32 * h + 8 * (k & 1);
             const uint2 a = *(const uint2 *)ql, b = *(const uint2 *)(ql + 16);
@@ -2112,6 +2114,8 @@ struct forge__h_q6_k {
         }
     }
 };
+typedef forge__h_q6_k_t<0> forge__h_q6_k;
+typedef forge__h_q6_k_t<1> forge__h_q6_k_packed;
 
 // F16: the 32 bytes themselves (rows are 64-byte multiples here, so 16-aligned).
 struct forge__h_f16 {
@@ -2306,6 +2310,7 @@ static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows
 #define FORGE__MMA_TYPES(X)                                                                              \
     X(FORGE_HIP_F16, forge__h_f16) X(FORGE_HIP_Q4_0, forge__h_q4_0) X(FORGE_HIP_Q8_0, forge__h_q8_0)      \
     X(FORGE_HIP_Q4_K, forge__h_q4_k) X(FORGE_HIP_Q6_K, forge__h_q6_k)                                     \
+    X(FORGE__HIP_Q6_K_PACKED, forge__h_q6_k_packed)                                                      \
     X(FORGE_HIP_Q4_1, forge__h_unit<forge__w_q4_1>) X(FORGE_HIP_Q5_0, forge__h_unit<forge__w_q5_0>)        \
     X(FORGE_HIP_Q5_1, forge__h_unit<forge__w_q5_1>) X(FORGE_HIP_Q2_K, forge__h_unit<forge__w_q2_k>)        \
     X(FORGE_HIP_Q3_K, forge__h_unit<forge__w_q3_k>) X(FORGE_HIP_Q5_K, forge__h_unit<forge__w_q5_k>)        \
@@ -2314,7 +2319,7 @@ static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows
 static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x,
                              float *y, uint32_t n_tokens, const float *bias, hipStream_t s) {
     if (n_cols < 32 || n_cols % 32 != 0) return 0;
-    switch (type) {
+    switch (forge__hip_kind(type, n_cols)) {
 #define FORGE__MMA_CASE(id, H) \
     case id: return forge__mma_launch<H>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s);
         FORGE__MMA_TYPES(FORGE__MMA_CASE)
