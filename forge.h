@@ -6738,13 +6738,13 @@ static float *forge__dev_val(forge_context *ctx, int32_t v) {
 }
 #endif
 
-/* Q6_K matrices of 2048k columns on the GPU: each row of nb super-blocks keeps its 210 nb bytes and
-   its place, as four arrays (forge_kernels.hip >>weights): ql (128 nb; in super-block j, piece p's 16
-   bytes at 128 j + 16 p, the file's bytes 64 (p / 4) + 8 (p % 4) .. + 7 and 32 further on), qh
-   (64 nb), the int8 scales (16 nb) and d (2 nb), each in file order. Such rows start 16-aligned, and a
-   piece of 32 elements is then one 16-byte, two 8-byte and one 2-byte load where the file's block
-   scatters it over a dozen 4-byte words. The same bytes in the same amount: the plan does not change.
-   n_rows rows from src to dst (not overlapping). */
+/* Q6_K matrices of 512k columns on the GPU: each row of nb super-blocks keeps its 210 nb bytes and its
+   place, as four arrays (forge_kernels.hip >>weights): ql (128 nb; in super-block j, piece p's 16 bytes
+   at 128 j + 16 p, the file's bytes 64 (p / 4) + 8 (p % 4) .. + 7 and 32 further on), qh (64 nb), the
+   int8 scales (16 nb) and d (2 nb), each in file order. With nb even every array of every row is
+   4-aligned (16-aligned when nb is a multiple of 8), and a piece of 32 elements is a few aligned loads
+   where the file's 2-aligned block scatters it over a dozen 4-byte words and byte permutes. The same
+   bytes in the same amount: the plan does not change. n_rows rows from src to dst (not overlapping). */
 static FORGE__MAYBE_UNUSED void forge__gpu_pack_q6_k(const uint8_t *src, uint8_t *dst, uint64_t n_rows, uint64_t nb) {
     uint64_t r, j;
     uint32_t p;
@@ -6764,7 +6764,7 @@ static FORGE__MAYBE_UNUSED void forge__gpu_pack_q6_k(const uint8_t *src, uint8_t
 
 /* Bytes of one row of a matrix the upload packs (whole rows at a time), else 0. */
 static FORGE__MAYBE_UNUSED uint64_t forge__gpu_packed_row_bytes(const forge_gguf_tensor *t, forge__use use) {
-    return use == FORGE__MATRIX && t->type == FORGE_TYPE_Q6_K && t->ne[0] % 2048 == 0 ? t->ne[0] / 256 * 210 : 0;
+    return use == FORGE__MATRIX && t->type == FORGE_TYPE_Q6_K && t->ne[0] % 512 == 0 ? t->ne[0] / 256 * 210 : 0;
 }
 
 #ifdef FORGE_HIP
@@ -6798,7 +6798,7 @@ static forge_result forge__upload_room(forge__upload *u, uint64_t bytes, forge_e
 }
 
 /* One tensor to device offset `offset`, in pieces that fit the staging: a matrix as stored (Q6_K
-   rows of 2048k elements packed into the device layout, whole rows at a time), a vector dequantized to f32 a whole
+   rows of 512k elements packed into the device layout, whole rows at a time), a vector dequantized to f32 a whole
    number of blocks at a time. */
 static forge_result forge__upload_tensor(forge__upload *u, const forge_gguf_tensor *t, forge__use use, uint64_t offset,
                                          forge_error *error) {

@@ -478,17 +478,17 @@ __device__ float forge__block_sum(float v) {
 //   Q5_K 176 B: [d][dmin][scales 12][qh 32][qs 128]                 16-aligned
 //   Q6_K 210 B: [ql 128][qh 64][scales 16 int8][d] in the file; on the device, below
 //   IQ4_XS 136 B: [d][scales_h u16][scales_l 4][qs 128]              8-aligned
-// Q6_K matrices of 2048k columns (every Llama-3-8B one) are the one case stored on the device in a
-// layout of its own (forge.h packs them as it uploads, forge__gpu_pack_q6_k): a row of nb = n_cols /
-// 256 super-blocks keeps its 210 nb bytes and its place, as four arrays: ql (128 nb bytes; in
-// super-block j, piece pi's 16 bytes at 128 j + 16 pi: file bytes 64 h + 8 t .. + 7, then 64 h + 32 +
-// 8 t .. + 7, with h = pi / 4 and t = pi % 4), qh (64 nb, at 128 nb + 64 j, file order), scales
-// (16 nb, at 192 nb + 16 j, file order) and d (2 nb, at 208 nb + 2 j). In the file a piece's 32
-// bytes are scattered over a 2-aligned block (about a dozen 4-byte loads); such rows start 16-aligned
-// and a piece is one 16-byte, two 8-byte and one 2-byte load. Narrower rows are not 16-aligned
-// (1536 columns: 4-aligned, 8960: 2-aligned), the arrays would not be either, and the layout measured
-// slower there (tests/PERF.md): they stay as in the file. Readers take n_cols to tell (every other
-// type ignores it).
+// Q6_K matrices of 512k columns (an even number of super-blocks a row: Llama-3-8B's, Qwen2.5's 1536
+// and 3584) are the one case stored on the device in a layout of its own (forge.h packs them as it
+// uploads, forge__gpu_pack_q6_k): a row of nb = n_cols / 256 super-blocks keeps its 210 nb bytes and
+// its place, as four arrays: ql (128 nb bytes; in super-block j, piece pi's 16 bytes at 128 j + 16 pi:
+// file bytes 64 h + 8 t .. + 7, then 64 h + 32 + 8 t .. + 7, with h = pi / 4 and t = pi % 4), qh
+// (64 nb, at 128 nb + 64 j, file order), scales (16 nb, at 192 nb + 16 j, file order) and d (2 nb, at
+// 208 nb + 2 j). In the file a piece's 32 bytes are scattered over a 2-aligned block: about a dozen
+// 4-byte loads and byte permutes. Rows of 2048k elements start 16-aligned and a piece is one 16-byte,
+// two 8-byte and one 2-byte load; other even counts of super-blocks start 4-aligned, and a piece is
+// eight aligned words and d. An odd count (8960 columns) leaves rows 2-aligned: those stay as in the
+// file. Readers take n_cols to tell (forge__q6_k_layout; every other type ignores it).
 
 // The 16 IQ4 levels {-127,-104,-83,-65, -49,-35,-22,-10, 1,13,25,38, 53,69,89,113} packed four int8
 // to a word and picked with selects: no table in memory, no divergent lookups.
@@ -774,11 +774,21 @@ struct forge__w_q5_k {
     static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
 };
 
-// Whether a Q6_K matrix of n_cols columns is in the device layout (the table above): rows of 2048k
-// elements, which all start 16-aligned (the launchers refuse such a matrix at an address that is
-// not: forge__hip_weights). One condition for every row of a launch, so the readers' branch on it is
-// uniform; narrower Q6_K rows keep the file's blocks and the file's reading.
-__host__ __device__ __forceinline__ bool forge__q6_k_aligned(uint32_t n_cols) { return n_cols % 2048 == 0; }
+// How a Q6_K matrix of n_cols columns is stored on the device (the table above): 16, in the device
+// layout with every row 16-aligned (2048k columns); 4, in the device layout with rows 4-aligned (512k
+// columns, an even number of super-blocks); 0, the file's blocks. The launchers refuse a packed
+// matrix at an address of less alignment (forge__hip_weights). One answer for every row of a launch,
+// so the readers' branch on it is uniform, and the decode products and prompt tiles are separate
+// instantiations for each (forge__hip_kind).
+__host__ __device__ __forceinline__ uint32_t forge__q6_k_layout(uint32_t n_cols) {
+    return n_cols % 2048 == 0 ? 16u : n_cols % 512 == 0 ? 4u : 0u;
+}
+
+// N aligned 4-byte words from p
+template <int N> __device__ __forceinline__ void forge__ld_u32(const uint8_t *p, uint32_t out[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) out[i] = ((const uint32_t *)p)[i];
+}
 
 // Q6_K: unit s = u % 8 of super-block j is half s/4, quarter k = s%4, elements l = 0..31 of it: ql
 // byte l of (k&1) 32 of the half at nibble 4 (k>>1), qh byte l of the half at bits 2k, scale
@@ -788,7 +798,7 @@ struct forge__w_q6_k {
     static const int block_elems = 256, block_bytes = 210, is_float = 0;
     static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t n_cols, float v[32]) {
         const uint32_t j = u / 8, s = u % 8, half = s / 4, k4 = s % 4;
-        const bool packed = forge__q6_k_aligned(n_cols);
+        const bool packed = forge__q6_k_layout(n_cols) != 0;
         const uint32_t nb = n_cols / 256, b = packed ? 0 : 210 * j; // the block's start in the file's layout
         const uint8_t *ql = row + (packed ? 128 * j + 64 * half + 8 * (k4 & 1) : b + 64 * half + 32 * (k4 & 1));
         const uint8_t *qh = row + (packed ? 128 * nb + 64 * j : b + 128) + 32 * half;
@@ -873,9 +883,10 @@ static int forge__hip_weights(uint32_t type, uint32_t n_cols, const void *w, siz
             snprintf(message, message_bytes, "%s: rows of %u elements are not a whole number of %u-element blocks", who, n_cols, elems);
         return -1;
     }
-    if (type == FORGE_HIP_Q6_K && forge__q6_k_aligned(n_cols) && ((uintptr_t)w & 15) != 0) {
+    const uint32_t align = type == FORGE_HIP_Q6_K ? forge__q6_k_layout(n_cols) : 0;
+    if (align && (uintptr_t)w % align != 0) {
         if (message && message_bytes)
-            snprintf(message, message_bytes, "%s: a Q6_K matrix of %u columns must start at a 16-byte aligned address", who, n_cols);
+            snprintf(message, message_bytes, "%s: a Q6_K matrix of %u columns must start at a %u-byte aligned address", who, n_cols, align);
         return -1;
     }
     *row_bytes = (size_t)(n_cols / elems) * bytes;
@@ -1121,12 +1132,19 @@ template <int PACKED> struct forge__p_q6_k_t {
     static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t n_cols, raw &r) {
         const uint32_t j = p / 8, pi = p % 8, h = pi / 4, t = pi % 4;
         uint32_t s[2];
-        if (PACKED) {
+        if (PACKED == 16) {
             const uint32_t nb = n_cols / 256;
             const uint4 q = forge__ld128(row + 128 * j + 16 * pi);
             const uint2 hv = *(const uint2 *)(row + 128 * nb + 64 * j + 8 * pi), sv = *(const uint2 *)(row + 192 * nb + 16 * j + 8 * h);
             r.a[0] = q.x, r.a[1] = q.y, r.b[0] = q.z, r.b[1] = q.w;
             r.h[0] = hv.x, r.h[1] = hv.y, s[0] = sv.x, s[1] = sv.y;
+            r.d = forge__f16(forge__ld16(row + 208 * nb + 2 * j));
+        } else if (PACKED == 4) { // the same arrays in 4-byte words
+            const uint32_t nb = n_cols / 256;
+            forge__ld_u32<2>(row + 128 * j + 16 * pi, r.a);
+            forge__ld_u32<2>(row + 128 * j + 16 * pi + 8, r.b);
+            forge__ld_u32<2>(row + 128 * nb + 64 * j + 8 * pi, r.h);
+            forge__ld_u32<2>(row + 192 * nb + 16 * j + 8 * h, s);
             r.d = forge__f16(forge__ld16(row + 208 * nb + 2 * j));
         } else {
             const uint8_t *blk = row + (size_t)j * 210;
@@ -1178,11 +1196,12 @@ template <int PACKED> struct forge__p_q6_k_t {
         return r.d * total;
     }
 };
-// the file's layout (rows narrower than 2048k elements) and the device layout (>>weights): separate
+// the file's layout and the device layout with rows 16- or 4-aligned (forge__q6_k_layout): separate
 // instantiations, chosen at launch (forge__hip_kind), so that each decode product keeps the registers
 // of one way of loading
 typedef forge__p_q6_k_t<0> forge__p_q6_k;
-typedef forge__p_q6_k_t<1> forge__p_q6_k_packed;
+typedef forge__p_q6_k_t<16> forge__p_q6_k_packed;
+typedef forge__p_q6_k_t<4> forge__p_q6_k_packed4;
 
 // The fast decode kernel: one wave per FORGE__MV_ROWS rows, lane i takes pieces i, i + wave, ...
 template <class P>
@@ -1461,7 +1480,8 @@ template <int PACKED> struct forge__pq_q6_k_t : forge__p_q6_k_t<PACKED> {
     }
 };
 typedef forge__pq_q6_k_t<0> forge__pq_q6_k;
-typedef forge__pq_q6_k_t<1> forge__pq_q6_k_packed;
+typedef forge__pq_q6_k_t<16> forge__pq_q6_k_packed;
+typedef forge__pq_q6_k_t<4> forge__pq_q6_k_packed4;
 
 // The decode product on quantized activations. A block is FORGE__MVQ_WAVES waves; the waves are
 // split into KSPLIT sets that walk interleaved pieces of the same rows (for matrices with few rows:
@@ -1643,13 +1663,17 @@ static int forge__hip_sm_count(void) {
     X(FORGE_HIP_Q4_0, forge__pq_q4_0) X(FORGE_HIP_Q8_0, forge__pq_q8_0) X(FORGE_HIP_Q4_K, forge__pq_q4_k) \
     X(FORGE_HIP_Q6_K, forge__pq_q6_k)
 
-// Which instantiation reads a matrix: its type, but Q6_K matrices of 2048k columns are in the device
-// layout (>>weights) and have their own readers, under an id no GGUF type uses.
-#define FORGE__HIP_Q6_K_PACKED 0x1000Eu
+// Which instantiation reads a matrix: its type, but Q6_K matrices in the device layout (>>weights)
+// have their own readers, under ids no GGUF type uses.
+#define FORGE__HIP_Q6_K_PACKED 0x1000Eu  // rows 16-aligned
+#define FORGE__HIP_Q6_K_PACKED4 0x2000Eu // rows 4-aligned
 static uint32_t forge__hip_kind(uint32_t type, uint32_t n_cols) {
-    return type == FORGE_HIP_Q6_K && forge__q6_k_aligned(n_cols) ? FORGE__HIP_Q6_K_PACKED : type;
+    if (type != FORGE_HIP_Q6_K) return type;
+    const uint32_t layout = forge__q6_k_layout(n_cols);
+    return layout == 16 ? FORGE__HIP_Q6_K_PACKED : layout == 4 ? FORGE__HIP_Q6_K_PACKED4 : type;
 }
-#define FORGE__Q8_KINDS(X) FORGE__Q8_TYPES(X) X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed)
+#define FORGE__Q8_KINDS(X)                                                                               \
+    FORGE__Q8_TYPES(X) X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed) X(FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4)
 
 template <class P, int NI>
 static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
@@ -1847,7 +1871,9 @@ static void forge__mvq3_launch(forge__mv3 &m, uint32_t n_cols, const uint8_t *q8
 // and the instantiations that run them (forge__hip_kind)
 #define FORGE__Q8_PAIR_KINDS(X)                                                                          \
     FORGE__Q8_PAIRS(X) X(FORGE_HIP_Q4_K, forge__pq_q4_k, FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed) \
-    X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed, FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed)
+    X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed, FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed)     \
+    X(FORGE_HIP_Q4_K, forge__pq_q4_k, FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4)                  \
+    X(FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4, FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4)
 
 extern "C" {
 
@@ -2082,17 +2108,23 @@ struct forge__h_q4_k {
 // + 16h.. at nibble 4 (k>>1), qh bytes 128 + 32 half + 16h.. at bits 2k, scale 8 half + 2k + h; in
 // the device layout (>>weights) the ql bytes are the (k&1) 8 of pieces 4 half + 2h and + 1. 6-bit v
 // placed as 2v gives the float 2 + v/32: dl (v - 32) = 32 dl f - 96 dl.
-template <int PACKED> struct forge__h_q6_k_t { // PACKED: the device layout, a launch of its own (forge__hip_kind)
+template <int PACKED> struct forge__h_q6_k_t { // PACKED: forge__q6_k_layout's answer, a launch of its own
     struct raw { uint32_t ql[4], qh[4], sd; };
     static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, uint32_t n_cols, raw &r) {
         const uint32_t j = u / 8, s = u % 8, half = s / 4, k = s % 4;
         if (PACKED) {
             const uint32_t nb = n_cols / 256;
-            const uint8_t *ql = row + 128 * j + 64 * half + 32 * h + 8 * (k & 1);
-            const uint2 a = *(const uint2 *)ql, b = *(const uint2 *)(ql + 16);
-            const uint4 q = forge__ld128(row + 128 * nb + 64 * j + 32 * half + 16 * h);
-            r.ql[0] = a.x, r.ql[1] = a.y, r.ql[2] = b.x, r.ql[3] = b.y;
-            r.qh[0] = q.x, r.qh[1] = q.y, r.qh[2] = q.z, r.qh[3] = q.w;
+            const uint8_t *ql = row + 128 * j + 64 * half + 32 * h + 8 * (k & 1), *qh = row + 128 * nb + 64 * j + 32 * half + 16 * h;
+            if (PACKED == 16) {
+                const uint2 a = *(const uint2 *)ql, b = *(const uint2 *)(ql + 16);
+                const uint4 q = forge__ld128(qh);
+                r.ql[0] = a.x, r.ql[1] = a.y, r.ql[2] = b.x, r.ql[3] = b.y;
+                r.qh[0] = q.x, r.qh[1] = q.y, r.qh[2] = q.z, r.qh[3] = q.w;
+            } else {
+                forge__ld_u32<2>(ql, r.ql);
+                forge__ld_u32<2>(ql + 16, r.ql + 2);
+                forge__ld_u32<4>(qh, r.qh);
+            }
             r.sd = (uint32_t)row[192 * nb + 16 * j + 8 * half + 2 * k + h] | (forge__ld16(row + 208 * nb + 2 * j) << 16);
         } else {
             const uint8_t *blk = row + (size_t)j * 210;
@@ -2115,7 +2147,8 @@ template <int PACKED> struct forge__h_q6_k_t { // PACKED: the device layout, a l
     }
 };
 typedef forge__h_q6_k_t<0> forge__h_q6_k;
-typedef forge__h_q6_k_t<1> forge__h_q6_k_packed;
+typedef forge__h_q6_k_t<16> forge__h_q6_k_packed;
+typedef forge__h_q6_k_t<4> forge__h_q6_k_packed4;
 
 // F16: the 32 bytes themselves (rows are 64-byte multiples here, so 16-aligned).
 struct forge__h_f16 {
@@ -2310,7 +2343,7 @@ static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows
 #define FORGE__MMA_TYPES(X)                                                                              \
     X(FORGE_HIP_F16, forge__h_f16) X(FORGE_HIP_Q4_0, forge__h_q4_0) X(FORGE_HIP_Q8_0, forge__h_q8_0)      \
     X(FORGE_HIP_Q4_K, forge__h_q4_k) X(FORGE_HIP_Q6_K, forge__h_q6_k)                                     \
-    X(FORGE__HIP_Q6_K_PACKED, forge__h_q6_k_packed)                                                      \
+    X(FORGE__HIP_Q6_K_PACKED, forge__h_q6_k_packed) X(FORGE__HIP_Q6_K_PACKED4, forge__h_q6_k_packed4)    \
     X(FORGE_HIP_Q4_1, forge__h_unit<forge__w_q4_1>) X(FORGE_HIP_Q5_0, forge__h_unit<forge__w_q5_0>)        \
     X(FORGE_HIP_Q5_1, forge__h_unit<forge__w_q5_1>) X(FORGE_HIP_Q2_K, forge__h_unit<forge__w_q2_k>)        \
     X(FORGE_HIP_Q3_K, forge__h_unit<forge__w_q3_k>) X(FORGE_HIP_Q5_K, forge__h_unit<forge__w_q5_k>)        \
@@ -2362,6 +2395,7 @@ int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
             FORGE__LAUNCH_FAST(FORGE_HIP_Q4_K, forge__p_q4_k)
             FORGE__LAUNCH_FAST(FORGE_HIP_Q6_K, forge__p_q6_k)
             FORGE__LAUNCH_FAST(FORGE__HIP_Q6_K_PACKED, forge__p_q6_k_packed)
+            FORGE__LAUNCH_FAST(FORGE__HIP_Q6_K_PACKED4, forge__p_q6_k_packed4)
 #undef FORGE__LAUNCH_FAST
         default: break;
         }
@@ -4970,8 +5004,8 @@ int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint3
                      expert_bytes, n_rows, n_cols, row_bytes, n_tokens, k);
         return -1;
     }
-    if (type == FORGE_HIP_Q6_K && forge__q6_k_aligned(n_cols) && expert_bytes % 16 != 0)
-        return forge__hip_refuse(message, message_bytes, "matmul_id: Q6_K experts of 2048k columns must be a multiple of 16 bytes apart");
+    if (type == FORGE_HIP_Q6_K && forge__q6_k_layout(n_cols) && expert_bytes % forge__q6_k_layout(n_cols) != 0)
+        return forge__hip_refuse(message, message_bytes, "matmul_id: Q6_K experts in the device layout must keep its row alignment apart");
     hipStream_t s = (hipStream_t)stream;
     const uint8_t *wb = (const uint8_t *)w;
     const uint32_t n_pairs = n_tokens * k, pair_blocks = n_pairs < 65535u ? n_pairs : 65535u;
@@ -4996,6 +5030,7 @@ int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint3
         FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q4_K, forge__p_q4_k)
         FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q6_K, forge__p_q6_k)
         FORGE__LAUNCH_ID_FAST(FORGE__HIP_Q6_K_PACKED, forge__p_q6_k_packed)
+        FORGE__LAUNCH_ID_FAST(FORGE__HIP_Q6_K_PACKED4, forge__p_q6_k_packed4)
 #undef FORGE__LAUNCH_ID_FAST
     default: break;
     }

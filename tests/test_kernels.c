@@ -89,12 +89,12 @@ static void *dev_alloc(size_t bytes, const void *host) {
 }
 
 /* A weight matrix (rows of n_cols elements of `type`, in file order) as forge's upload places it on
-   the device: Q6_K rows of 2048k elements packed into the device layout (forge__gpu_pack_q6_k), every
+   the device: Q6_K rows of 512k elements packed into the device layout (forge__gpu_pack_q6_k), every
    other matrix as is. */
 static void *dev_weights(uint32_t type, uint32_t n_cols, size_t bytes, const void *host) {
     void *d;
     uint8_t *packed;
-    if (type != FORGE_TYPE_Q6_K || n_cols % 2048 != 0) return dev_alloc(bytes, host);
+    if (type != FORGE_TYPE_Q6_K || n_cols % 512 != 0) return dev_alloc(bytes, host);
     packed = (uint8_t *)xmalloc(bytes);
     forge__gpu_pack_q6_k((const uint8_t *)host, packed, bytes / (n_cols / 256 * 210), n_cols / 256);
     d = dev_alloc(bytes, packed);
@@ -1659,12 +1659,14 @@ static void test_q8(void) {
     }
     check_matvec3_q8(FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, 4096, 1024, 4096, 0); /* Llama-3-8B q, k, v */
     check_matvec3_q8(FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K, 1536, 256, 1536, 1);  /* Qwen2.5-1.5B, with biases */
+    check_matvec3_q8(FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, 1536, 256, 1536, 1);  /* its Q6_K value rows, 4-aligned in the device layout */
     check_matvec3_q8(FORGE_TYPE_Q4_0, FORGE_TYPE_Q4_0, 300, 100, 1024, 1);
     check_matvec3_q8(FORGE_TYPE_Q8_0, FORGE_TYPE_Q8_0, 2048, 512, 2048, 0);
     check_matvec3_q8(FORGE_TYPE_Q6_K, FORGE_TYPE_Q6_K, 896, 128, 2304, 1);
     CHECK(forge_hip_matvec3_q8_ok(FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_K) == 0, "Q6_K then Q4_K is not a pair the launch takes");
     check_norm_q8(FORGE_TYPE_Q4_K, 4096, 4096, FORGE_TYPE_Q4_K, 1024, 0); /* Llama-3-8B: output projection -> k */
     check_norm_q8(FORGE_TYPE_Q6_K, 1536, 8960, FORGE_TYPE_Q4_K, 256, 1);  /* Qwen2.5-1.5B: down -> gate */
+    check_norm_q8(FORGE_TYPE_Q6_K, 2048, 1536, FORGE_TYPE_Q6_K, 256, 0);  /* Q6_K in the device layout, rows 4- then 16-aligned */
     check_norm_q8(FORGE_TYPE_Q4_0, 64, 1024, FORGE_TYPE_Q8_0, 96, 1);     /* two blocks of rows */
     check_norm_q8(FORGE_TYPE_Q8_0, 2048, 2048, FORGE_TYPE_Q6_K, 300, 0);  /* a reader without a gate/up shape */
     check_norm_q8(FORGE_TYPE_Q4_K, 8192, 4096, FORGE_TYPE_Q4_0, 64, 1);   /* enough blocks to fill the machine unsplit */
@@ -1709,7 +1711,7 @@ static void test_q8(void) {
           "matvec norm q8 over 40 rows must be refused: %s", msg);
     CHECK(forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q4_K, 40, 4096) == 0 && forge_hip_matvec_norm_q8_ok(FORGE_TYPE_F16, 1u << 20, 4096) == 0,
           "40 rows are not whole groups, F16 has no 8-bit path: no prepared norm");
-    CHECK(forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q6_K, 1u << 20, 1536) == 0, "Q6_K rows in the file's layout: no prepared norm");
+    CHECK(forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q6_K, 1u << 20, 8960) == 0, "Q6_K rows in the file's layout: no prepared norm");
     CHECK(forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q6_K, 4096, 14336) == forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q4_K, 4096, 14336),
           "Q6_K rows in the device layout: prepared where Q4_K's would be");
     CHECK(forge_hip_matvec_norm_q8(FORGE_TYPE_Q4_K, NULL, 64, 256, NULL, NULL, NULL, NULL, NULL, NULL, msg, sizeof msg) == -1 &&

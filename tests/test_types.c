@@ -134,9 +134,9 @@ static void test_blocks(void) {
 
 /* The device layout of Q6_K rows (forge__gpu_pack_q6_k, described in forge_kernels.hip >>weights):
    every element read back from the packed rows by the layout's own description equals the file's
-   dequantized value, bit for bit; and the upload packs exactly the Q6_K matrices of 2048k columns. */
+   dequantized value, bit for bit; and the upload packs exactly the Q6_K matrices of 512k columns. */
 static void test_q6_k_device_layout(void) {
-    static const uint32_t widths[] = {2048, 4096};
+    static const uint32_t widths[] = {1536, 2048, 4096};
     uint32_t seed = 12345u;
     size_t w;
     TEST_CASE("Q6_K device layout");
@@ -181,7 +181,9 @@ static void test_q6_k_device_layout(void) {
         CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 16 * 210, "a 4096-wide Q6_K matrix is packed a row at a time");
         CHECK(forge__gpu_packed_row_bytes(&t, FORGE__VECTOR) == 0, "a Q6_K vector goes to f32, not packed");
         t.ne[0] = 1536;
-        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "1536-wide Q6_K rows keep the file's layout");
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 6 * 210, "a 1536-wide Q6_K matrix is packed (rows 4-aligned)");
+        t.ne[0] = 8960;
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "8960-wide Q6_K rows (35 super-blocks, 2-aligned) keep the file's layout");
         t.type = FORGE_TYPE_Q4_K, t.ne[0] = 4096;
         CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "Q4_K keeps the file's layout");
     }
