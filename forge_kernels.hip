@@ -4548,8 +4548,13 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
         return 0;
     if ((a.kv_type == FORGE_HIP_F16 || a.kv_type == FORGE_HIP_F32) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 15u)) return 0;
     if ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 1u)) return 0;
-    // a group in even parts of at most FORGE__ATTD_MAX_GROUP heads, one block each
-    const uint32_t parts = (group + FORGE__ATTD_MAX_GROUP - 1) / FORGE__ATTD_MAX_GROUP, per_block = (group + parts - 1) / parts;
+    // a group in parts of at most FORGE__ATTD_MAX_GROUP heads, one block each: of 4 or 2 heads where
+    // that divides the group, so that no block computes a head it does not have (the kernels run G = 1,
+    // 2 or 4 heads whatever the part's count); else even parts. Qwen2.5-1.5B's 6: three parts of 2
+    // instead of two of 3 computed as 4, on the H100 tg128 869-876 -> 907-910 t/s at depth 0,
+    // 669-672 -> 740-750 at 4096, 567 -> 637 at 16384 (tests/PERF.md)
+    const uint32_t per_block = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : (group + (group + 3) / 4 - 1) / ((group + 3) / 4);
+    const uint32_t parts = (group + per_block - 1) / per_block;
     const uint32_t max_len = a.pos0 + a.n_tokens, span = a.window && a.window < max_len ? a.window : max_len;
     const int gp = per_block <= 1 ? 1 : per_block <= 2 ? 2 : 4;
     const bool w8 = ((uintptr_t)a.cache_k | (uintptr_t)a.cache_v | row_k_bytes | row_v_bytes) % 8 == 0; // Q8_0 / Q4_0 quants
