@@ -213,6 +213,18 @@ static void test_matmul(void) {
     CHECK(forge_hip_matvec(FORGE_TYPE_Q4_K, NULL, 4, 100, NULL, NULL, NULL, NULL, msg, sizeof msg) == -1 && strstr(msg, "256"),
           "a Q4_K row of 100 elements must be refused: %s", msg);
     CHECK(forge_hip_matvec(9, NULL, 4, 64, NULL, NULL, NULL, NULL, msg, sizeof msg) == -1, "type 9 (Q8_1) must be refused");
+    /* Q6_K in the device layout is read with aligned loads: a matrix (or an expert) that is not aligned
+       as its rows are is refused before anything runs; nothing is dereferenced */
+    CHECK(forge_hip_matvec(FORGE_TYPE_Q6_K, (const void *)(uintptr_t)8, 4, 2048, NULL, NULL, NULL, NULL, msg, sizeof msg) == -1 &&
+              strstr(msg, "16-byte aligned"),
+          "a 2048-wide Q6_K matrix at an 8-aligned address must be refused: %s", msg);
+    CHECK(forge_hip_matvec_q8(FORGE_TYPE_Q6_K, (const void *)(uintptr_t)2, 4, 1536, NULL, NULL, NULL, 0, -1.0f, NULL, msg, sizeof msg) == -1 &&
+              strstr(msg, "4-byte aligned"),
+          "a 1536-wide Q6_K matrix at a 2-aligned address must be refused: %s", msg);
+    CHECK(forge_hip_matmul_id(FORGE_TYPE_Q6_K, (const void *)(uintptr_t)256, 3 * 1680 + 8, 3, 2048, NULL, 0, NULL, 1, 1, NULL, NULL, msg,
+                              sizeof msg) == -1 &&
+              strstr(msg, "experts"),
+          "Q6_K experts 8 bytes off the 16-byte rows must be refused: %s", msg);
 }
 
 /* ---- embed ---- */
