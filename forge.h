@@ -6762,9 +6762,11 @@ static FORGE__MAYBE_UNUSED void forge__gpu_pack_q6_k(const uint8_t *src, uint8_t
     }
 }
 
-/* Bytes of one row of a matrix the upload packs (whole rows at a time), else 0. */
+/* Bytes of one row of a matrix the upload packs (whole rows at a time), else 0. The rule is the
+   kernels' forge__q6_k_layout (forge_kernels.hip): the two must agree. */
 static FORGE__MAYBE_UNUSED uint64_t forge__gpu_packed_row_bytes(const forge_gguf_tensor *t, forge__use use) {
-    return use == FORGE__MATRIX && t->type == FORGE_TYPE_Q6_K && t->ne[0] % 512 == 0 ? t->ne[0] / 256 * 210 : 0;
+    return use == FORGE__MATRIX && t->type == FORGE_TYPE_Q6_K && t->ne[0] % 512 == 0 && t->ne[0] <= UINT32_MAX ? t->ne[0] / 256 * 210
+                                                                                                            : 0;
 }
 
 #ifdef FORGE_HIP
@@ -6798,8 +6800,8 @@ static forge_result forge__upload_room(forge__upload *u, uint64_t bytes, forge_e
 }
 
 /* One tensor to device offset `offset`, in pieces that fit the staging: a matrix as stored (Q6_K
-   rows of 512k elements packed into the device layout, whole rows at a time), a vector dequantized to f32 a whole
-   number of blocks at a time. */
+   rows of 512k elements packed into the device layout, whole rows at a time), a vector dequantized
+   to f32 a whole number of blocks at a time. */
 static forge_result forge__upload_tensor(forge__upload *u, const forge_gguf_tensor *t, forge__use use, uint64_t offset,
                                          forge_error *error) {
     const forge_type_traits *tt = forge_type_info(t->type);

@@ -779,7 +779,8 @@ struct forge__w_q5_k {
 // columns, an even number of super-blocks); 0, the file's blocks. The launchers refuse a packed
 // matrix at an address of less alignment (forge__hip_weights). One answer for every row of a launch,
 // so the readers' branch on it is uniform, and the decode products and prompt tiles are separate
-// instantiations for each (forge__hip_kind).
+// instantiations for each (forge__hip_kind). forge.h's upload packs by the same rule
+// (forge__gpu_packed_row_bytes).
 __host__ __device__ __forceinline__ uint32_t forge__q6_k_layout(uint32_t n_cols) {
     return n_cols % 2048 == 0 ? 16u : n_cols % 512 == 0 ? 4u : 0u;
 }
