@@ -870,8 +870,8 @@ static int forge__hip_block(uint32_t type, uint32_t *block_elems, uint32_t *bloc
     }
 }
 
-// Checks a weight matrix's type, width and address (w: the first matrix; Q6_K rows of 2048k elements
-// are read with 16-byte loads); fills row_bytes.
+// Checks a weight matrix's type, width and address (w: the first matrix; Q6_K rows in the device
+// layout are read with loads of their alignment, forge__q6_k_layout); fills row_bytes.
 static int forge__hip_weights(uint32_t type, uint32_t n_cols, const void *w, size_t *row_bytes, const char *who, char *message,
                               size_t message_bytes) {
     uint32_t elems, bytes;
@@ -1123,9 +1123,9 @@ struct forge__p_q4_k {
 // Q6_K: piece pi (0..7) of a super-block: half h = pi/4, t = pi%4, elements 128h + 32k + 8t + i
 // (quarter k = 0..3, i = 0..7): ql bytes 64h + 8t.. (k = 0 low, 2 high nibbles) and 64h + 32 + 8t..
 // (k = 1, 3), qh bytes 128 + 32h + 8t.. (bits 2k), scale 8h + 2k + t/2. Blocks are 2-aligned: about
-// a dozen 4-byte loads a piece. In the device layout of rows of 2048k elements (>>weights) the
-// piece's 16 ql bytes are together, its 8 qh bytes and the half's 8 scales in arrays after them:
-// one 16-byte, two 8-byte and one 2-byte load.
+// a dozen 4-byte loads a piece. In the device layout (>>weights) the piece's 16 ql bytes are
+// together, its 8 qh bytes and the half's 8 scales in arrays after them: one 16-byte, two 8-byte and
+// one 2-byte load where rows are 16-aligned, eight words and the 2-byte d where they are 4-aligned.
 template <int PACKED> struct forge__p_q6_k_t {
     // sc: the piece's four scales, quarter k in byte k (one register a row instead of the half's two
     // words: the decode products run at their register limit)
@@ -1133,19 +1133,20 @@ template <int PACKED> struct forge__p_q6_k_t {
     static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t n_cols, raw &r) {
         const uint32_t j = p / 8, pi = p % 8, h = pi / 4, t = pi % 4;
         uint32_t s[2];
-        if (PACKED == 16) {
+        if (PACKED) {
             const uint32_t nb = n_cols / 256;
-            const uint4 q = forge__ld128(row + 128 * j + 16 * pi);
-            const uint2 hv = *(const uint2 *)(row + 128 * nb + 64 * j + 8 * pi), sv = *(const uint2 *)(row + 192 * nb + 16 * j + 8 * h);
-            r.a[0] = q.x, r.a[1] = q.y, r.b[0] = q.z, r.b[1] = q.w;
-            r.h[0] = hv.x, r.h[1] = hv.y, s[0] = sv.x, s[1] = sv.y;
-            r.d = forge__f16(forge__ld16(row + 208 * nb + 2 * j));
-        } else if (PACKED == 4) { // the same arrays in 4-byte words
-            const uint32_t nb = n_cols / 256;
-            forge__ld_u32<2>(row + 128 * j + 16 * pi, r.a);
-            forge__ld_u32<2>(row + 128 * j + 16 * pi + 8, r.b);
-            forge__ld_u32<2>(row + 128 * nb + 64 * j + 8 * pi, r.h);
-            forge__ld_u32<2>(row + 192 * nb + 16 * j + 8 * h, s);
+            const uint8_t *ql = row + 128 * j + 16 * pi, *qh = row + 128 * nb + 64 * j + 8 * pi, *sc = row + 192 * nb + 16 * j + 8 * h;
+            if (PACKED == 16) {
+                const uint4 q = forge__ld128(ql);
+                const uint2 hv = *(const uint2 *)qh, sv = *(const uint2 *)sc;
+                r.a[0] = q.x, r.a[1] = q.y, r.b[0] = q.z, r.b[1] = q.w;
+                r.h[0] = hv.x, r.h[1] = hv.y, s[0] = sv.x, s[1] = sv.y;
+            } else { // the same arrays in 4-byte words
+                forge__ld_u32<2>(ql, r.a);
+                forge__ld_u32<2>(ql + 8, r.b);
+                forge__ld_u32<2>(qh, r.h);
+                forge__ld_u32<2>(sc, s);
+            }
             r.d = forge__f16(forge__ld16(row + 208 * nb + 2 * j));
         } else {
             const uint8_t *blk = row + (size_t)j * 210;

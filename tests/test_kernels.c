@@ -89,14 +89,19 @@ static void *dev_alloc(size_t bytes, const void *host) {
 }
 
 /* A weight matrix (rows of n_cols elements of `type`, in file order) as forge's upload places it on
-   the device: Q6_K rows of 512k elements packed into the device layout (forge__gpu_pack_q6_k), every
-   other matrix as is. */
+   the device: packed into the device layout where the upload packs it (forge__gpu_packed_row_bytes,
+   forge__gpu_pack_q6_k), every other matrix as is. */
 static void *dev_weights(uint32_t type, uint32_t n_cols, size_t bytes, const void *host) {
+    forge_gguf_tensor t;
+    uint64_t row;
     void *d;
     uint8_t *packed;
-    if (type != FORGE_TYPE_Q6_K || n_cols % 512 != 0) return dev_alloc(bytes, host);
+    memset(&t, 0, sizeof t);
+    t.type = type, t.n_dims = 2, t.ne[0] = n_cols;
+    row = forge__gpu_packed_row_bytes(&t, FORGE__MATRIX);
+    if (!row) return dev_alloc(bytes, host);
     packed = (uint8_t *)xmalloc(bytes);
-    forge__gpu_pack_q6_k((const uint8_t *)host, packed, bytes / (n_cols / 256 * 210), n_cols / 256);
+    forge__gpu_pack_q6_k((const uint8_t *)host, packed, bytes / row, row / 210);
     d = dev_alloc(bytes, packed);
     free(packed);
     return d;
