@@ -6167,6 +6167,8 @@ int forge_hip_kv_store_at(uint32_t kv_type, const float *k, const float *v, void
 /* args->pos0: the largest position a replay reads; the grid is sized for it */
 int forge_hip_attention_at(const forge_hip_attention_args *args, const uint32_t *dev_pos, void *scratch, size_t scratch_bytes,
                            void *stream, char *message, size_t message_bytes);
+/* the spans at which the decode attention launch cuts its blocks differently (ascending): one graph a band */
+uint32_t forge_hip_attention_span_limits(uint32_t *limits, uint32_t max);
 int forge_hip_graph_begin(void *stream, char *message, size_t message_bytes);
 int forge_hip_graph_end(void *stream, int keep, void **out, char *message, size_t message_bytes);
 int forge_hip_graph_launch(void *graph, void *stream, char *message, size_t message_bytes);
@@ -6297,6 +6299,9 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
 /* The decode step's device slots, read by the recorded graph: [0] the token, [1] its position,
    [2] forge_context_argmax's answer. */
 #define FORGE__GPU_STEP_WORDS 4u
+/* The decode graphs a context records at most: one for each band of positions between the spans
+   at which the attention launch changes (forge_hip_attention_span_limits), the last up to n_ctx. */
+#define FORGE__GPU_GRAPHS 4u
 /* The rotary pair frequencies of the decode step's fused attention: two tables (the base and the
    sliding-window layers' base) of up to FORGE__GPU_ROPE_PAIRS doubles. */
 #define FORGE__GPU_ROPE_PAIRS 512u
@@ -6690,7 +6695,13 @@ struct forge_context {
     int fuse_norm;          /* a residual product prepares the RMS norm after it: 0 never, 1 where faster, 2 wherever it can */
     uint32_t norms_prepared; /* how many norms the last decode step's products prepared */
     uint32_t *step_host;    /* their pinned host mirror */
-    void *graph;            /* the recorded decode step; NULL: plain launches */
+    /* the recorded decode step, one graph for each band of positions (forge__gpu_record_decode):
+       graph[i] serves the positions below graph_span[i]; n_graphs 0: plain launches */
+    void *graph[FORGE__GPU_GRAPHS];
+    uint32_t graph_span[FORGE__GPU_GRAPHS];
+    uint32_t n_graphs;
+    uint32_t n_bands;       /* the bands of graph_span (>= 1 once the GPU context is made) */
+    uint32_t att_span;      /* the span a decode step's attention launch is sized for (<= n_ctx) */
     int dev_pending;        /* a decode step queued and not yet waited for */
     int logits_on_host;     /* the host copy of the logits is the last eval's */
     /* captures: each one's region in the staging (the CPU arena's, or the device's, mirrored on the
@@ -6897,7 +6908,7 @@ static void forge__gpu_attention_args(forge_context *ctx, const forge__op *op, u
     args->n_head_kv = c->layer_n_head_kv[op->layer];
     args->head_dim = c->head_dim;
     args->head_dim_v = c->head_dim_v;
-    args->pos0 = at_dev_pos ? ctx->r.n_ctx - n : ctx->pos;
+    args->pos0 = at_dev_pos ? ctx->att_span - n : ctx->pos;
     args->scale = c->attn_scale;
     args->window = c->layer_is_swa[op->layer] ? c->n_swa : 0;
     args->n_cells = ctx->kv_cells[op->layer];
@@ -7244,36 +7255,62 @@ static forge_result forge__gpu_wait(forge_context *ctx, forge_error *error) {
     return FORGE_OK;
 }
 
-/* Records one decode step (one token; its id and position read from the step slots) as a graph,
-   once, at context creation: every step then costs one 8-byte copy and one launch, and the graph
-   holds for every position and after forge_context_reset, since nothing in it depends on the
-   position. Where recording fails, or FORGE_NO_GRAPH is set, the plain launches stay. */
+/* Records the decode step (one token; its id and position read from the step slots) as graphs,
+   once, at context creation: every step then costs one 8-byte copy and one launch, and the graphs
+   hold after forge_context_reset, since nothing in them depends on the position but the band it is
+   in. The attention launch sizes its blocks by the span it may read (forge_hip_attention_span_limits:
+   short spans take smaller parts of a GQA group), so there is one graph for each band of positions
+   between those spans, the last up to n_ctx; forge__gpu_decode_band picks the step's. Where
+   recording fails, or FORGE_NO_GRAPH is set, the plain launches stay (sized by the same bands). */
 static void forge__gpu_record_decode(forge_context *ctx, const forge_context_desc *desc) {
     const char *off = getenv("FORGE_NO_GRAPH");
     uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
+    uint32_t limits[FORGE__GPU_GRAPHS], n_limits, i, n = 0;
     char message[256], line[400];
     forge_error e;
-    forge_result r;
+    forge_result r = FORGE_OK;
+    n_limits = forge_hip_attention_span_limits(limits, FORGE__GPU_GRAPHS - 1);
+    for (i = 0; i < n_limits; i++) /* the bands below n_ctx, then n_ctx */
+        if (limits[i] < ctx->r.n_ctx && (n == 0 || limits[i] > ctx->graph_span[n - 1])) ctx->graph_span[n++] = limits[i];
+    ctx->graph_span[n++] = ctx->r.n_ctx;
+    ctx->n_bands = n;
+    ctx->n_graphs = 0;
     if (off && *off && strcmp(off, "0") != 0) {
         if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, "decode graph: off (FORGE_NO_GRAPH), plain launches");
         return;
     }
-    if (forge_hip_graph_begin(ctx->stream, message, sizeof message) != 0) {
-        snprintf(line, sizeof line, "decode graph: not available (%.300s), plain launches", message);
-        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
-        return;
+    for (i = 0; i < n && r == FORGE_OK; i++) {
+        if (forge_hip_graph_begin(ctx->stream, message, sizeof message) != 0) {
+            snprintf(line, sizeof line, "decode graph: not available (%.300s), plain launches", message);
+            if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
+            break;
+        }
+        ctx->att_span = ctx->graph_span[i];
+        r = forge__gpu_launch_ops(ctx, 1, (const int32_t *)slots, slots + 1, &e);
+        if (forge_hip_graph_end(ctx->stream, r == FORGE_OK, &ctx->graph[i], message, sizeof message) != 0 || r != FORGE_OK) {
+            snprintf(line, sizeof line, "decode graph: recording failed (%.300s), plain launches", r != FORGE_OK ? e.message : message);
+            if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, line);
+            break;
+        }
+        ctx->n_graphs = i + 1;
     }
-    r = forge__gpu_launch_ops(ctx, 1, (const int32_t *)slots, slots + 1, &e);
-    if (forge_hip_graph_end(ctx->stream, r == FORGE_OK, &ctx->graph, message, sizeof message) != 0 || r != FORGE_OK) {
-        ctx->graph = NULL;
-        snprintf(line, sizeof line, "decode graph: recording failed (%.300s), plain launches", r != FORGE_OK ? e.message : message);
-        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, line);
+    if (ctx->n_graphs < n) { /* all or none */
+        for (i = 0; i < ctx->n_graphs; i++) forge_hip_graph_destroy(ctx->graph[i]);
+        ctx->n_graphs = 0;
     } else if (desc->log) {
-        snprintf(line, sizeof line, "decode graph: %u ops recorded once, replayed at every position (%u norms prepared by a product)",
-                 ctx->sched.n_ops, ctx->norms_prepared);
+        snprintf(line, sizeof line,
+                 "decode graph: %u ops recorded once in %u graphs (positions below %u%s), replayed at every position (%u norms prepared by a product)",
+                 ctx->sched.n_ops, n, ctx->graph_span[0], n > 1 ? " and the bands after" : "", ctx->norms_prepared);
         desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
     }
     ctx->n_logit_rows = 0; /* recording ran no kernel */
+}
+
+/* The band of positions the decode step at ctx->pos falls in: the first whose span holds pos + 1. */
+static uint32_t forge__gpu_decode_band(const forge_context *ctx) {
+    uint32_t b = 0;
+    while (b + 1 < ctx->n_bands && ctx->graph_span[b] < ctx->pos + 1) b++;
+    return b;
 }
 #endif
 
@@ -7399,8 +7436,10 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
         ctx->step_host[0] = (uint32_t)ctx->tokens[0];
         ctx->step_host[1] = ctx->pos;
         FORGE__HIP(forge_hip_copy_to_device(slots, ctx->step_host, 2 * sizeof(uint32_t), ctx->stream, FORGE__MSG));
-        if (ctx->graph) {
-            FORGE__HIP(forge_hip_graph_launch(ctx->graph, ctx->stream, FORGE__MSG));
+        const uint32_t band = forge__gpu_decode_band(ctx);
+        ctx->att_span = ctx->n_bands ? ctx->graph_span[band] : ctx->r.n_ctx;
+        if (ctx->n_graphs) {
+            FORGE__HIP(forge_hip_graph_launch(ctx->graph[band], ctx->stream, FORGE__MSG));
             ctx->n_logit_rows = 1;
         } else if ((r = forge__gpu_launch_ops(ctx, 1, (const int32_t *)slots, slots + 1, error))) {
             return r;
@@ -7545,7 +7584,10 @@ FORGE_API void forge_context_destroy(forge_context *ctx) {
         char message[256];
         (void)forge_hip_stream_sync(ctx->stream, message, sizeof message); /* a queued step still reads the arena */
     }
-    forge_hip_graph_destroy(ctx->graph);
+    {
+        uint32_t i;
+        for (i = 0; i < ctx->n_graphs; i++) forge_hip_graph_destroy(ctx->graph[i]);
+    }
     forge_hip_host_free(ctx->step_host);
     forge_hip_host_free(ctx->sample_host);
     if (ctx->stream) forge_hip_stream_destroy(ctx->stream);

@@ -4540,6 +4540,33 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     forge__attd_finish<G>(a, b, hd, s_m, s_l, s_o, &s_last, n_waves, n_split, partial, q8);
 }
 
+// How many query heads of a KV head's group one decode attention block takes, for a span of up to
+// `span` positions. Smaller parts put more blocks on the span's positions (shorter chains, more loads
+// in flight) and read each K and V row once a part: they pay while the span is short, and cost once
+// the re-reads and the machine's fill weigh more. So: the smallest part of 1, 2 or 4 heads that
+// divides the group and keeps the blocks of one split (n_head_kv x parts) within
+// FORGE__ATTD_PARTS_ONE for a span of one split, FORGE__ATTD_PARTS_SHORT up to FORGE__ATTD_SHORT
+// positions, else FORGE__ATTD_PARTS_LONG; a group none divides takes even parts of at most 4. On the
+// H100, tg128 (tests/PERF.md, eleventh session): Llama-3-8B (8 KV heads, groups of 4) from 0, 1024,
+// 4096 and 8192 positions with parts of 4 / 2 / 1: 418-422 / 435 / 440, 385 / 401-404 / 388,
+// 355 / 379 / 339, 333 / 349-351 / 291, and 16384 (q8_0 and f16) and 65536 favour 4; Qwen2.5-1.5B
+// (2 KV heads, groups of 6) with parts of 2 / 1: 912 / 935, 748 / 762 at 4096, 703 / 714 at 8192,
+// 654 / 627 at 16384.
+#define FORGE__ATTD_SHORT 8192
+#define FORGE__ATTD_PARTS_ONE 32
+#define FORGE__ATTD_PARTS_SHORT 16
+#define FORGE__ATTD_PARTS_LONG 8
+static uint32_t forge__attd_per_block(uint32_t group, uint32_t n_head_kv, uint32_t span) {
+    const uint32_t limit = span <= FORGE__ATTD_ONE_SPLIT ? FORGE__ATTD_PARTS_ONE : span <= FORGE__ATTD_SHORT ? FORGE__ATTD_PARTS_SHORT
+                                                                                                          : FORGE__ATTD_PARTS_LONG;
+    for (uint32_t p = 1; p <= FORGE__ATTD_MAX_GROUP; p *= 2)
+        if (group % p == 0 && (uint64_t)n_head_kv * (group / p) <= limit) return p;
+    if (group % 4 == 0) return 4;
+    if (group % 2 == 0) return 2;
+    const uint32_t parts = (group + FORGE__ATTD_MAX_GROUP - 1) / FORGE__ATTD_MAX_GROUP;
+    return (group + parts - 1) / parts;
+}
+
 // Launches forge__k_attention_tile or forge__k_attention_decode when the shape suits one (see above); returns 0 when it does not.
 // rk (forge_hip_rope_attention_q8's): the tile kernel rotates and stores the token's rows; 0 when the shape needs another kernel.
 static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t row_k_bytes, size_t row_v_bytes,
@@ -4550,14 +4577,9 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
         return 0;
     if ((a.kv_type == FORGE_HIP_F16 || a.kv_type == FORGE_HIP_F32) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 15u)) return 0;
     if ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 1u)) return 0;
-    // a group in parts of at most FORGE__ATTD_MAX_GROUP heads, one block each: of 4 or 2 heads where
-    // that divides the group, so that no block computes a head it does not have (the kernels run G = 1,
-    // 2 or 4 heads whatever the part's count); else even parts. Qwen2.5-1.5B's 6: three parts of 2
-    // instead of two of 3 computed as 4, on the H100 tg128 869-876 -> 907-910 t/s at depth 0,
-    // 669-672 -> 740-750 at 4096, 567 -> 637 at 16384 (tests/PERF.md)
-    const uint32_t per_block = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : (group + (group + 3) / 4 - 1) / ((group + 3) / 4);
-    const uint32_t parts = (group + per_block - 1) / per_block;
     const uint32_t max_len = a.pos0 + a.n_tokens, span = a.window && a.window < max_len ? a.window : max_len;
+    const uint32_t per_block = forge__attd_per_block(group, a.n_head_kv, span);
+    const uint32_t parts = (group + per_block - 1) / per_block;
     const int gp = per_block <= 1 ? 1 : per_block <= 2 ? 2 : 4;
     const bool w8 = ((uintptr_t)a.cache_k | (uintptr_t)a.cache_v | row_k_bytes | row_v_bytes) % 8 == 0; // Q8_0 / Q4_0 quants
     const bool tiled = (a.kv_type == FORGE_HIP_F16 || ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && w8)) &&
@@ -4624,6 +4646,18 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
 }
 
 extern "C" {
+
+// The spans (positions a decode step reads) at which the decode attention launch changes how it
+// cuts a group of query heads into blocks (forge__attd_per_block), ascending, at most max of them.
+// A launch sized for a span of L (args->pos0 + n_tokens = L) serves every position below L, so a
+// caller that records one decode graph for each band between these serves each position with the
+// blocks that suit it.
+uint32_t forge_hip_attention_span_limits(uint32_t *limits, uint32_t max) {
+    const uint32_t all[2] = {FORGE__ATTD_ONE_SPLIT, FORGE__ATTD_SHORT};
+    uint32_t i;
+    for (i = 0; i < 2 && i < max; i++) limits[i] = all[i];
+    return i;
+}
 
 // forge_hip_attention with the first position read from device memory (*dev_pos, a uint32) when the
 // kernels run: the decode step's variant, which a recorded graph replays at every position.

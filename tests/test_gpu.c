@@ -919,6 +919,9 @@ int main(int argc, char **argv) {
     graph_vs_plain(argv[1], "tiny-glm4-q4_k_m.gguf", FORGE_KV_F16, 0, 64, 8, 40);
     for (i = 0; i + 1 < sizeof fixtures / sizeof fixtures[0]; i++) decode_vs_reference(argv[1], fixtures[i]);
     graph_vs_plain(argv[1], "tiny-llama-q4_k_m.gguf", FORGE_KV_F16, 0, 256, 20, 200);
+    /* one graph for each band of positions (the attention's blocks sized by the span): decode across
+       the bands' ends at 128 (above) and 8192 positions */
+    graph_vs_plain(argv[1], "tiny-llama-q4_k_m.gguf", FORGE_KV_F16, 0, 8400, 8150, 100);
     graph_vs_plain(argv[1], "tiny-gemma-q4_k_m.gguf", FORGE_KV_F16, 0, 64, 8, 40);
     /* norms prepared by the residual products (the speed rule leaves these small models to the
        norm launch; FORGE_NORM_FUSION=1 takes the path wherever the shapes allow) */
