@@ -6749,35 +6749,37 @@ static float *forge__dev_val(forge_context *ctx, int32_t v) {
 }
 #endif
 
-/* Q6_K matrices of 512k columns on the GPU: each row of nb super-blocks keeps its 210 nb bytes and its
-   place, as four arrays (forge_kernels.hip >>weights): ql (128 nb; in super-block j, piece p's 16 bytes
-   at 128 j + 16 p, the file's bytes 64 (p / 4) + 8 (p % 4) .. + 7 and 32 further on), qh (64 nb), the
-   int8 scales (16 nb) and d (2 nb), each in file order. With nb even every array of every row is
-   4-aligned (16-aligned when nb is a multiple of 8), and a piece of 32 elements is a few aligned loads
-   where the file's 2-aligned block scatters it over a dozen 4-byte words and byte permutes. The same
-   bytes in the same amount: the plan does not change. n_rows rows from src to dst (not overlapping). */
-static FORGE__MAYBE_UNUSED void forge__gpu_pack_q6_k(const uint8_t *src, uint8_t *dst, uint64_t n_rows, uint64_t nb) {
+/* Q6_K matrices on the GPU: each row of nb super-blocks keeps its 210 nb bytes and its place, as four
+   arrays (forge_kernels.hip >>weights): ql (128 nb; in super-block j, piece p's 16 bytes at 128 j + 16 p,
+   the file's bytes 64 (p / 4) + 8 (p % 4) .. + 7 and 32 further on), qh (64 nb), the int8 scales (16 nb)
+   and d (2 nb), each in file order. With nb even every array of every row is 4-aligned (16-aligned when
+   nb is a multiple of 8); with nb odd the rows of odd index (2 bytes past a 4-byte boundary, the matrix
+   being 4-aligned) keep d first and the other three after it, 4-aligned again. A piece of 32 elements
+   is then a few aligned loads where the file's 2-aligned block scatters it over a dozen 4-byte words
+   and byte permutes. The same bytes in the same amount: the plan does not change. n_rows rows from src
+   to dst (not overlapping), the first of them row first_row of its matrix. */
+static FORGE__MAYBE_UNUSED void forge__gpu_pack_q6_k(const uint8_t *src, uint8_t *dst, uint64_t first_row, uint64_t n_rows, uint64_t nb) {
     uint64_t r, j;
     uint32_t p;
     for (r = 0; r < n_rows; r++, src += 210 * nb, dst += 210 * nb) {
+        const uint64_t o = nb % 2 && (first_row + r) % 2 ? 2 * nb : 0, d = o ? 0 : 208 * nb; /* d first in odd rows of odd nb */
         for (j = 0; j < nb; j++) {
             const uint8_t *b = src + 210 * j;
             for (p = 0; p < 8; p++) {
-                memcpy(dst + 128 * j + 16 * p, b + 64 * (p / 4) + 8 * (p % 4), 8);
-                memcpy(dst + 128 * j + 16 * p + 8, b + 64 * (p / 4) + 32 + 8 * (p % 4), 8);
+                memcpy(dst + o + 128 * j + 16 * p, b + 64 * (p / 4) + 8 * (p % 4), 8);
+                memcpy(dst + o + 128 * j + 16 * p + 8, b + 64 * (p / 4) + 32 + 8 * (p % 4), 8);
             }
-            memcpy(dst + 128 * nb + 64 * j, b + 128, 64);
-            memcpy(dst + 192 * nb + 16 * j, b + 192, 16);
-            memcpy(dst + 208 * nb + 2 * j, b + 208, 2);
+            memcpy(dst + o + 128 * nb + 64 * j, b + 128, 64);
+            memcpy(dst + o + 192 * nb + 16 * j, b + 192, 16);
+            memcpy(dst + d + 2 * j, b + 208, 2);
         }
     }
 }
 
-/* Bytes of one row of a matrix the upload packs (whole rows at a time), else 0. The rule is the
-   kernels' forge__q6_k_layout (forge_kernels.hip): the two must agree. */
+/* Bytes of one row of a matrix the upload packs (whole rows at a time), else 0: every Q6_K matrix
+   (forge_kernels.hip's forge__q6_k_layout reads them all in the device layout). */
 static FORGE__MAYBE_UNUSED uint64_t forge__gpu_packed_row_bytes(const forge_gguf_tensor *t, forge__use use) {
-    return use == FORGE__MATRIX && t->type == FORGE_TYPE_Q6_K && t->ne[0] % 512 == 0 && t->ne[0] <= UINT32_MAX ? t->ne[0] / 256 * 210
-                                                                                                            : 0;
+    return use == FORGE__MATRIX && t->type == FORGE_TYPE_Q6_K && t->ne[0] % 256 == 0 && t->ne[0] <= UINT32_MAX ? t->ne[0] / 256 * 210 : 0;
 }
 
 #ifdef FORGE_HIP
@@ -6811,7 +6813,7 @@ static forge_result forge__upload_room(forge__upload *u, uint64_t bytes, forge_e
 }
 
 /* One tensor to device offset `offset`, in pieces that fit the staging: a matrix as stored (Q6_K
-   rows of 512k elements packed into the device layout, whole rows at a time), a vector dequantized
+   rows packed into the device layout, whole rows at a time), a vector dequantized
    to f32 a whole number of blocks at a time. */
 static forge_result forge__upload_tensor(forge__upload *u, const forge_gguf_tensor *t, forge__use use, uint64_t offset,
                                          forge_error *error) {
@@ -6831,7 +6833,7 @@ static forge_result forge__upload_tensor(forge__upload *u, const forge_gguf_tens
             if (forge_dequantize(t->type, t->data + placed / piece * tt->block_bytes, (float *)(void *)buffer, n / sizeof(float)))
                 return forge__fail(error, FORGE_ERR_UNSUPPORTED, "cannot convert tensor '%.*s' to f32", FORGE__STR_ARGS(t->name));
         } else if (row) {
-            forge__gpu_pack_q6_k(t->data + placed, buffer, n / row, row / 210);
+            forge__gpu_pack_q6_k(t->data + placed, buffer, placed / row, n / row, row / 210);
         } else {
             memcpy(buffer, t->data + placed, (size_t)n);
         }

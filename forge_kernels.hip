@@ -478,17 +478,19 @@ __device__ float forge__block_sum(float v) {
 //   Q5_K 176 B: [d][dmin][scales 12][qh 32][qs 128]                 16-aligned
 //   Q6_K 210 B: [ql 128][qh 64][scales 16 int8][d] in the file; on the device, below
 //   IQ4_XS 136 B: [d][scales_h u16][scales_l 4][qs 128]              8-aligned
-// Q6_K matrices of 512k columns (an even number of super-blocks a row: Llama-3-8B's, Qwen2.5's 1536
-// and 3584) are the one case stored on the device in a layout of its own (forge.h packs them as it
-// uploads, forge__gpu_pack_q6_k): a row of nb = n_cols / 256 super-blocks keeps its 210 nb bytes and
-// its place, as four arrays: ql (128 nb bytes; in super-block j, piece pi's 16 bytes at 128 j + 16 pi:
-// file bytes 64 h + 8 t .. + 7, then 64 h + 32 + 8 t .. + 7, with h = pi / 4 and t = pi % 4), qh
-// (64 nb, at 128 nb + 64 j, file order), scales (16 nb, at 192 nb + 16 j, file order) and d (2 nb, at
-// 208 nb + 2 j). In the file a piece's 32 bytes are scattered over a 2-aligned block: about a dozen
+// Q6_K matrices are the one case stored on the device in a layout of their own (forge.h packs them as
+// they upload, forge__gpu_pack_q6_k): a row of nb = n_cols / 256 super-blocks keeps its 210 nb bytes
+// and its place, as four arrays: ql (128 nb bytes; in super-block j, piece pi's 16 bytes at 128 j +
+// 16 pi: file bytes 64 h + 8 t .. + 7, then 64 h + 32 + 8 t .. + 7, with h = pi / 4 and t = pi % 4),
+// qh (64 nb, at 128 nb + 64 j, file order), scales (16 nb, at 192 nb + 16 j, file order) and d (2 nb,
+// at 208 nb + 2 j). In the file a piece's 32 bytes are scattered over a 2-aligned block: about a dozen
 // 4-byte loads and byte permutes. Rows of 2048k elements start 16-aligned and a piece is one 16-byte,
 // two 8-byte and one 2-byte load; other even counts of super-blocks start 4-aligned, and a piece is
-// eight aligned words and d. An odd count (8960 columns) leaves rows 2-aligned: those stay as in the
-// file. Readers take n_cols to tell (forge__q6_k_layout; every other type ignores it).
+// eight aligned words and d. With an odd count (Qwen2.5-1.5B's 8960 columns) every other row starts
+// 2 bytes past a 4-byte boundary: such a row keeps its d array first (at 0, the others 2 nb further
+// on), so that ql, qh and the scales are 4-aligned in every row, and a reader tells the order from
+// its row's address (the matrix starts 4-aligned). Readers take n_cols to tell the layout
+// (forge__q6_k_layout; every other type ignores it).
 
 // The 16 IQ4 levels {-127,-104,-83,-65, -49,-35,-22,-10, 1,13,25,38, 53,69,89,113} packed four int8
 // to a word and picked with selects: no table in memory, no divergent lookups.
@@ -774,15 +776,25 @@ struct forge__w_q5_k {
     static __device__ __forceinline__ float elem(const uint8_t *, uint32_t) { return 0.0f; }
 };
 
-// How a Q6_K matrix of n_cols columns is stored on the device (the table above): 16, in the device
-// layout with every row 16-aligned (2048k columns); 4, in the device layout with rows 4-aligned (512k
-// columns, an even number of super-blocks); 0, the file's blocks. The launchers refuse a packed
-// matrix at an address of less alignment (forge__hip_weights). One answer for every row of a launch,
-// so the readers' branch on it is uniform, and the decode products and prompt tiles are separate
-// instantiations for each (forge__hip_kind). forge.h's upload packs by the same rule
-// (forge__gpu_packed_row_bytes).
+// How a Q6_K matrix of n_cols columns is stored on the device (the table above): 16, every row
+// 16-aligned (2048k columns); 4, rows 4-aligned (512k columns, an even number of super-blocks); 2,
+// rows alternately 4- and 2-aligned, the latter with d first (an odd number). The launchers refuse a
+// matrix at an address of less alignment than its first row's (forge__q6_k_align, forge__hip_weights).
+// One answer for every row of a launch, so the readers' branch on it is uniform, and the decode
+// products and prompt tiles are separate instantiations for each (forge__hip_kind). forge.h's upload
+// packs every Q6_K matrix (forge__gpu_packed_row_bytes).
 __host__ __device__ __forceinline__ uint32_t forge__q6_k_layout(uint32_t n_cols) {
-    return n_cols % 2048 == 0 ? 16u : n_cols % 512 == 0 ? 4u : 0u;
+    return n_cols % 2048 == 0 ? 16u : n_cols % 512 == 0 ? 4u : 2u;
+}
+__host__ __device__ __forceinline__ uint32_t forge__q6_k_align(uint32_t n_cols) { return forge__q6_k_layout(n_cols) == 16 ? 16u : 4u; }
+
+// Where the arrays of a Q6_K row of nb super-blocks in the device layout start past 0: 2 nb for a row
+// that keeps its d array first (layout 2, a row 2 bytes past a 4-byte boundary), else 0; and its d array.
+template <int LAYOUT> __device__ __forceinline__ uint32_t forge__q6_k_shift(const uint8_t *row, uint32_t nb) {
+    return LAYOUT == 2 && ((uintptr_t)row & 2) ? 2 * nb : 0u;
+}
+__device__ __forceinline__ const uint8_t *forge__q6_k_d(const uint8_t *row, uint32_t nb, uint32_t shift) {
+    return row + (shift ? 0u : 208 * nb);
 }
 
 // N aligned 4-byte words from p
@@ -799,14 +811,13 @@ struct forge__w_q6_k {
     static const int block_elems = 256, block_bytes = 210, is_float = 0;
     static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t n_cols, float v[32]) {
         const uint32_t j = u / 8, s = u % 8, half = s / 4, k4 = s % 4;
-        const bool packed = forge__q6_k_layout(n_cols) != 0;
-        const uint32_t nb = n_cols / 256, b = packed ? 0 : 210 * j; // the block's start in the file's layout
-        const uint8_t *ql = row + (packed ? 128 * j + 64 * half + 8 * (k4 & 1) : b + 64 * half + 32 * (k4 & 1));
-        const uint8_t *qh = row + (packed ? 128 * nb + 64 * j : b + 128) + 32 * half;
-        const int8_t *scales = (const int8_t *)(row + (packed ? 192 * nb + 16 * j : b + 192) + 8 * half + 2 * k4);
-        const float d = forge__f16(forge__ld16(row + (packed ? 208 * nb + 2 * j : b + 208)));
+        const uint32_t nb = n_cols / 256, o = forge__q6_k_shift<2>(row, nb); // the device layout (>>weights)
+        const uint8_t *ql = row + o + 128 * j + 64 * half + 8 * (k4 & 1);
+        const uint8_t *qh = row + o + 128 * nb + 64 * j + 32 * half;
+        const int8_t *scales = (const int8_t *)(row + o + 192 * nb + 16 * j + 8 * half + 2 * k4);
+        const float d = forge__f16(forge__ld16(forge__q6_k_d(row, nb, o) + 2 * j));
         const float d0 = d * (float)scales[0], d1 = d * (float)scales[1];
-        const uint32_t nibble_shift = 4 * (k4 >> 1), high_shift = 2 * k4, step = packed ? 16 : 8; // ql bytes 8t.. at step t
+        const uint32_t nibble_shift = 4 * (k4 >> 1), high_shift = 2 * k4, step = 16; // ql bytes 8t.. at step t
 #pragma unroll
         for (int i = 0; i < 16; i++) {
             uint32_t lw = forge__ld16(ql + step * (i / 4) + 2 * (i % 4)), hw = forge__ld16(qh + 2 * i);
@@ -884,7 +895,7 @@ static int forge__hip_weights(uint32_t type, uint32_t n_cols, const void *w, siz
             snprintf(message, message_bytes, "%s: rows of %u elements are not a whole number of %u-element blocks", who, n_cols, elems);
         return -1;
     }
-    const uint32_t align = type == FORGE_HIP_Q6_K ? forge__q6_k_layout(n_cols) : 0;
+    const uint32_t align = type == FORGE_HIP_Q6_K ? forge__q6_k_align(n_cols) : 0;
     if (align && (uintptr_t)w % align != 0) {
         if (message && message_bytes)
             snprintf(message, message_bytes, "%s: a Q6_K matrix of %u columns must start at a %u-byte aligned address", who, n_cols, align);
@@ -1122,10 +1133,10 @@ struct forge__p_q4_k {
 
 // Q6_K: piece pi (0..7) of a super-block: half h = pi/4, t = pi%4, elements 128h + 32k + 8t + i
 // (quarter k = 0..3, i = 0..7): ql bytes 64h + 8t.. (k = 0 low, 2 high nibbles) and 64h + 32 + 8t..
-// (k = 1, 3), qh bytes 128 + 32h + 8t.. (bits 2k), scale 8h + 2k + t/2. Blocks are 2-aligned: about
-// a dozen 4-byte loads a piece. In the device layout (>>weights) the piece's 16 ql bytes are
-// together, its 8 qh bytes and the half's 8 scales in arrays after them: one 16-byte, two 8-byte and
-// one 2-byte load where rows are 16-aligned, eight words and the 2-byte d where they are 4-aligned.
+// (k = 1, 3), qh bytes 128 + 32h + 8t.. (bits 2k), scale 8h + 2k + t/2 in the file, whose 2-aligned
+// blocks would take about a dozen 4-byte loads a piece. On the device (>>weights) the piece's 16 ql
+// bytes are together, its 8 qh bytes and the half's 8 scales in arrays after them: one 16-byte, two
+// 8-byte and one 2-byte load where rows are 16-aligned, eight words and the 2-byte d elsewhere.
 template <int PACKED> struct forge__p_q6_k_t {
     // sc: the piece's four scales, quarter k in byte k (one register a row instead of the half's two
     // words: the decode products run at their register limit)
@@ -1133,31 +1144,20 @@ template <int PACKED> struct forge__p_q6_k_t {
     static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t n_cols, raw &r) {
         const uint32_t j = p / 8, pi = p % 8, h = pi / 4, t = pi % 4;
         uint32_t s[2];
-        if (PACKED) {
-            const uint32_t nb = n_cols / 256;
-            const uint8_t *ql = row + 128 * j + 16 * pi, *qh = row + 128 * nb + 64 * j + 8 * pi, *sc = row + 192 * nb + 16 * j + 8 * h;
-            if (PACKED == 16) {
-                const uint4 q = forge__ld128(ql);
-                const uint2 hv = *(const uint2 *)qh, sv = *(const uint2 *)sc;
-                r.a[0] = q.x, r.a[1] = q.y, r.b[0] = q.z, r.b[1] = q.w;
-                r.h[0] = hv.x, r.h[1] = hv.y, s[0] = sv.x, s[1] = sv.y;
-            } else { // the same arrays in 4-byte words
-                forge__ld_u32<2>(ql, r.a);
-                forge__ld_u32<2>(ql + 8, r.b);
-                forge__ld_u32<2>(qh, r.h);
-                forge__ld_u32<2>(sc, s);
-            }
-            r.d = forge__f16(forge__ld16(row + 208 * nb + 2 * j));
-        } else {
-            const uint8_t *blk = row + (size_t)j * 210;
-            forge__ld_words<2>(blk + 64 * h + 8 * t, r.a);
-            forge__ld_words<2>(blk + 64 * h + 32 + 8 * t, r.b);
-            forge__ld_words<2>(blk + 128 + 32 * h + 8 * t, r.h);
-            forge__ld_words<2>(blk + 192 + 8 * h, s); // the 8 scale bytes of half h
-            const uint32_t *base = (const uint32_t *)((uintptr_t)(blk + 208) & ~(uintptr_t)3);
-            const uint32_t dw = *base;
-            r.d = forge__f16(((uintptr_t)(blk + 208) & 2) ? dw >> 16 : dw & 0xffffu);
+        const uint32_t nb = n_cols / 256, o = forge__q6_k_shift<PACKED>(row, nb);
+        const uint8_t *ql = row + o + 128 * j + 16 * pi, *qh = row + o + 128 * nb + 64 * j + 8 * pi, *sc = row + o + 192 * nb + 16 * j + 8 * h;
+        if (PACKED == 16) {
+            const uint4 q = forge__ld128(ql);
+            const uint2 hv = *(const uint2 *)qh, sv = *(const uint2 *)sc;
+            r.a[0] = q.x, r.a[1] = q.y, r.b[0] = q.z, r.b[1] = q.w;
+            r.h[0] = hv.x, r.h[1] = hv.y, s[0] = sv.x, s[1] = sv.y;
+        } else { // the same arrays in 4-byte words
+            forge__ld_u32<2>(ql, r.a);
+            forge__ld_u32<2>(ql + 8, r.b);
+            forge__ld_u32<2>(qh, r.h);
+            forge__ld_u32<2>(sc, s);
         }
+        r.d = forge__f16(forge__ld16(forge__q6_k_d(row, nb, o) + 2 * j));
         // quarters 0, 1 in word 0 bytes t/2 and 2 + t/2; quarters 2, 3 likewise in word 1
         r.sc = __byte_perm(s[0] >> (8 * (t / 2)), s[1] >> (8 * (t / 2)), 0x6420u);
     }
@@ -1198,10 +1198,10 @@ template <int PACKED> struct forge__p_q6_k_t {
         return r.d * total;
     }
 };
-// the file's layout and the device layout with rows 16- or 4-aligned (forge__q6_k_layout): separate
+// rows 16- or 4-aligned, or alternately 4- and 2-aligned (forge__q6_k_layout 16, 4, 2): separate
 // instantiations, chosen at launch (forge__hip_kind), so that each decode product keeps the registers
 // of one way of loading
-typedef forge__p_q6_k_t<0> forge__p_q6_k;
+typedef forge__p_q6_k_t<2> forge__p_q6_k;
 typedef forge__p_q6_k_t<16> forge__p_q6_k_packed;
 typedef forge__p_q6_k_t<4> forge__p_q6_k_packed4;
 
@@ -1481,7 +1481,7 @@ template <int PACKED> struct forge__pq_q6_k_t : forge__p_q6_k_t<PACKED> {
         return r.d * total;
     }
 };
-typedef forge__pq_q6_k_t<0> forge__pq_q6_k;
+typedef forge__pq_q6_k_t<2> forge__pq_q6_k;
 typedef forge__pq_q6_k_t<16> forge__pq_q6_k_packed;
 typedef forge__pq_q6_k_t<4> forge__pq_q6_k_packed4;
 
@@ -1665,8 +1665,9 @@ static int forge__hip_sm_count(void) {
     X(FORGE_HIP_Q4_0, forge__pq_q4_0) X(FORGE_HIP_Q8_0, forge__pq_q8_0) X(FORGE_HIP_Q4_K, forge__pq_q4_k) \
     X(FORGE_HIP_Q6_K, forge__pq_q6_k)
 
-// Which instantiation reads a matrix: its type, but Q6_K matrices in the device layout (>>weights)
-// have their own readers, under ids no GGUF type uses.
+// Which instantiation reads a matrix: its type, but Q6_K matrices whose rows are 16- or 4-aligned in
+// the device layout (>>weights) have their own readers, under ids no GGUF type uses; FORGE_HIP_Q6_K
+// reads an odd count of super-blocks (rows alternately 4- and 2-aligned).
 #define FORGE__HIP_Q6_K_PACKED 0x1000Eu  // rows 16-aligned
 #define FORGE__HIP_Q6_K_PACKED4 0x2000Eu // rows 4-aligned
 static uint32_t forge__hip_kind(uint32_t type, uint32_t n_cols) {
@@ -1811,8 +1812,9 @@ extern "C" {
 // 2.7 us for Q6_K, against a norm launch of about 1.3 us in a recorded step; with fewer groups than
 // fill the machine (Qwen2.5-1.5B's 1536 rows: 48 blocks on 132 multiprocessors) it loses more
 // (measured in tests/PERF.md). Taken: row counts whose split fills the machine, types other than Q6_K
-// in the file's layout (Q6_K in the device layout, >>weights, loads as Q4_K does and pays like it:
-// Llama-3-8B Q4_K_M tg128 416.0 -> 422.0 on the H100 with its Q6_K down projections taken too).
+// of an odd count of super-blocks, measured only in the file's layout (Q6_K of 512k columns loads as
+// Q4_K does and pays like it: Llama-3-8B Q4_K_M tg128 416.0 -> 422.0 on the H100 with its Q6_K down
+// projections taken too).
 int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows, uint32_t n_cols) {
     const uint32_t blocks = n_rows / 32;
     return forge_hip_q8_type(type) && forge__hip_kind(type, n_cols) != FORGE_HIP_Q6_K && n_rows % 32 == 0 &&
@@ -2114,26 +2116,19 @@ template <int PACKED> struct forge__h_q6_k_t { // PACKED: forge__q6_k_layout's a
     struct raw { uint32_t ql[4], qh[4], sd; };
     static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, uint32_t n_cols, raw &r) {
         const uint32_t j = u / 8, s = u % 8, half = s / 4, k = s % 4;
-        if (PACKED) {
-            const uint32_t nb = n_cols / 256;
-            const uint8_t *ql = row + 128 * j + 64 * half + 32 * h + 8 * (k & 1), *qh = row + 128 * nb + 64 * j + 32 * half + 16 * h;
-            if (PACKED == 16) {
-                const uint2 a = *(const uint2 *)ql, b = *(const uint2 *)(ql + 16);
-                const uint4 q = forge__ld128(qh);
-                r.ql[0] = a.x, r.ql[1] = a.y, r.ql[2] = b.x, r.ql[3] = b.y;
-                r.qh[0] = q.x, r.qh[1] = q.y, r.qh[2] = q.z, r.qh[3] = q.w;
-            } else {
-                forge__ld_u32<2>(ql, r.ql);
-                forge__ld_u32<2>(ql + 16, r.ql + 2);
-                forge__ld_u32<4>(qh, r.qh);
-            }
-            r.sd = (uint32_t)row[192 * nb + 16 * j + 8 * half + 2 * k + h] | (forge__ld16(row + 208 * nb + 2 * j) << 16);
+        const uint32_t nb = n_cols / 256, o = forge__q6_k_shift<PACKED>(row, nb);
+        const uint8_t *ql = row + o + 128 * j + 64 * half + 32 * h + 8 * (k & 1), *qh = row + o + 128 * nb + 64 * j + 32 * half + 16 * h;
+        if (PACKED == 16) {
+            const uint2 a = *(const uint2 *)ql, b = *(const uint2 *)(ql + 16);
+            const uint4 q = forge__ld128(qh);
+            r.ql[0] = a.x, r.ql[1] = a.y, r.ql[2] = b.x, r.ql[3] = b.y;
+            r.qh[0] = q.x, r.qh[1] = q.y, r.qh[2] = q.z, r.qh[3] = q.w;
         } else {
-            const uint8_t *blk = row + (size_t)j * 210;
-            forge__ld_words<4>(blk + 64 * half + 32 * (k & 1) + 16 * h, r.ql);
-            forge__ld_words<4>(blk + 128 + 32 * half + 16 * h, r.qh);
-            r.sd = (uint32_t)(uint8_t)blk[192 + 8 * half + 2 * k + h] | (forge__ld16(blk + 208) << 16);
+            forge__ld_u32<2>(ql, r.ql);
+            forge__ld_u32<2>(ql + 16, r.ql + 2);
+            forge__ld_u32<4>(qh, r.qh);
         }
+        r.sd = (uint32_t)row[o + 192 * nb + 16 * j + 8 * half + 2 * k + h] | (forge__ld16(forge__q6_k_d(row, nb, o) + 2 * j) << 16);
     }
     static __device__ __forceinline__ void convert(const raw &r, uint32_t u, uint32_t, uint32_t out[8]) {
         const uint32_t k = u % 4, nibble_shift = 4 * (k >> 1), high_shift = 2 * k;
@@ -2148,7 +2143,7 @@ template <int PACKED> struct forge__h_q6_k_t { // PACKED: forge__q6_k_layout's a
         }
     }
 };
-typedef forge__h_q6_k_t<0> forge__h_q6_k;
+typedef forge__h_q6_k_t<2> forge__h_q6_k;
 typedef forge__h_q6_k_t<16> forge__h_q6_k_packed;
 typedef forge__h_q6_k_t<4> forge__h_q6_k_packed4;
 
@@ -5045,7 +5040,7 @@ int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint3
                      expert_bytes, n_rows, n_cols, row_bytes, n_tokens, k);
         return -1;
     }
-    if (type == FORGE_HIP_Q6_K && forge__q6_k_layout(n_cols) && expert_bytes % forge__q6_k_layout(n_cols) != 0)
+    if (type == FORGE_HIP_Q6_K && expert_bytes % forge__q6_k_layout(n_cols) != 0)
         return forge__hip_refuse(message, message_bytes, "matmul_id: Q6_K experts in the device layout must keep its row alignment apart");
     hipStream_t s = (hipStream_t)stream;
     const uint8_t *wb = (const uint8_t *)w;

@@ -101,7 +101,7 @@ static void *dev_weights(uint32_t type, uint32_t n_cols, size_t bytes, const voi
     row = forge__gpu_packed_row_bytes(&t, FORGE__MATRIX);
     if (!row) return dev_alloc(bytes, host);
     packed = (uint8_t *)xmalloc(bytes);
-    forge__gpu_pack_q6_k((const uint8_t *)host, packed, bytes / row, row / 210);
+    forge__gpu_pack_q6_k((const uint8_t *)host, packed, 0, bytes / row, row / 210);
     d = dev_alloc(bytes, packed);
     free(packed);
     return d;
@@ -226,6 +226,9 @@ static void test_matmul(void) {
     CHECK(forge_hip_matvec_q8(FORGE_TYPE_Q6_K, (const void *)(uintptr_t)2, 4, 1536, NULL, NULL, NULL, 0, -1.0f, NULL, msg, sizeof msg) == -1 &&
               strstr(msg, "4-byte aligned"),
           "a 1536-wide Q6_K matrix at a 2-aligned address must be refused: %s", msg);
+    CHECK(forge_hip_matvec_q8(FORGE_TYPE_Q6_K, (const void *)(uintptr_t)6, 4, 8960, NULL, NULL, NULL, 0, -1.0f, NULL, msg, sizeof msg) == -1 &&
+              strstr(msg, "4-byte aligned"),
+          "an 8960-wide Q6_K matrix (its odd rows 2-aligned) at a 2-aligned address must be refused: %s", msg);
     CHECK(forge_hip_matmul_id(FORGE_TYPE_Q6_K, (const void *)(uintptr_t)256, 3 * 1680 + 8, 3, 2048, NULL, 0, NULL, 1, 1, NULL, NULL, msg,
                               sizeof msg) == -1 &&
               strstr(msg, "experts"),

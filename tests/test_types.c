@@ -134,9 +134,10 @@ static void test_blocks(void) {
 
 /* The device layout of Q6_K rows (forge__gpu_pack_q6_k, described in forge_kernels.hip >>weights):
    every element read back from the packed rows by the layout's own description equals the file's
-   dequantized value, bit for bit; and the upload packs exactly the Q6_K matrices of 512k columns. */
+   dequantized value, bit for bit, for even and odd counts of super-blocks (the odd rows of an odd
+   count keep d first); and the upload packs every Q6_K matrix, a row at a time. */
 static void test_q6_k_device_layout(void) {
-    static const uint32_t widths[] = {1536, 2048, 4096};
+    static const uint32_t widths[] = {1536, 2048, 4096, 256, 1280, 8960};
     uint32_t seed = 12345u;
     size_t w;
     TEST_CASE("Q6_K device layout");
@@ -157,16 +158,17 @@ static void test_q6_k_device_layout(void) {
             for (j = 0; j < nb; j++) file[(size_t)r * nb * 210 + 210 * j + 209] = 0x2c;
         CHECK(forge_dequantize(FORGE_TYPE_Q6_K, file, ref, (uint64_t)n_rows * n_cols) == FORGE_OK, "dequantize");
         memset(packed, 0xee, bytes);
-        forge__gpu_pack_q6_k(file, packed, n_rows, nb);
+        forge__gpu_pack_q6_k(file, packed, 0, n_rows, nb);
         for (r = 0; r < n_rows; r++) {
+            const uint32_t o = nb % 2 && r % 2 ? 2 * nb : 0, dpos = o ? 0 : 208 * nb; /* where ql, qh, scales and d begin */
             const uint8_t *row = packed + (size_t)r * nb * 210;
             for (c = 0; c < n_cols; c++) {
                 const uint32_t blk = c / 256, e = c % 256, half = e / 128, k = (e % 128) / 32, l = e % 32;
-                const uint8_t lo = row[128 * blk + 16 * (4 * half + l / 8) + 8 * (k & 1) + l % 8];
-                const uint8_t hi = row[128 * nb + 64 * blk + 32 * half + l];
+                const uint8_t lo = row[o + 128 * blk + 16 * (4 * half + l / 8) + 8 * (k & 1) + l % 8];
+                const uint8_t hi = row[o + 128 * nb + 64 * blk + 32 * half + l];
                 const int q = (((k >> 1) ? lo >> 4 : lo & 0xf) | (((hi >> (2 * k)) & 3) << 4)) - 32;
-                const int8_t scale = (int8_t)row[192 * nb + 16 * blk + 8 * half + 2 * k + l / 16];
-                const uint16_t dh = (uint16_t)(row[208 * nb + 2 * blk] | (row[208 * nb + 2 * blk + 1] << 8));
+                const int8_t scale = (int8_t)row[o + 192 * nb + 16 * blk + 8 * half + 2 * k + l / 16];
+                const uint16_t dh = (uint16_t)(row[dpos + 2 * blk] | (row[dpos + 2 * blk + 1] << 8));
                 const float v = forge_f16_to_f32(dh) * (float)scale * (float)q;
                 bad += v != ref[(size_t)r * n_cols + c];
             }
@@ -183,7 +185,7 @@ static void test_q6_k_device_layout(void) {
         t.ne[0] = 1536;
         CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 6 * 210, "a 1536-wide Q6_K matrix is packed (rows 4-aligned)");
         t.ne[0] = 8960;
-        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "8960-wide Q6_K rows (35 super-blocks, 2-aligned) keep the file's layout");
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 35 * 210, "an 8960-wide Q6_K matrix (35 super-blocks) is packed too");
         t.type = FORGE_TYPE_Q4_K, t.ne[0] = 4096;
         CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "Q4_K keeps the file's layout");
     }
