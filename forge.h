@@ -804,8 +804,11 @@ FORGE_API const forge_plan *forge_context_plan(const forge_context *ctx);
 FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
 /* Appends tokens to the sequence (at positions pos .. pos+n-1), n_batch at a time. On the GPU a
    one-token step (decode) replays a recorded graph and returns once its work is queued; the calls
-   that read its results (logits, argmax, the next eval) wait for it. Set FORGE_NO_GRAPH=1 in the
-   environment before forge_context_create for plain launches instead of the graph. On NVIDIA
+   that read its results (logits, argmax, the next eval) wait for it. The context records one graph
+   for each band of positions (below 128, below 8192, up to n_ctx: the decode attention gives a block
+   fewer query heads while the context is short) and each step replays its position's. Set
+   FORGE_NO_GRAPH=1 in the environment before forge_context_create for plain launches instead of the
+   graphs (sized by the same bands). On NVIDIA
    compute capability 9.0 and newer (kernels built for it), the decode kernels are launched so that
    each may be placed on the device while the one before it finishes (programmatic dependent
    launch; each waits for the previous kernel's results before it reads anything); FORGE_NO_PDL=1
