@@ -662,18 +662,24 @@ static void test_attention(void) {
         check_attention(kv_types[i], 16, 2, 128, 128, 1, 20000, 1, 0, 0, 0.0f);  /* group of 8, longer */
         check_attention(kv_types[i], 8, 1, 64, 64, 1, 5000, 1, 0, 0, 0.0f);      /* small heads, group of 8 */
         check_attention(kv_types[i], 8, 2, 256, 256, 1, 8000, 1, 4096, 0, 30.0f); /* wide heads, window, soft-cap */
-        check_attention(kv_types[i], 12, 2, 128, 128, 1, 6000, 1, 0, 0, 0.0f);  /* group of 6 (padded to 8) */
+        check_attention(kv_types[i], 12, 2, 128, 128, 1, 6000, 1, 0, 0, 0.0f);  /* group of 6 */
         check_attention(kv_types[i], 8, 8, 128, 128, 1, 5000, 1, 2048, 2048, 0.0f); /* no grouping, ring of window cells */
         check_attention(kv_types[i], 16, 8, 64, 64, 1, 12000, 1, 1000, 1500, 0.5f); /* ring with spare cells, hard cap */
         check_attention(kv_types[i], 8, 2, 128, 128, 1, 7000, 0, 0, 0, 0.0f);     /* no scratch: one pass per block */
         check_attention(kv_types[i], 32, 8, 128, 128, 1, 0, 1, 0, 0, 0.0f);      /* decode at the first positions: one split, */
         check_attention(kv_types[i], 32, 8, 128, 128, 1, 127, 1, 0, 0, 0.0f);    /* still one (128 positions), */
         check_attention(kv_types[i], 32, 8, 128, 128, 1, 128, 1, 0, 0, 0.0f);    /* five, */
-        check_attention(kv_types[i], 12, 2, 128, 128, 1, 200, 1, 0, 0, 0.0f);    /* seven (a group of 6 in two blocks of 3), */
+        check_attention(kv_types[i], 12, 2, 128, 128, 1, 200, 1, 0, 0, 0.0f);    /* seven (a group of 6), */
         check_attention(kv_types[i], 12, 2, 128, 128, 1, 300, 1, 0, 0, 0.0f);    /* ten */
         check_attention(kv_types[i], 40, 2, 64, 64, 1, 500, 1, 0, 0, 0.0f);      /* a group of 20: five blocks of four */
         check_attention(kv_types[i], 14, 2, 128, 128, 1, 900, 1, 100, 0, 0.0f);  /* a group of 7: blocks of 4 and 3, window */
         check_attention(kv_types[i], 8, 8, 64, 64, 7, 50, 0, 0, 100, 0.0f);      /* n_cells without a window: no wrap */
+    }
+    /* the heads a decode block takes follow the span (1 below 129 positions for 32 / 8, 2 to 8192, 4
+       beyond; a graph's grid is sized for pos + 5000 above): every part size against the reference */
+    for (i = 0; i < 4; i++) {
+        check_attention(kv_types[i], 32, 8, 128, 128, 1, 9000, 1, 0, 0, 0.0f); /* parts of 4, the grid's too */
+        check_attention(kv_types[i], 32, 8, 128, 128, 1, 3000, 0, 0, 0, 0.0f); /* parts of 2, no scratch */
     }
     /* a record is (m, l, o) per head; a decode step of more than 128 positions splits into chunks of 32
        or more positions, at most 128 splits; prompts into chunks of 256, at most 32 */
