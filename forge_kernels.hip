@@ -817,10 +817,10 @@ struct forge__w_q6_k {
         const int8_t *scales = (const int8_t *)(row + o + 192 * nb + 16 * j + 8 * half + 2 * k4);
         const float d = forge__f16(forge__ld16(forge__q6_k_d(row, nb, o) + 2 * j));
         const float d0 = d * (float)scales[0], d1 = d * (float)scales[1];
-        const uint32_t nibble_shift = 4 * (k4 >> 1), high_shift = 2 * k4, step = 16; // ql bytes 8t.. at step t
+        const uint32_t nibble_shift = 4 * (k4 >> 1), high_shift = 2 * k4;
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            uint32_t lw = forge__ld16(ql + step * (i / 4) + 2 * (i % 4)), hw = forge__ld16(qh + 2 * i);
+        for (int i = 0; i < 16; i++) { // ql bytes 8t.. are 16t.. of the unit's pieces
+            uint32_t lw = forge__ld16(ql + 16 * (i / 4) + 2 * (i % 4)), hw = forge__ld16(qh + 2 * i);
 #pragma unroll
             for (int k = 0; k < 2; k++) {
                 const int e = 2 * i + k;

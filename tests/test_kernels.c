@@ -1737,7 +1737,7 @@ static void test_q8(void) {
           "matvec norm q8 over 40 rows must be refused: %s", msg);
     CHECK(forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q4_K, 40, 4096) == 0 && forge_hip_matvec_norm_q8_ok(FORGE_TYPE_F16, 1u << 20, 4096) == 0,
           "40 rows are not whole groups, F16 has no 8-bit path: no prepared norm");
-    CHECK(forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q6_K, 1u << 20, 8960) == 0, "Q6_K rows in the file's layout: no prepared norm");
+    CHECK(forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q6_K, 1u << 20, 8960) == 0, "Q6_K rows of an odd count of super-blocks: no prepared norm");
     CHECK(forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q6_K, 4096, 14336) == forge_hip_matvec_norm_q8_ok(FORGE_TYPE_Q4_K, 4096, 14336),
           "Q6_K rows in the device layout: prepared where Q4_K's would be");
     CHECK(forge_hip_matvec_norm_q8(FORGE_TYPE_Q4_K, NULL, 64, 256, NULL, NULL, NULL, NULL, NULL, NULL, msg, sizeof msg) == -1 &&
