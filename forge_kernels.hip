@@ -4336,12 +4336,27 @@ struct forge__rope_kv {
 #define FORGE__WAVE_C 32
 #endif
 
+// The V rows of a tile of forge__k_attention_tile: positions tile + j * PW + grp, dims dv0 .. dv0 + 7;
+// zeros from `end` on.
+template <int TYPE, uint32_t NV, uint32_t HD>
+__device__ __forceinline__ void forge__attd_load_v(const forge_hip_attention_args &a, const uint8_t *cv, size_t row_v_bytes, uint32_t kv_head,
+                                                   uint32_t tile, uint32_t cell0, uint32_t end, uint32_t PW, uint32_t grp, uint32_t dv0,
+                                                   forge__kv8<TYPE> (&rv)[NV]) {
+#pragma unroll
+    for (uint32_t j = 0; j < NV; j++) {
+        const uint32_t p = tile + j * PW + grp, c0 = cell0 + j * PW + grp, cell = a.n_cells && c0 >= a.n_cells ? c0 - a.n_cells : c0;
+        if (p < end) forge__kv_raw8<TYPE, true>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, dv0, HD, rv[j]);
+        else forge__kv_zero8<TYPE>(rv[j]);
+    }
+}
+
 template <int TYPE, int G, int HD>
 __global__ void __launch_bounds__(FORGE__ATTD_THREADS, FORGE__ATTD_MIN_BLOCKS)
 forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t per_block,
                         float *__restrict__ partial, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ q8, forge__rope_kv rk) {
     FORGE__GRID_ENTER();
     constexpr uint32_t L = HD / 8, KL = HD > 128 ? HD / 64 : 2, NC = HD / 8 / KL, NV = L / KL; // NV: V rows a lane loads a tile
+    constexpr bool VK = G == 1; // the V rows loaded with the K rows
     __shared__ __align__(16) float s_q[G][HD];
     __shared__ float s_m[FORGE__ATTD_MAX_WAVES][G], s_l[FORGE__ATTD_MAX_WAVES][G];
     __shared__ float s_o[FORGE__ATTD_MAX_WAVES][G][FORGE__ATTD_MAX_DIM];
@@ -4450,6 +4465,7 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
                 else forge__kv_zero8<TYPE>(rk[c]);
             }
         }
+        if (VK) forge__attd_load_v<TYPE, NV, HD>(a, cv, row_v_bytes, kv_head, tile, cell0, end, PW, grp, dv0, rv);
         // scores: this lane's pieces, then the KL lanes of the position joined
         float sc[G];
 #pragma unroll
@@ -4467,10 +4483,11 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
                 sc[g] += dot * ks;
             }
         }
-        // the tile's V rows, in flight while the scores are joined and the softmax runs (loaded with
-        // the K rows, both sets would not fit the registers)
+        // the tile's V rows, in flight while the scores are joined and the softmax runs; a block of one
+        // query head loads them with the K rows (both sets fit its registers), else after the scores
+        // (written out here: through forge__attd_load_v, ptxas spills in the 4-head instantiations)
 #pragma unroll
-        for (uint32_t j = 0; j < NV; j++) {
+        for (uint32_t j = 0; j < (VK ? 0 : NV); j++) {
             const uint32_t p = tile + j * PW + grp, c0 = cell0 + j * PW + grp, cell = a.n_cells && c0 >= a.n_cells ? c0 - a.n_cells : c0;
             if (p < end) forge__kv_raw8<TYPE, true>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, dv0, HD, rv[j]);
             else forge__kv_zero8<TYPE>(rv[j]);
