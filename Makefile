@@ -103,6 +103,12 @@ $(BUILD)/test_gpu: tests/test_gpu.c forge.h tests/test.h $(BUILD)/forge_kernels.
 # a real model's greedy continuation on the GPU against the reference (FORGE_TEST_BACKEND=gpu)
 $(BUILD)/test_greedy_gpu: tests/test_greedy.c forge.h tests/test.h tests/greedy_data.h $(BUILD)/forge_kernels.o | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
+# the kernels' timeline, inside replayed graphs too, for any CUDA program (tools/kernel_trace.c)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc))
+CUPTI_FLAGS = -isystem $(CUDA_HOME)/include -isystem $(CUDA_HOME)/extras/CUPTI/include -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib \
+	-L$(CUDA_HOME)/extras/CUPTI/lib64
+$(BUILD)/libkernel_trace.so: tools/kernel_trace.c | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -shared -fPIC $(CUPTI_FLAGS) $< -o $@ -lcupti
 # GPU_MODEL: a model of a few hundred MiB for the memory invariants (forge mkmodel makes one)
 test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu
 	$(BUILD)/test_kernels
