@@ -32,10 +32,10 @@ def main():
     lines = []
     for step in range(4):  # the fourth embedding closes the third step
         t = step * 20000
-        lines.append("%d %d 1 128 7 forge__k_embed" % (t, t + 5000))
+        lines.append("%d %d 1 128 forge__k_embed" % (t, t + 5000))
         if step < 3:
-            lines.append("%d %d 448 256 7 forge__k_gate" % (t + 4000, t + 11000))
-            lines.append("%d %d 32 128 7 forge__k_attention" % (t + 11000, t + 13000))
+            lines.append("%d %d 448 256 forge__k_gate" % (t + 4000, t + 11000))
+            lines.append("%d %d 32 128 forge__k_attention" % (t + 11000, t + 13000))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.txt")
         with open(path, "w") as f:
@@ -56,7 +56,7 @@ def main():
         listed = run(path, "--list").stdout.strip().split("\n")
         check(len(listed) == 3 and "end-to-end     6.00 us" in listed[1], "--list: the last step kernel by kernel: %r" % listed)
         with open(path, "w") as f:
-            f.write("0 1000 1 1 0 forge__k_other\n")
+            f.write("0 1000 1 1 forge__k_other\n")
         out = run(path)
         check(out.returncode != 0 and "no whole decode step" in out.stderr, "a trace without a whole step is refused: %r" % out.stderr)
     print("%d passed, %d failed" % (passed, failed))

@@ -7,9 +7,9 @@
            build-nvidia/forge bench -m MODEL.gguf -p 16 -n 64 -r 1 --gpu
        python3 tools/kernel_trace.py trace.txt
 
-   One line a kernel: start and end in nanoseconds of the device clock, grid and block x, the id of
-   the graph it ran in (0: none), the kernel's mangled name. Records reach the file as CUPTI hands
-   back its buffers and at exit. Needs the CUPTI library of the CUDA toolkit (libcupti). */
+   One line a kernel: start and end in nanoseconds of the device clock, grid and block x, the kernel's
+   mangled name. Records reach the file as CUPTI hands back its buffers and at exit. Needs the CUPTI
+   library of the CUDA toolkit (libcupti). */
 #include <cupti.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +29,11 @@ static void CUPTIAPI trace_buffer_completed(CUcontext context, uint32_t stream, 
     (void)context, (void)stream, (void)size;
     while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
         if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
-            const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)record;
-            fprintf(trace_out, "%llu %llu %d %d %u %s\n", (unsigned long long)k->start, (unsigned long long)k->end, k->gridX, k->blockX,
-                    k->graphId, k->name ? k->name : "?");
+            /* a record comes in the layout of the newest version of the kernel record, whose fields up to
+               the name sit where the fourth version (still declared, as deprecated) has them */
+            const CUpti_ActivityKernel4 *k = (const CUpti_ActivityKernel4 *)record;
+            fprintf(trace_out, "%llu %llu %d %d %s\n", (unsigned long long)k->start, (unsigned long long)k->end, k->gridX, k->blockX,
+                    k->name ? k->name : "?");
         }
     }
     free(buffer);

@@ -37,9 +37,9 @@ def main():
     rows = []
     with open(args.trace) as f:
         for line in f:
-            parts = line.split(None, 5)
-            if len(parts) == 6:
-                rows.append((int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), parts[5].strip()))
+            parts = line.split(None, 4)
+            if len(parts) == 5:
+                rows.append((int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), parts[4].strip()))
     rows.sort()
     starts = [i for i, r in enumerate(rows) if "embed" in r[4]]
     steps = list(zip(starts, starts[1:]))[-args.steps:]
