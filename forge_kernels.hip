@@ -4350,16 +4350,20 @@ __device__ __forceinline__ void forge__attd_load_v(const forge_hip_attention_arg
     }
 }
 
-template <int TYPE, int G, int HD>
-__global__ void __launch_bounds__(FORGE__ATTD_THREADS, FORGE__ATTD_MIN_BLOCKS)
+// THREADS: the block's threads, FORGE__ATTD_THREADS, or twice that for a span of one split and one
+// query head a block (forge__hip_attention_decode): each wave a tile, so up to 128 positions are one
+// round of the waves instead of two, at the same registers a thread.
+template <int TYPE, int G, int HD, int THREADS = FORGE__ATTD_THREADS>
+__global__ void __launch_bounds__(THREADS, FORGE__ATTD_MIN_BLOCKS * FORGE__ATTD_THREADS / THREADS)
 forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_bytes, uint32_t n_split, uint32_t per_block,
                         float *__restrict__ partial, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ q8, forge__rope_kv rk) {
     FORGE__GRID_ENTER();
     constexpr uint32_t L = HD / 8, KL = HD > 128 ? HD / 64 : 2, NC = HD / 8 / KL, NV = L / KL; // NV: V rows a lane loads a tile
+    constexpr uint32_t MAX_WAVES = THREADS / 32;
     constexpr bool VK = G == 1; // the V rows loaded with the K rows
     __shared__ __align__(16) float s_q[G][HD];
-    __shared__ float s_m[FORGE__ATTD_MAX_WAVES][G], s_l[FORGE__ATTD_MAX_WAVES][G];
-    __shared__ float s_o[FORGE__ATTD_MAX_WAVES][G][FORGE__ATTD_MAX_DIM];
+    __shared__ float s_m[MAX_WAVES][G], s_l[MAX_WAVES][G];
+    __shared__ float s_o[MAX_WAVES][G][FORGE__ATTD_MAX_DIM];
     __shared__ int s_last;
     constexpr uint32_t wave = FORGE__WAVE_C;
     const uint32_t hd = HD, lane = threadIdx.x % wave, wid = threadIdx.x / wave, n_waves = blockDim.x / wave;
@@ -4368,7 +4372,7 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     // with the rotary embedding, the block's first loads (its query heads, the token's key and value
     // rows of its KV head, the pair frequencies and factors) leave together with the position's: the
     // heads follow from the block's index alone (forge__attd_heads)
-    constexpr uint32_t QE = (G * HD + FORGE__ATTD_THREADS - 1) / FORGE__ATTD_THREADS, KE = (HD + FORGE__ATTD_THREADS - 1) / FORGE__ATTD_THREADS;
+    constexpr uint32_t QE = (G * HD + THREADS - 1) / THREADS, KE = (HD + THREADS - 1) / THREADS;
     float xq[QE], xk[KE], xv[KE];
     double freq = 0.0, factor = 1.0;
     const uint32_t half = rk.n_rot / 2;
@@ -4377,12 +4381,12 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
         forge__attd_heads(a, per_block, kvh, hq0, qcnt);
 #pragma unroll
         for (uint32_t e = 0; e < QE; e++) {
-            const uint32_t i = threadIdx.x + e * FORGE__ATTD_THREADS, g = i / HD;
+            const uint32_t i = threadIdx.x + e * THREADS, g = i / HD;
             xq[e] = i < G * HD && g < qcnt ? a.q[(size_t)(hq0 + g) * HD + i % HD] : 0.0f;
         }
 #pragma unroll
         for (uint32_t e = 0; e < KE; e++) {
-            const uint32_t i = threadIdx.x + e * FORGE__ATTD_THREADS;
+            const uint32_t i = threadIdx.x + e * THREADS;
             xk[e] = i < HD ? rk.k[(size_t)kvh * HD + i] : 0.0f;
             xv[e] = i < HD ? rk.v[(size_t)kvh * HD + i] : 0.0f;
         }
@@ -4405,17 +4409,17 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
         // unused until the end), then each pair rotated in place, the query's scaled; the block whose
         // split holds p stores the key and value rows into cell p (other parts of the group store the
         // same bytes), which the loop below reads back after the barrier
-        static_assert(3 * HD <= FORGE__ATTD_MAX_WAVES * FORGE__ATTD_MAX_DIM, "the angles and the two rows fit s_o");
+        static_assert(3 * HD <= MAX_WAVES * FORGE__ATTD_MAX_DIM, "the angles and the two rows fit s_o");
         float *cs = &s_o[0][0][0], *sk = cs + HD, *sv = sk + HD; // cs: n_rot <= HD floats
         const uint32_t p = *dev_pos, cell = a.n_cells ? p % a.n_cells : p;
 #pragma unroll
         for (uint32_t e = 0; e < QE; e++) {
-            const uint32_t i = threadIdx.x + e * FORGE__ATTD_THREADS;
+            const uint32_t i = threadIdx.x + e * THREADS;
             if (i < G * HD) s_q[i / HD][i % HD] = xq[e];
         }
 #pragma unroll
         for (uint32_t e = 0; e < KE; e++) {
-            const uint32_t i = threadIdx.x + e * FORGE__ATTD_THREADS;
+            const uint32_t i = threadIdx.x + e * THREADS;
             if (i < HD) sk[i] = xk[e], sv[i] = xv[e];
         }
         if (threadIdx.x < half) {
@@ -4486,11 +4490,13 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
         // the tile's V rows, in flight while the scores are joined and the softmax runs; a block of one
         // query head loads them with the K rows (both sets fit its registers), else after the scores
         // (written out here: through forge__attd_load_v, ptxas spills in the 4-head instantiations)
+        if (!VK) {
 #pragma unroll
-        for (uint32_t j = 0; j < (VK ? 0 : NV); j++) {
-            const uint32_t p = tile + j * PW + grp, c0 = cell0 + j * PW + grp, cell = a.n_cells && c0 >= a.n_cells ? c0 - a.n_cells : c0;
-            if (p < end) forge__kv_raw8<TYPE, true>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, dv0, HD, rv[j]);
-            else forge__kv_zero8<TYPE>(rv[j]);
+            for (uint32_t j = 0; j < NV; j++) {
+                const uint32_t p = tile + j * PW + grp, c0 = cell0 + j * PW + grp, cell = a.n_cells && c0 >= a.n_cells ? c0 - a.n_cells : c0;
+                if (p < end) forge__kv_raw8<TYPE, true>(cv + ((size_t)cell * a.n_head_kv + kv_head) * row_v_bytes, dv0, HD, rv[j]);
+                else forge__kv_zero8<TYPE>(rv[j]);
+            }
         }
         const bool in = tile + kp < end;
 #pragma unroll
@@ -4606,6 +4612,7 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     if (!scratch || n_split * per_split > scratch_bytes) n_split = scratch ? scratch_bytes / per_split : 1;
     if (n_split < 1) n_split = 1;
     dim3 grid((uint32_t)(a.n_head_kv * parts), a.n_tokens, (uint32_t)n_split);
+    const bool wide = span <= FORGE__ATTD_ONE_SPLIT && a.n_tokens == 1; // one split of one-head blocks: twice the waves
     float *partial = (float *)scratch;
 #define FORGE__ATTD_LAUNCH(T, GP) \
     forge__launch(T != FORGE_HIP_F32 && T != FORGE_HIP_F16 && w8 ? forge__k_attention_decode<T, GP, T != FORGE_HIP_F32 && T != FORGE_HIP_F16> \
@@ -4618,8 +4625,12 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     default: FORGE__ATTD_LAUNCH(T, 4); break; \
     }
 #define FORGE__ATTT_LAUNCH(T, GP, HD) \
-    forge__launch_as(!rope, forge__k_attention_tile<T, GP, HD>, grid, dim3(FORGE__ATTD_THREADS), s, a, row_k_bytes, row_v_bytes, \
-                     (uint32_t)n_split, per_block, partial, dev_pos, q8, rk)
+    if (GP == 1 && wide) \
+        forge__launch_as(!rope, forge__k_attention_tile<T, 1, HD, 2 * FORGE__ATTD_THREADS>, grid, dim3(2 * FORGE__ATTD_THREADS), s, a, \
+                         row_k_bytes, row_v_bytes, (uint32_t)n_split, per_block, partial, dev_pos, q8, rk); \
+    else \
+        forge__launch_as(!rope, forge__k_attention_tile<T, GP, HD>, grid, dim3(FORGE__ATTD_THREADS), s, a, row_k_bytes, row_v_bytes, \
+                         (uint32_t)n_split, per_block, partial, dev_pos, q8, rk)
 #define FORGE__ATTT_DIM(T, GP) \
     switch (hd) { \
     case 64: FORGE__ATTT_LAUNCH(T, GP, 64); break; \
