@@ -4324,8 +4324,9 @@ struct forge__rope_kv {
 //   softmax: the tile's maximum over the wave (m is the same in every lane), one exp2 a lane a head;
 //   values: the lane-groups of forge__k_attention_decode (L = head_dim / 8 lanes a position, 8 dims a
 //     lane), each weight fetched by one shuffle from the lane that scored the position.
-// A tile's K rows are all loaded before its first product, its V rows after the scores. The block's end is
-// forge__attd_finish, as for forge__k_attention_decode; the splits are the same.
+// A tile's K rows are all loaded before its first product; its V rows with them in a block of one
+// query head, else after the scores (both sets fit only the one-head block's registers). The block's
+// end is forge__attd_finish, as for forge__k_attention_decode; the splits are the same.
 // The wave size as a constant where the compiler knows it (NVIDIA 32; AMD's device passes define
 // __AMDGCN_WAVEFRONT_SIZE), so shuffle loops over it unroll; the host pass never runs the kernels.
 #if defined(__AMDGCN_WAVEFRONT_SIZE)
