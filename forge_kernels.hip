@@ -1511,6 +1511,22 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
     const int8_t *qs = (const int8_t *)q8;
     const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS(n_cols));
     float acc[2 * FORGE__MVQ_ROWS] = {0};
+    // The lane's first piece of weights is asked for before the grid wait (FORGE__GRID_ENTER): the
+    // weights do not depend on the kernel before, so their latency passes while it finishes. Nothing
+    // the kernel before writes is read until after the wait.
+    const uint8_t *rows0[FORGE__MVQ_ROWS];
+    const uint32_t p_first = GLU == 2 ? lane : lane + wave * set;
+    const bool first = p_first < (GLU == 2 ? 2 : 1) * n_pieces;
+    typename P::raw pre[FORGE__MVQ_ROWS];
+#pragma unroll
+    for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows0[k] = w + (size_t)min(r0 + k, n_rows - 1) * row_bytes; // rows past the end: re-read, dropped
+    if (first) {
+        const bool up = GLU == 2 && p_first >= n_pieces;
+#pragma unroll
+        for (int k = 0; k < FORGE__MVQ_ROWS; k++)
+            P::load(up ? w_up + (rows0[k] - w) : rows0[k], up ? p_first - n_pieces : p_first, n_cols, pre[k]);
+    }
+    FORGE__GRID_ENTER();
     if (NORM_IN) forge__norm_sums_fetch(ds, n_cols, norm_sums);
     if (NORM_OUT && threadIdx.x < 64) // fetched as the rows start streaming: the tail after them is shorter
         forge__copy4_async(ends + threadIdx.x, threadIdx.x < 32 ? y + block * 32 + threadIdx.x : norm_w + block * 32 + threadIdx.x - 32);
@@ -1522,8 +1538,19 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
     if (GLU == 2) {
         size_t rows[FORGE__MVQ_ROWS];
 #pragma unroll
-        for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows[k] = (size_t)min(r0 + k, n_rows - 1) * row_bytes;
-        for (uint32_t i = lane; i < 2 * n_pieces; i += wave) {
+        for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows[k] = (size_t)(rows0[k] - w);
+        if (first) {
+            const bool up = p_first >= n_pieces;
+            const uint32_t p = up ? p_first - n_pieces : p_first;
+            forge__xq xq;
+            P::load_q(qs, ds, p, xq);
+#pragma unroll
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) {
+                const float v = P::dotq(pre[k], p, xq);
+                acc[k] += up ? 0.0f : v, acc[FORGE__MVQ_ROWS + k] += up ? v : 0.0f;
+            }
+        }
+        for (uint32_t i = lane + wave; i < 2 * n_pieces; i += wave) {
             const bool up = i >= n_pieces;
             const uint32_t p = up ? i - n_pieces : i;
             const uint8_t *base = up ? w_up : w;
@@ -1543,9 +1570,16 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
     for (int m = 0; m < (GLU == 2 ? 0 : GLU ? 2 : 1); m++) {
         const uint8_t *rows[FORGE__MVQ_ROWS];
 #pragma unroll
-        for (int k = 0; k < FORGE__MVQ_ROWS; k++) // rows past the end: re-read, dropped
-            rows[k] = (m ? w_up : w) + (size_t)min(r0 + k, n_rows - 1) * row_bytes;
-        for (uint32_t p = lane + wave * set; p < n_pieces; p += wave * KSPLIT) {
+        for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows[k] = m ? w_up + (rows0[k] - w) : rows0[k];
+        uint32_t p = p_first;
+        if (m == 0 && first) {
+            forge__xq xq;
+            P::load_q(qs, ds, p, xq);
+#pragma unroll
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) acc[k] += P::dotq(pre[k], p, xq);
+            p += wave * KSPLIT;
+        }
+        for (; p < n_pieces; p += wave * KSPLIT) {
             typename P::raw raw[FORGE__MVQ_ROWS];
 #pragma unroll
             for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(rows[k], p, n_cols, raw[k]);
@@ -1607,7 +1641,6 @@ __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2)
 forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
              const uint8_t *__restrict__ q8, float *y, const float *__restrict__ bias, int accumulate, int act,
              uint8_t *__restrict__ q8_out, float norm_eps) {
-    FORGE__GRID_ENTER();
     forge__mvq_block<P, KSPLIT, GLU, FORGE__MVQ_WAVES, 0, NORM_IN>(blockIdx.x, w, w_up, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, act,
                                                                   q8_out, norm_eps, NULL);
 }
@@ -1618,7 +1651,6 @@ template <class P, int KSPLIT>
 __global__ void __launch_bounds__(1024, 1)
 forge__k_mvq_norm(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
                   float *y, const float *__restrict__ bias, const float *__restrict__ norm_w, uint8_t *__restrict__ q8_out) {
-    FORGE__GRID_ENTER();
     forge__mvq_block<P, KSPLIT, 0, FORGE__MVQ_WAVES * KSPLIT, 1>(blockIdx.x, w, NULL, row_bytes, n_rows, n_cols, q8, y, bias, 1, 0, q8_out,
                                                                  -1.0f, norm_w);
 }
@@ -1636,7 +1668,6 @@ struct forge__mv3 {
 
 template <class PA, class PB, int KSPLIT, int NORM_IN>
 __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2) forge__k_mvq3(forge__mv3 m, uint32_t n_cols, const uint8_t *__restrict__ q8) {
-    FORGE__GRID_ENTER();
     const uint32_t b = blockIdx.x;
     if (b < m.first[1])
         forge__mvq_block<PA, KSPLIT, 0, FORGE__MVQ_WAVES, 0, NORM_IN>(b, m.w[0], NULL, m.row_bytes[0], m.n_rows[0], n_cols, q8, m.y[0],
