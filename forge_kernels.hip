@@ -1299,6 +1299,8 @@ __global__ void forge__k_q8_quantize(const float *__restrict__ x, uint32_t n, ui
 #define FORGE__NORM_Q8_THREADS 256
 __global__ void __launch_bounds__(FORGE__NORM_Q8_THREADS)
 forge__k_rmsnorm_q8(const float *x, const float *__restrict__ w, float *y, uint32_t n, float eps, uint8_t *__restrict__ q8) {
+    const uint32_t i0 = blockIdx.x * blockDim.x + threadIdx.x;
+    const float w0 = i0 < n ? w[i0] : 0.0f; // the thread's first weight, asked for before the grid wait
     FORGE__GRID_ENTER();
     // thread t adds elements 16c .. 16c + 15 for c = t, t + blockDim.x, ...: four 16-byte loads in
     // flight at a time, one turn for rows up to 4096 (n is a multiple of 32)
@@ -1315,9 +1317,9 @@ forge__k_rmsnorm_q8(const float *x, const float *__restrict__ w, float *y, uint3
     int8_t *qs = (int8_t *)q8;
     float4 *ds = (float4 *)(q8 + FORGE__Q8_DS(n));
     const uint32_t end = (n + blockDim.x - 1) / blockDim.x * blockDim.x; // whole waves take every turn
-    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < end; i += gridDim.x * blockDim.x) {
+    for (uint32_t i = i0; i < end; i += gridDim.x * blockDim.x) {
         float v = 0.0f;
-        if (i < n) v = x[i] * scale * w[i], y[i] = v;
+        if (i < n) v = x[i] * scale * (i == i0 ? w0 : w[i]), y[i] = v;
         forge__q8_put(v, i, i < n, qs, ds);
     }
 }
