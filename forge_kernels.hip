@@ -1841,17 +1841,14 @@ extern "C" {
 // Whether forge_hip_matvec_norm_q8 is the faster way to run a product of this type and n_rows rows
 // and the norm after it (against forge_hip_matvec_q8 accumulating, then forge_hip_rmsnorm_q8). Its
 // blocks keep whole groups of 32 rows and split the columns over at most 1024 threads, so the
-// launch is slower than the plain product's by 1.6-1.9 us for Q4_K / Q4_0 / Q8_0 on the H200 and by
-// 2.7 us for Q6_K, against a norm launch of about 1.3 us in a recorded step; with fewer groups than
-// fill the machine (Qwen2.5-1.5B's 1536 rows: 48 blocks on 132 multiprocessors) it loses more
-// (measured in tests/PERF.md). Taken: row counts whose split fills the machine, types other than Q6_K
-// of an odd count of super-blocks, measured only in the file's layout (Q6_K of 512k columns loads as
-// Q4_K does and pays like it: Llama-3-8B Q4_K_M tg128 416.0 -> 422.0 on the H100 with its Q6_K down
-// projections taken too).
+// launch is slower than the plain product's; a norm launch costs about 2-3 us of a recorded step.
+// Since each product asks for its first weights before its grid wait (forge__mvq_block), the trade
+// pays at every row count measured, the few groups of the small models too (tests/PERF.md, H100:
+// Qwen2.5-1.5B's 1536 rows, 48 blocks, +3%; Qwen2.5-0.5B Q8_0's 896, +8%; the 8B's 4096 as before).
+// Taken: every type but Q6_K of an odd count of super-blocks (rows alternately 4- and 2-aligned,
+// whose product with the wider blocks loses more than the launch it saves).
 int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows, uint32_t n_cols) {
-    const uint32_t blocks = n_rows / 32;
-    return forge_hip_q8_type(type) && forge__hip_kind(type, n_cols) != FORGE_HIP_Q6_K && n_rows % 32 == 0 &&
-           blocks * forge__mvq_norm_split(blocks) >= 2u * (uint32_t)forge__hip_sm_count();
+    return forge_hip_q8_type(type) && forge__hip_kind(type, n_cols) != FORGE_HIP_Q6_K && n_rows % 32 == 0;
 }
 
 // y += W x (+ bias) for one token, x the quantized vector q8 and y the residual stream (its bits as
