@@ -1843,12 +1843,16 @@ extern "C" {
 // blocks keep whole groups of 32 rows and split the columns over at most 1024 threads, so the
 // launch is slower than the plain product's; a norm launch costs about 2-3 us of a recorded step.
 // Since each product asks for its first weights before its grid wait (forge__mvq_block), the trade
-// pays at every row count measured, the few groups of the small models too (tests/PERF.md, H100:
-// Qwen2.5-1.5B's 1536 rows, 48 blocks, +3%; Qwen2.5-0.5B Q8_0's 896, +8%; the 8B's 4096 as before).
-// Taken: every type but Q6_K of an odd count of super-blocks (rows alternately 4- and 2-aligned,
-// whose product with the wider blocks loses more than the launch it saves).
+// pays where the blocks fill the machine (Llama-3-8B's 4096 rows) and, with fewer blocks, where each
+// lane reads at most one piece of a row, so the first weights are all it reads (the o-projections of
+// Qwen2.5-1.5B, 1536 x 1536, and Qwen2.5-0.5B); their down projections (8960 and 4864 columns, three
+// rounds of loads a lane in 48 or 28 blocks) keep the plain product and the norm launch (tests/PERF.md,
+// H100: 1.5B +4% in all). Never for Q6_K of an odd count of super-blocks (rows alternately 4- and
+// 2-aligned, whose product with the wider blocks loses more than the launch it saves).
 int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows, uint32_t n_cols) {
-    return forge_hip_q8_type(type) && forge__hip_kind(type, n_cols) != FORGE_HIP_Q6_K && n_rows % 32 == 0;
+    const uint32_t blocks = n_rows / 32, split = forge__mvq_norm_split(blocks);
+    const int fills = blocks * split >= 2u * (uint32_t)forge__hip_sm_count(), one_round = n_cols / 32 <= split * (uint32_t)forge__hip_wave_size();
+    return forge_hip_q8_type(type) && forge__hip_kind(type, n_cols) != FORGE_HIP_Q6_K && n_rows % 32 == 0 && (fills || one_round);
 }
 
 // y += W x (+ bias) for one token, x the quantized vector q8 and y the residual stream (its bits as
