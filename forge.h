@@ -811,8 +811,9 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    graphs (sized by the same bands). On NVIDIA
    compute capability 9.0 and newer (kernels built for it), the decode kernels are launched so that
    each may be placed on the device while the one before it finishes (programmatic dependent
-   launch; each waits for the previous kernel's results before it reads anything); FORGE_NO_PDL=1
-   turns that off.
+   launch; each waits for the previous kernel's results before it reads any of them, a product
+   loading its first weights, which no kernel writes, before it waits); FORGE_NO_PDL=1 turns that
+   off.
    GPU decode precision: one-token products whose weights are Q4_0, Q8_0, Q4_K or Q6_K round their
    input vector to 8 bits per element in groups of 32 (one scale per group, as the reference engine
    does in its quantized products) and multiply on integer dot products; the logits then stand about

@@ -126,9 +126,11 @@ static int forge__hip_wave_size(void) {
 // On NVIDIA sm_90 and newer, the kernels of a decode step are launched with programmatic stream
 // serialization: the next kernel's blocks may be placed while the current one runs, and wait in
 // FORGE__GRID_ENTER (griddepcontrol.wait: every earlier kernel complete, its writes visible) before
-// touching memory; once through it they let the kernel after them be placed in turn. That hides a
-// launch and the filling of the machine behind the kernel before, the cost that dominates a step of
-// short kernels. A kernel launched this way must begin with FORGE__GRID_ENTER; forge__launch only
+// touching memory any kernel writes; once through it they let the kernel after them be placed in
+// turn. That hides a launch and the filling of the machine behind the kernel before, the cost that
+// dominates a step of short kernels; the decode products also load their first weights before the
+// wait (forge__mvq_block), so that latency passes too. A kernel launched this way must pass
+// FORGE__GRID_ENTER before it reads or writes anything another kernel writes; forge__launch only
 // asks for it when the kernels were compiled with it (compute capability 9.0 code) and the device
 // runs them; FORGE_NO_PDL=1 in the environment turns it off. Elsewhere it is an ordinary launch.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__HIP_PLATFORM_AMD__)
