@@ -1847,8 +1847,8 @@ extern "C" {
 // Since each product asks for its first weights before its grid wait (forge__mvq_block), the trade
 // pays where the blocks fill the machine (Llama-3-8B's 4096 rows) and, with fewer blocks, where each
 // lane reads at most one piece of a row, so the first weights are all it reads (the o-projections of
-// Qwen2.5-1.5B, 1536 x 1536, and Qwen2.5-0.5B); their down projections (8960 and 4864 columns, three
-// rounds of loads a lane in 48 or 28 blocks) keep the plain product and the norm launch (tests/PERF.md,
+// Qwen2.5-1.5B, 1536 x 1536, and Qwen2.5-0.5B); their down projections (8960 and 4864 columns: three
+// or two rounds of loads a lane in 48 or 28 blocks) keep the plain product and the norm launch (tests/PERF.md,
 // H100: 1.5B +4% in all). Never for Q6_K of an odd count of super-blocks (rows alternately 4- and
 // 2-aligned, whose product with the wider blocks loses more than the launch it saves).
 int forge_hip_matvec_norm_q8_ok(uint32_t type, uint32_t n_rows, uint32_t n_cols) {
