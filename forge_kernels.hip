@@ -1518,17 +1518,17 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
     // The lane's first piece of weights is asked for before the grid wait (FORGE__GRID_ENTER): the
     // weights do not depend on the kernel before, so their latency passes while it finishes. Nothing
     // the kernel before writes is read until after the wait.
-    const uint8_t *rows0[FORGE__MVQ_ROWS];
+    size_t rows0[FORGE__MVQ_ROWS]; // the rows' offsets in w (and w_up)
     const uint32_t p_first = GLU == 2 ? lane : lane + wave * set;
     const bool first = p_first < (GLU == 2 ? 2 : 1) * n_pieces;
     typename P::raw pre[FORGE__MVQ_ROWS];
 #pragma unroll
-    for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows0[k] = w + (size_t)min(r0 + k, n_rows - 1) * row_bytes; // rows past the end: re-read, dropped
+    for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows0[k] = (size_t)min(r0 + k, n_rows - 1) * row_bytes; // rows past the end: re-read, dropped
     if (first) {
         const bool up = GLU == 2 && p_first >= n_pieces;
 #pragma unroll
         for (int k = 0; k < FORGE__MVQ_ROWS; k++)
-            P::load(up ? w_up + (rows0[k] - w) : rows0[k], up ? p_first - n_pieces : p_first, n_cols, pre[k]);
+            P::load((up ? w_up : w) + rows0[k], up ? p_first - n_pieces : p_first, n_cols, pre[k]);
     }
     FORGE__GRID_ENTER();
     if (NORM_IN) forge__norm_sums_fetch(ds, n_cols, norm_sums);
@@ -1540,9 +1540,6 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
     // walk together, for rows whose pieces are not a multiple of the wave (Qwen2.5-1.5B's 48: three
     // full rounds of loads instead of two full and two half)
     if (GLU == 2) {
-        size_t rows[FORGE__MVQ_ROWS];
-#pragma unroll
-        for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows[k] = (size_t)(rows0[k] - w);
         if (first) {
             const bool up = p_first >= n_pieces;
             const uint32_t p = up ? p_first - n_pieces : p_first;
@@ -1560,7 +1557,7 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
             const uint8_t *base = up ? w_up : w;
             typename P::raw raw[FORGE__MVQ_ROWS];
 #pragma unroll
-            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(base + rows[k], p, n_cols, raw[k]);
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++) P::load(base + rows0[k], p, n_cols, raw[k]);
             forge__xq xq;
             P::load_q(qs, ds, p, xq);
 #pragma unroll
@@ -1574,7 +1571,7 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
     for (int m = 0; m < (GLU == 2 ? 0 : GLU ? 2 : 1); m++) {
         const uint8_t *rows[FORGE__MVQ_ROWS];
 #pragma unroll
-        for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows[k] = m ? w_up + (rows0[k] - w) : rows0[k];
+        for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows[k] = (m ? w_up : w) + rows0[k];
         uint32_t p = p_first;
         if (m == 0 && first) {
             forge__xq xq;
