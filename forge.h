@@ -813,7 +813,11 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    each may be placed on the device while the one before it finishes (programmatic dependent
    launch; each waits for the previous kernel's results before it reads any of them, a product
    loading its first weights, which no kernel writes, before it waits); FORGE_NO_PDL=1 turns that
-   off.
+   off. Where a product's lanes would walk its rows in more than one round of loads and its blocks'
+   rows fit the multiprocessors' shared memory (Qwen2.5-1.5B's gate/up and down projections, not
+   Llama-3-8B's), each block copies its rows into shared memory before it waits, so they stream
+   while the kernel before finishes (on-chip memory, not device memory: the plan is unchanged);
+   FORGE_NO_STAGE=1 turns that off.
    GPU decode precision: one-token products whose weights are Q4_0, Q8_0, Q4_K or Q6_K round their
    input vector to 8 bits per element in groups of 32 (one scale per group, as the reference engine
    does in its quantized products) and multiply on integer dot products; the logits then stand about

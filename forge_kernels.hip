@@ -129,7 +129,8 @@ static int forge__hip_wave_size(void) {
 // touching memory any kernel writes; once through it they let the kernel after them be placed in
 // turn. That hides a launch and the filling of the machine behind the kernel before, the cost that
 // dominates a step of short kernels; the decode products also load their first weights before the
-// wait (forge__mvq_block), so that latency passes too. A kernel launched this way must pass
+// wait (forge__mvq_block), so that latency passes too, or where their rows fit, copy all of them to
+// shared memory before it (forge__stage_ok). A kernel launched this way must pass
 // FORGE__GRID_ENTER before it reads or writes anything another kernel writes; forge__launch only
 // asks for it when the kernels were compiled with it (compute capability 9.0 code) and the device
 // runs them; FORGE_NO_PDL=1 in the environment turns it off. Elsewhere it is an ordinary launch.
@@ -143,9 +144,9 @@ __global__ void forge__k_grid_probe(void) {} // its ptxVersion says which code t
 
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 template <typename... KArgs, typename... Args>
-static void forge__launch_as(int overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
+static void forge__launch_smem(int overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, hipStream_t s, Args... args) {
     (void)overlap;
-    hipLaunchKernelGGL(kernel, grid, block, 0, s, args...);
+    hipLaunchKernelGGL(kernel, grid, block, smem, s, args...);
 }
 #else
 static int forge__pdl_enabled(void) {
@@ -168,12 +169,12 @@ static int forge__pdl_enabled(void) {
 // then waits for nothing), for a kernel whose blocks lose by being placed beside the one before (see
 // forge_hip_rope_attention_q8); it still lets the kernel after it be placed early.
 template <typename... KArgs, typename... Args>
-static void forge__launch_as(int overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
+static void forge__launch_smem(int overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, hipStream_t s, Args... args) {
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[1];
     memset(&cfg, 0, sizeof cfg);
     memset(attr, 0, sizeof attr);
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = 0, cfg.stream = s;
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr, cfg.numAttrs = overlap && forge__pdl_enabled() ? 1 : 0;
@@ -182,8 +183,12 @@ static void forge__launch_as(int overlap, void (*kernel)(KArgs...), dim3 grid, d
 #endif
 
 template <typename... KArgs, typename... Args>
+static void forge__launch_as(int overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
+    forge__launch_smem(overlap, kernel, grid, block, 0, s, args...);
+}
+template <typename... KArgs, typename... Args>
 static void forge__launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, hipStream_t s, Args... args) {
-    forge__launch_as(1, kernel, grid, block, s, args...);
+    forge__launch_smem(1, kernel, grid, block, 0, s, args...);
 }
 
 extern "C" {
@@ -1345,12 +1350,29 @@ __device__ __forceinline__ void forge__copy4_async(float *dst, const float *src)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(__cvta_generic_to_global(src))
                  : "memory");
 }
+__device__ __forceinline__ void forge__copy16_async(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(__cvta_generic_to_global(src))
+                 : "memory");
+}
 __device__ __forceinline__ void forge__copy_wait(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void forge__wave_sync(void) { __syncwarp(); }
 #else
 #define FORGE__ASYNC_COPY 0
 __device__ __forceinline__ void forge__copy4_async(float *, const float *) {}
+__device__ __forceinline__ void forge__copy16_async(void *, const void *) {} // nothing is staged here (forge__stage_ok)
+__device__ __forceinline__ void forge__wave_sync(void) {}
 __device__ __forceinline__ void forge__copy_wait(void) {}
 #endif
+
+// bytes from src to dst, dst - src a multiple of 16, by threads t of t_count: the 16-aligned middle
+// as asynchronous 16-byte copies (forge__copy_wait, then a barrier, before the threads read dst),
+// the up to 15 bytes before and after it one byte a thread
+__device__ __forceinline__ void forge__copy_async(uint8_t *dst, const uint8_t *src, uint32_t bytes, uint32_t t, uint32_t t_count) {
+    const uint32_t head = min((uint32_t)(-(uintptr_t)src & 15u), bytes), body = (bytes - head) & ~15u, tail = bytes - head - body;
+    if (t < head) dst[t] = src[t];
+    if (t < tail) dst[head + body + t] = src[head + body + t];
+    for (uint32_t i = t; i < body / 16; i += t_count) forge__copy16_async(dst + head + 16 * i, src + head + 16 * i);
+}
 
 __device__ __forceinline__ void forge__norm_sums_fetch(const float4 *ds, uint32_t n, float *sums) {
     if (!FORGE__ASYNC_COPY || n / 32 > FORGE__NORM_SUMS) return;
@@ -1500,8 +1522,8 @@ typedef forge__pq_q6_k_t<4> forge__pq_q6_k_packed4;
 // and writes y * norm_w to q8_out as a normalized input (see forge__q8_norm_scale). NORM_IN: the
 // input q8 is such a vector and the rows are scaled by its norm with epsilon norm_eps (a separate
 // instantiation: the plain kernels keep their registers).
-template <class P, int KSPLIT, int GLU, int WAVES = FORGE__MVQ_WAVES, int NORM_OUT = 0, int NORM_IN = 0>
-__device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up,
+template <class P, int KSPLIT, int GLU, int WAVES = FORGE__MVQ_WAVES, int NORM_OUT = 0, int NORM_IN = 0, int STAGE = 0>
+__device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *__restrict__ w_in, const uint8_t *__restrict__ w_up_in,
                                                  size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
                                                  float *y, const float *__restrict__ bias, int accumulate, int act,
                                                  uint8_t *__restrict__ q8_out, float norm_eps, const float *__restrict__ norm_w) {
@@ -1522,15 +1544,41 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
     const uint32_t p_first = GLU == 2 ? lane : lane + wave * set;
     const bool first = p_first < (GLU == 2 ? 2 : 1) * n_pieces;
     typename P::raw pre[FORGE__MVQ_ROWS];
+    // STAGE: the block's rows (of w, and of w_up) are copied to shared memory as they are (forge__stage_ok),
+    // asked for before the wait, so that they stream while the kernel before finishes; the waves of
+    // a group of rows copy them and wait for them alone. In shared memory a row keeps its address
+    // modulo 16 (the readers' alignment; the odd Q6_K rows tell their order from it).
+    extern __shared__ __align__(16) uint8_t stage[];
+    const uint32_t row_first = block * rows_per_block;
+    const size_t from = (size_t)row_first * row_bytes, slab = (size_t)rows_per_block * row_bytes;
+    const uint32_t at_w = (uint32_t)((uintptr_t)(w_in + from) & 15), at_up = GLU ? (uint32_t)((uintptr_t)(w_up_in + from) & 15) : 0u;
+    const uint8_t *w = STAGE ? stage + at_w : w_in, *w_up = STAGE ? stage + (at_w + slab + 15) / 16 * 16 + at_up : w_up_in;
 #pragma unroll
-    for (int k = 0; k < FORGE__MVQ_ROWS; k++) rows0[k] = (size_t)min(r0 + k, n_rows - 1) * row_bytes; // rows past the end: re-read, dropped
-    if (first) {
+    for (int k = 0; k < FORGE__MVQ_ROWS; k++) // rows past the end: re-read, dropped
+        rows0[k] = (size_t)(min(r0 + k, n_rows - 1) - (STAGE ? row_first : 0u)) * row_bytes;
+    if (STAGE) {
+        const uint32_t n = r0 < n_rows ? min((uint32_t)FORGE__MVQ_ROWS, n_rows - r0) : 0u, t = lane + wave * set;
+        const size_t at = (size_t)(r0 - row_first) * row_bytes;
+        if (n) forge__copy_async((uint8_t *)w + at, w_in + from + at, n * (uint32_t)row_bytes, t, wave * KSPLIT);
+        if (n && GLU) forge__copy_async((uint8_t *)w_up + at, w_up_in + from + at, n * (uint32_t)row_bytes, t, wave * KSPLIT);
+    } else if (first) {
         const bool up = GLU == 2 && p_first >= n_pieces;
 #pragma unroll
         for (int k = 0; k < FORGE__MVQ_ROWS; k++)
             P::load((up ? w_up : w) + rows0[k], up ? p_first - n_pieces : p_first, n_cols, pre[k]);
     }
     FORGE__GRID_ENTER();
+    if (STAGE) {
+        forge__copy_wait(); // a wave set reads its own rows, but rows past the end are the last row's
+        if (KSPLIT > 1 || row_first + rows_per_block > n_rows) __syncthreads(); // uniform in the block
+        else forge__wave_sync();
+        if (first) {
+            const bool up = GLU == 2 && p_first >= n_pieces;
+#pragma unroll
+            for (int k = 0; k < FORGE__MVQ_ROWS; k++)
+                P::load((up ? w_up : w) + rows0[k], up ? p_first - n_pieces : p_first, n_cols, pre[k]);
+        }
+    }
     if (NORM_IN) forge__norm_sums_fetch(ds, n_cols, norm_sums);
     if (NORM_OUT && threadIdx.x < 64) // fetched as the rows start streaming: the tail after them is shorter
         forge__copy4_async(ends + threadIdx.x, threadIdx.x < 32 ? y + block * 32 + threadIdx.x : norm_w + block * 32 + threadIdx.x - 32);
@@ -1637,12 +1685,12 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
 }
 
 // at most 64 registers: four 256-thread blocks a multiprocessor
-template <class P, int KSPLIT, int GLU, int NORM_IN>
+template <class P, int KSPLIT, int GLU, int NORM_IN, int STAGE = 0>
 __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2)
 forge__k_mvq(const uint8_t *__restrict__ w, const uint8_t *__restrict__ w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
              const uint8_t *__restrict__ q8, float *y, const float *__restrict__ bias, int accumulate, int act,
              uint8_t *__restrict__ q8_out, float norm_eps) {
-    forge__mvq_block<P, KSPLIT, GLU, FORGE__MVQ_WAVES, 0, NORM_IN>(blockIdx.x, w, w_up, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, act,
+    forge__mvq_block<P, KSPLIT, GLU, FORGE__MVQ_WAVES, 0, NORM_IN, STAGE>(blockIdx.x, w, w_up, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, act,
                                                                   q8_out, norm_eps, NULL);
 }
 
@@ -1693,6 +1741,47 @@ static int forge__hip_sm_count(void) {
     return cached;
 }
 
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+#define FORGE__STAGING 0
+#else
+#define FORGE__STAGING 1
+#endif
+// Shared memory a staged block takes for `copies` matrices of `rows` rows (forge__mvq_block's STAGE)
+static size_t forge__stage_bytes(size_t row_bytes, uint32_t rows, int copies) { return copies * ((rows * row_bytes + 15) / 16 * 16 + 32); }
+
+// Whether a decode product of `blocks` blocks stages each block's rows in shared memory (STAGE
+// above), taking `bytes` of it, when its lanes would otherwise walk `rounds` rounds of loads: sm_90
+// code on a device that runs it (the copies pay by streaming while the kernel before finishes, so
+// overlapped launches must be on), more than one round (with one, the weights a lane loads before
+// the wait are all it reads, and the copy only adds its trip through shared memory), the grid in
+// one wave of at most four blocks a multiprocessor, and their rows within FORGE__STAGE_SM_BYTES of a
+// multiprocessor's shared memory. FORGE_NO_STAGE=1 in the environment turns it off.
+// A test hook sets staging off (0), on where the rule allows (1) or back to the environment's (-1).
+#define FORGE__STAGE_SM_BYTES (200u << 10)
+static int forge__stage_state = -1;
+extern "C" void forge_hip_set_staging(int on) { forge__stage_state = on < 0 ? -1 : on ? 1 : 0; }
+static int forge__stage_ok(size_t bytes, uint32_t blocks, uint32_t rounds) {
+#if !FORGE__STAGING
+    (void)bytes, (void)blocks, (void)rounds;
+    return 0;
+#else
+    if (forge__stage_state < 0) {
+        const char *off = getenv("FORGE_NO_STAGE");
+        forge__stage_state = !(off && *off && strcmp(off, "0") != 0);
+    }
+    const uint32_t sms = (uint32_t)forge__hip_sm_count(), per_sm = (blocks + sms - 1) / sms;
+    return forge__stage_state && forge__pdl_enabled() && rounds >= 2 && per_sm <= 4 && per_sm * bytes <= FORGE__STAGE_SM_BYTES;
+#endif
+}
+
+#if FORGE__STAGING
+// Lets a staged kernel take up to FORGE__STAGE_SM_BYTES of dynamic shared memory; a launcher asks once
+// per kernel (a function-local static)
+template <typename... KArgs> static int forge__stage_allow(void (*kernel)(KArgs...)) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FORGE__STAGE_SM_BYTES) == cudaSuccess;
+}
+#endif
+
 #define FORGE__Q8_TYPES(X)                                                                               \
     X(FORGE_HIP_Q4_0, forge__pq_q4_0) X(FORGE_HIP_Q8_0, forge__pq_q8_0) X(FORGE_HIP_Q4_K, forge__pq_q4_k) \
     X(FORGE_HIP_Q6_K, forge__pq_q6_k)
@@ -1716,6 +1805,27 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
                               hipStream_t s) {
     const uint32_t threads = FORGE__MVQ_WAVES * (uint32_t)forge__hip_wave_size(), rows = FORGE__MVQ_ROWS * FORGE__MVQ_WAVES;
     if (w_up) {
+        const uint32_t blocks = (n_rows + rows - 1) / rows;
+#if FORGE__STAGING
+        const uint32_t wave = (uint32_t)forge__hip_wave_size(), pieces = n_cols / 32;
+        const size_t bytes = forge__stage_bytes(row_bytes, rows, 2);
+        if (pieces % wave && forge__stage_ok(bytes, blocks, (2 * pieces + wave - 1) / wave)) {
+            static const int allowed = forge__stage_allow(forge__k_mvq<P, 1, 2, NI, 1>);
+            if (allowed) {
+                forge__launch_smem(1, forge__k_mvq<P, 1, 2, NI, 1>, dim3(blocks), dim3(threads), bytes, s, w, w_up, row_bytes, n_rows, n_cols,
+                                   q8, y, (const float *)NULL, 0, act, q8_out, norm_eps);
+                return;
+            }
+        }
+        if (pieces % wave == 0 && forge__stage_ok(bytes, blocks, 2 * (pieces / wave))) {
+            static const int allowed = forge__stage_allow(forge__k_mvq<P, 1, 1, NI, 1>);
+            if (allowed) {
+                forge__launch_smem(1, forge__k_mvq<P, 1, 1, NI, 1>, dim3(blocks), dim3(threads), bytes, s, w, w_up, row_bytes, n_rows, n_cols,
+                                   q8, y, (const float *)NULL, 0, act, q8_out, norm_eps);
+                return;
+            }
+        }
+#endif
         if ((n_cols / 32) % (uint32_t)forge__hip_wave_size())
             forge__launch(forge__k_mvq<P, 1, 2, NI>, dim3((n_rows + rows - 1) / rows), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8,
                           y, (const float *)NULL, 0, act, q8_out, norm_eps);
@@ -1728,6 +1838,28 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
     uint32_t split = 1;
     while (split < 8 && (n_rows + rows / split - 1) / (rows / split) < 2u * (uint32_t)forge__hip_sm_count()) split *= 2;
     const uint32_t blocks = (n_rows + rows / split - 1) / (rows / split);
+#if FORGE__STAGING
+    const size_t bytes = forge__stage_bytes(row_bytes, rows / split, 1);
+    const uint32_t lanes = split * (uint32_t)forge__hip_wave_size();
+    if (forge__stage_ok(bytes, blocks, (n_cols / 32 + lanes - 1) / lanes)) {
+#define FORGE__MVQ_STAGED(K)                                                                             \
+    {                                                                                                    \
+        static const int allowed = forge__stage_allow(forge__k_mvq<P, K, 0, NI, 1>);                      \
+        if (allowed) {                                                                                   \
+            forge__launch_smem(1, forge__k_mvq<P, K, 0, NI, 1>, dim3(blocks), dim3(threads), bytes, s, w, (const uint8_t *)NULL, row_bytes, \
+                               n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL, norm_eps);    \
+            return;                                                                                      \
+        }                                                                                                \
+    }
+        switch (split) {
+        case 1: FORGE__MVQ_STAGED(1) break;
+        case 2: FORGE__MVQ_STAGED(2) break;
+        case 4: FORGE__MVQ_STAGED(4) break;
+        default: FORGE__MVQ_STAGED(8) break;
+        }
+#undef FORGE__MVQ_STAGED
+    }
+#endif
     switch (split) {
     case 1: forge__launch(forge__k_mvq<P, 1, 0, NI>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL, norm_eps); break;
     case 2: forge__launch(forge__k_mvq<P, 2, 0, NI>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL, norm_eps); break;

@@ -1236,6 +1236,31 @@ static int check_q8_vector(const void *dq8, const float *x, size_t n, const char
     return ok;
 }
 
+void forge_hip_set_staging(int on); /* test hook of forge_kernels.hip: 0 off, 1 where the rule allows, -1 as the environment says */
+
+/* The decode products stage a block's weight rows in shared memory where the shape allows it
+   (sm_90, forge__stage_ok): the same product with staging off must give the same bits, since only
+   where the weights are read from changes. y0: the starting y (accumulate); got: the result to
+   match. With w_up the product is forge_hip_glu_q8 (flag its activation, got h), else
+   forge_hip_matvec_q8 (flag accumulate). */
+static void check_staged_alike(uint32_t type, void *dw, void *dw_up, uint32_t n_rows, uint32_t n_cols, void *dq8, const float *y0, void *db,
+                               int flag, const float *got) {
+    float *again = (float *)xmalloc(n_rows * sizeof(float));
+    void *dy = dev_alloc(n_rows * sizeof(float), y0), *dout = dw_up ? dev_alloc(forge_hip_q8_bytes(n_rows), NULL) : NULL;
+    int ok;
+    forge_hip_set_staging(0);
+    ok = (dw_up ? forge_hip_glu_q8(type, dw, dw_up, n_rows, n_cols, dq8, (float *)dy, dout, flag, -1.0f, NULL, msg, sizeof msg)
+                : forge_hip_matvec_q8(type, dw, n_rows, n_cols, dq8, (float *)dy, (const float *)db, flag, -1.0f, NULL, msg, sizeof msg)) == 0;
+    forge_hip_set_staging(-1);
+    CHECK(ok, "%s %ux%u without staging: %s", forge_type_info(type)->name, n_rows, n_cols, msg);
+    if (ok && dev_fetch(again, dy, n_rows * sizeof(float)))
+        CHECK(memcmp(again, got, n_rows * sizeof(float)) == 0, "%s %ux%u: the staged and unstaged products differ", forge_type_info(type)->name,
+              n_rows, n_cols);
+    forge_hip_arena_free(dy);
+    if (dout) forge_hip_arena_free(dout);
+    free(again);
+}
+
 /* y = W x over quantized x: against a double product of the dequantized weights and the rounded
    activations (what the integer path computes, up to float rounding: 1e-5), and against the f32
    activations (the rounding itself: 2e-2). Also y += W x (+ bias) into a residual. */
@@ -1269,6 +1294,7 @@ static void check_matvec_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int
                               msg, sizeof msg) == 0,
           "matvec q8 %s: %s", t->name, msg);
     if (check_q8_vector(dq8, x, n_cols, "q8 quantize") && dev_fetch(y, dy, n_rows * sizeof(float))) {
+        check_staged_alike(type, dw, NULL, n_rows, n_cols, dq8, y0, with_bias ? db : NULL, accumulate, y);
         const double err = norm_error_d(y, ref, n_rows), err32 = norm_error_d(y, ref32, n_rows);
         printf("  matvec q8 %-5s %5u x %5u%s%s: err %.2e (vs f32 activations %.2e)\n", t->name, n_rows, n_cols, with_bias ? " +bias" : "",
                accumulate ? " +=" : "", err, err32);
@@ -1310,6 +1336,7 @@ static void check_glu_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int ac
     CHECK(forge_hip_glu_q8(type, dwg, dwu, n_rows, n_cols, dq8, (float *)dh, dout, act, -1.0f, NULL, msg, sizeof msg) == 0, "glu q8 %s: %s",
           t->name, msg);
     if (dev_fetch(h, dh, n_rows * sizeof(float))) {
+        check_staged_alike(type, dwg, dwu, n_rows, n_cols, dq8, NULL, NULL, act, h);
         const double err = norm_error_d(h, ref, n_rows);
         printf("  glu q8 %-5s %5u x %5u %s: err %.2e\n", t->name, n_rows, n_cols, act ? "gelu" : "silu", err);
         CHECK(err < 1e-4, "glu q8 %s %ux%u: normalized error %.3e", t->name, n_rows, n_cols, err);
@@ -1680,6 +1707,8 @@ static void test_q8(void) {
         check_matvec_q8(type, 129, 2304, 1, 1);  /* bias and accumulate, the columns split over waves */
         check_matvec_q8(type, 1024, 4096, 0, 1); /* a narrow projection */
         check_matvec_q8(type, 5000, 1536, 1, 0);
+        check_matvec_q8(type, 1536, 8960, 0, 1); /* Qwen2.5-1.5B's down projection: rows staged in shared memory (sm_90) */
+        check_matvec_q8(type, 1030, 8960, 1, 0); /* staged, the last block's rows partly past the end */
         check_glu_q8(type, 320, 1536, 0);
         check_glu_q8(type, 96, 4096, 1);
     }
