@@ -1803,35 +1803,33 @@ template <class P, int NI>
 static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
                               const uint8_t *q8, float *y, const float *bias, int accumulate, int act, uint8_t *q8_out, float norm_eps,
                               hipStream_t s) {
-    const uint32_t threads = FORGE__MVQ_WAVES * (uint32_t)forge__hip_wave_size(), rows = FORGE__MVQ_ROWS * FORGE__MVQ_WAVES;
+    const uint32_t wave = (uint32_t)forge__hip_wave_size(), pieces = n_cols / 32;
+    const uint32_t threads = FORGE__MVQ_WAVES * wave, rows = FORGE__MVQ_ROWS * FORGE__MVQ_WAVES;
+#if FORGE__STAGING // the staged instantiation of the product, once forge__stage_ok has said yes
+#define FORGE__MVQ_STAGED(K, G)                                                                          \
+    {                                                                                                    \
+        static const int allowed = forge__stage_allow(forge__k_mvq<P, K, G, NI, 1>);                      \
+        if (allowed) {                                                                                   \
+            forge__launch_smem(1, forge__k_mvq<P, K, G, NI, 1>, dim3(blocks), dim3(threads), bytes, s, w, w_up, row_bytes, n_rows, n_cols, \
+                               q8, y, bias, accumulate, act, q8_out, norm_eps);                          \
+            return;                                                                                      \
+        }                                                                                                \
+    }
+#endif
     if (w_up) {
         const uint32_t blocks = (n_rows + rows - 1) / rows;
 #if FORGE__STAGING
-        const uint32_t wave = (uint32_t)forge__hip_wave_size(), pieces = n_cols / 32;
         const size_t bytes = forge__stage_bytes(row_bytes, rows, 2);
-        if (pieces % wave && forge__stage_ok(bytes, blocks, (2 * pieces + wave - 1) / wave)) {
-            static const int allowed = forge__stage_allow(forge__k_mvq<P, 1, 2, NI, 1>);
-            if (allowed) {
-                forge__launch_smem(1, forge__k_mvq<P, 1, 2, NI, 1>, dim3(blocks), dim3(threads), bytes, s, w, w_up, row_bytes, n_rows, n_cols,
-                                   q8, y, (const float *)NULL, 0, act, q8_out, norm_eps);
-                return;
-            }
-        }
-        if (pieces % wave == 0 && forge__stage_ok(bytes, blocks, 2 * (pieces / wave))) {
-            static const int allowed = forge__stage_allow(forge__k_mvq<P, 1, 1, NI, 1>);
-            if (allowed) {
-                forge__launch_smem(1, forge__k_mvq<P, 1, 1, NI, 1>, dim3(blocks), dim3(threads), bytes, s, w, w_up, row_bytes, n_rows, n_cols,
-                                   q8, y, (const float *)NULL, 0, act, q8_out, norm_eps);
-                return;
-            }
+        if (forge__stage_ok(bytes, blocks, (2 * pieces + wave - 1) / wave)) {
+            if (pieces % wave) FORGE__MVQ_STAGED(1, 2) else FORGE__MVQ_STAGED(1, 1)
         }
 #endif
-        if ((n_cols / 32) % (uint32_t)forge__hip_wave_size())
-            forge__launch(forge__k_mvq<P, 1, 2, NI>, dim3((n_rows + rows - 1) / rows), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8,
-                          y, (const float *)NULL, 0, act, q8_out, norm_eps);
+        if (pieces % wave)
+            forge__launch(forge__k_mvq<P, 1, 2, NI>, dim3(blocks), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8, y,
+                          (const float *)NULL, 0, act, q8_out, norm_eps);
         else
-            forge__launch(forge__k_mvq<P, 1, 1, NI>, dim3((n_rows + rows - 1) / rows), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8,
-                          y, (const float *)NULL, 0, act, q8_out, norm_eps);
+            forge__launch(forge__k_mvq<P, 1, 1, NI>, dim3(blocks), dim3(threads), s, w, w_up, row_bytes, n_rows, n_cols, q8, y,
+                          (const float *)NULL, 0, act, q8_out, norm_eps);
         return;
     }
     // split the waves of a block over the columns until the grid covers the machine twice
@@ -1840,25 +1838,15 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
     const uint32_t blocks = (n_rows + rows / split - 1) / (rows / split);
 #if FORGE__STAGING
     const size_t bytes = forge__stage_bytes(row_bytes, rows / split, 1);
-    const uint32_t lanes = split * (uint32_t)forge__hip_wave_size();
-    if (forge__stage_ok(bytes, blocks, (n_cols / 32 + lanes - 1) / lanes)) {
-#define FORGE__MVQ_STAGED(K)                                                                             \
-    {                                                                                                    \
-        static const int allowed = forge__stage_allow(forge__k_mvq<P, K, 0, NI, 1>);                      \
-        if (allowed) {                                                                                   \
-            forge__launch_smem(1, forge__k_mvq<P, K, 0, NI, 1>, dim3(blocks), dim3(threads), bytes, s, w, (const uint8_t *)NULL, row_bytes, \
-                               n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL, norm_eps);    \
-            return;                                                                                      \
-        }                                                                                                \
-    }
+    if (forge__stage_ok(bytes, blocks, (pieces + split * wave - 1) / (split * wave))) {
         switch (split) {
-        case 1: FORGE__MVQ_STAGED(1) break;
-        case 2: FORGE__MVQ_STAGED(2) break;
-        case 4: FORGE__MVQ_STAGED(4) break;
-        default: FORGE__MVQ_STAGED(8) break;
+        case 1: FORGE__MVQ_STAGED(1, 0) break;
+        case 2: FORGE__MVQ_STAGED(2, 0) break;
+        case 4: FORGE__MVQ_STAGED(4, 0) break;
+        default: FORGE__MVQ_STAGED(8, 0) break;
         }
-#undef FORGE__MVQ_STAGED
     }
+#undef FORGE__MVQ_STAGED
 #endif
     switch (split) {
     case 1: forge__launch(forge__k_mvq<P, 1, 0, NI>, dim3(blocks), dim3(threads), s, w, (const uint8_t *)NULL, row_bytes, n_rows, n_cols, q8, y, bias, accumulate, 0, (uint8_t *)NULL, norm_eps); break;
