@@ -33,6 +33,7 @@
 // >>names: the HIP names forge uses, mapped onto CUDA. Debian's HIP headers do not build against
 // CUDA 13, so the project keeps its own short list instead of including them.
 #include <cuda_runtime.h>
+#include <atomic>
 #define hipError_t cudaError_t
 #define hipSuccess cudaSuccess
 #define hipDeviceProp_t cudaDeviceProp
@@ -1775,10 +1776,21 @@ static int forge__stage_ok(size_t bytes, uint32_t blocks, uint32_t rounds) {
 }
 
 #if FORGE__STAGING
-// Lets a staged kernel take up to FORGE__STAGE_SM_BYTES of dynamic shared memory; a launcher asks once
-// per kernel (a function-local static)
-template <typename... KArgs> static int forge__stage_allow(void (*kernel)(KArgs...)) {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FORGE__STAGE_SM_BYTES) == cudaSuccess;
+// Lets a staged kernel take up to FORGE__STAGE_SM_BYTES of dynamic shared memory on the current
+// device, which the runtime sets for each device; `known` keeps the answer a device gave (bits 0..31:
+// asked, 32..63: allowed; devices past 31 ask each time). A device that refuses (less shared memory
+// a multiprocessor) gets the unstaged product, and the refusal is not left as the runtime's last
+// error for the launch check to find.
+template <typename... KArgs> static int forge__stage_allow(void (*kernel)(KArgs...), std::atomic<unsigned long long> &known) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return (void)cudaGetLastError(), 0;
+    const unsigned long long asked = device >= 0 && device < 32 ? 1ull << device : 0ull, yes = asked << 32;
+    const unsigned long long k = known.load(std::memory_order_relaxed);
+    if (asked && (k & asked)) return (k & yes) != 0;
+    const int ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FORGE__STAGE_SM_BYTES) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();
+    known.fetch_or(asked | (ok ? yes : 0ull));
+    return ok;
 }
 #endif
 
@@ -1808,8 +1820,8 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
 #if FORGE__STAGING // the staged instantiation of the product, once forge__stage_ok has said yes
 #define FORGE__MVQ_STAGED(K, G)                                                                          \
     {                                                                                                    \
-        static const int allowed = forge__stage_allow(forge__k_mvq<P, K, G, NI, 1>);                      \
-        if (allowed) {                                                                                   \
+        static std::atomic<unsigned long long> known(0);                                                 \
+        if (forge__stage_allow(forge__k_mvq<P, K, G, NI, 1>, known)) {                                   \
             forge__launch_smem(1, forge__k_mvq<P, K, G, NI, 1>, dim3(blocks), dim3(threads), bytes, s, w, w_up, row_bytes, n_rows, n_cols, \
                                q8, y, bias, accumulate, act, q8_out, norm_eps);                          \
             return;                                                                                      \
