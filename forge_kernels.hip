@@ -33,7 +33,6 @@
 // >>names: the HIP names forge uses, mapped onto CUDA. Debian's HIP headers do not build against
 // CUDA 13, so the project keeps its own short list instead of including them.
 #include <cuda_runtime.h>
-#include <atomic>
 #define hipError_t cudaError_t
 #define hipSuccess cudaSuccess
 #define hipDeviceProp_t cudaDeviceProp
@@ -81,6 +80,7 @@
 #define FORGE_SHFL(value, src_lane) __shfl_sync(0xffffffffu, (value), (src_lane))
 #endif
 
+#include <atomic>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -150,18 +150,18 @@ static void forge__launch_smem(int overlap, void (*kernel)(KArgs...), dim3 grid,
     hipLaunchKernelGGL(kernel, grid, block, smem, s, args...);
 }
 #else
-static int forge__pdl_enabled(void) {
-    static int state = -1;
+static int forge__pdl_enabled(void) { // asked once; threads that ask together find the same answer
+    static std::atomic<int> known(-1);
+    int state = known.load(std::memory_order_relaxed);
     if (state < 0) {
         const char *off = getenv("FORGE_NO_PDL");
         int device = 0, major = 0;
         cudaFuncAttributes fa;
-        state = 0;
-        if (!(off && *off && strcmp(off, "0") != 0) && cudaGetDevice(&device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
-            cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 90)
-            state = 1;
+        state = !(off && *off && strcmp(off, "0") != 0) && cudaGetDevice(&device) == cudaSuccess &&
+                cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
+                cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 90;
         (void)cudaGetLastError();
+        known.store(state, std::memory_order_relaxed);
     }
     return state;
 }
@@ -1730,16 +1730,17 @@ __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2) forge__k_mvq3(forge
                                                                       m.y[2], m.bias[2], 0, 0, NULL, m.norm_eps, NULL);
 }
 
-static int forge__hip_sm_count(void) {
-    static int cached = 0;
-    if (!cached) {
-        int device = 0, n = 0;
+static int forge__hip_sm_count(void) { // asked once, as forge__pdl_enabled
+    static std::atomic<int> cached(0);
+    int n = cached.load(std::memory_order_relaxed);
+    if (!n) {
+        int device = 0;
         if (hipGetDevice(&device) != hipSuccess || hipDeviceGetAttribute(&n, hipDeviceAttributeMultiprocessorCount, device) != hipSuccess ||
             n <= 0)
             n = 64;
-        cached = n;
+        cached.store(n, std::memory_order_relaxed);
     }
-    return cached;
+    return n;
 }
 
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
@@ -1759,19 +1760,21 @@ static size_t forge__stage_bytes(size_t row_bytes, uint32_t rows, int copies) { 
 // multiprocessor's shared memory. FORGE_NO_STAGE=1 in the environment turns it off.
 // A test hook sets staging off (0), on where the rule allows (1) or back to the environment's (-1).
 #define FORGE__STAGE_SM_BYTES (200u << 10)
-static int forge__stage_state = -1;
-extern "C" void forge_hip_set_staging(int on) { forge__stage_state = on < 0 ? -1 : on ? 1 : 0; }
+static std::atomic<int> forge__stage_state(-1);
+extern "C" void forge_hip_set_staging(int on) { forge__stage_state.store(on < 0 ? -1 : on ? 1 : 0); }
 static int forge__stage_ok(size_t bytes, uint32_t blocks, uint32_t rounds) {
 #if !FORGE__STAGING
     (void)bytes, (void)blocks, (void)rounds;
     return 0;
 #else
-    if (forge__stage_state < 0) {
+    int state = forge__stage_state.load(std::memory_order_relaxed);
+    if (state < 0) {
         const char *off = getenv("FORGE_NO_STAGE");
-        forge__stage_state = !(off && *off && strcmp(off, "0") != 0);
+        state = !(off && *off && strcmp(off, "0") != 0);
+        forge__stage_state.store(state, std::memory_order_relaxed);
     }
     const uint32_t sms = (uint32_t)forge__hip_sm_count(), per_sm = (blocks + sms - 1) / sms;
-    return forge__stage_state && forge__pdl_enabled() && rounds >= 2 && per_sm <= 4 && per_sm * bytes <= FORGE__STAGE_SM_BYTES;
+    return state && forge__pdl_enabled() && rounds >= 2 && per_sm <= 4 && per_sm * bytes <= FORGE__STAGE_SM_BYTES;
 #endif
 }
 
