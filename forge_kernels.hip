@@ -1562,24 +1562,18 @@ __device__ __forceinline__ void forge__mvq_block(uint32_t block, const uint8_t *
         const size_t at = (size_t)(r0 - row_first) * row_bytes;
         if (n) forge__copy_async((uint8_t *)w + at, w_in + from + at, n * (uint32_t)row_bytes, t, wave * KSPLIT);
         if (n && GLU) forge__copy_async((uint8_t *)w_up + at, w_up_in + from + at, n * (uint32_t)row_bytes, t, wave * KSPLIT);
-    } else if (first) {
+        FORGE__GRID_ENTER();
+        forge__copy_wait(); // a wave set reads its own rows, but rows past the end are the last row's
+        if (KSPLIT > 1 || row_first + rows_per_block > n_rows) __syncthreads(); // uniform in the block
+        else forge__wave_sync();
+    }
+    if (first) { // staged: from shared memory after the wait; else from device memory before it
         const bool up = GLU == 2 && p_first >= n_pieces;
 #pragma unroll
         for (int k = 0; k < FORGE__MVQ_ROWS; k++)
             P::load((up ? w_up : w) + rows0[k], up ? p_first - n_pieces : p_first, n_cols, pre[k]);
     }
-    FORGE__GRID_ENTER();
-    if (STAGE) {
-        forge__copy_wait(); // a wave set reads its own rows, but rows past the end are the last row's
-        if (KSPLIT > 1 || row_first + rows_per_block > n_rows) __syncthreads(); // uniform in the block
-        else forge__wave_sync();
-        if (first) {
-            const bool up = GLU == 2 && p_first >= n_pieces;
-#pragma unroll
-            for (int k = 0; k < FORGE__MVQ_ROWS; k++)
-                P::load((up ? w_up : w) + rows0[k], up ? p_first - n_pieces : p_first, n_cols, pre[k]);
-        }
-    }
+    if (!STAGE) FORGE__GRID_ENTER();
     if (NORM_IN) forge__norm_sums_fetch(ds, n_cols, norm_sums);
     if (NORM_OUT && threadIdx.x < 64) // fetched as the rows start streaming: the tail after them is shorter
         forge__copy4_async(ends + threadIdx.x, threadIdx.x < 32 ? y + block * 32 + threadIdx.x : norm_w + block * 32 + threadIdx.x - 32);
