@@ -6080,6 +6080,8 @@ typedef struct forge_hip_rope_args {
     float freq_base, freq_scale;
     const float *freq_factors; /* NULL or n_rot / 2 device floats */
     const double *freq;        /* n_rot / 2 device doubles from forge_hip_rope_freqs */
+    float *angles;             /* NULL, or n_rot device floats: the token's cosines then sines (forge_hip_rope_attention_q8) */
+    int angles_ready;          /* 0: the launch computes and writes them; 1: an earlier launch of the step did, it reads them */
 } forge_hip_rope_args;
 
 #ifdef __cplusplus
@@ -6311,7 +6313,9 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
    at which the attention launch changes (forge_hip_attention_span_limits), the last up to n_ctx. */
 #define FORGE__GPU_GRAPHS 4u
 /* The rotary pair frequencies of the decode step's fused attention: two tables (the base and the
-   sliding-window layers' base) of up to FORGE__GPU_ROPE_PAIRS doubles. */
+   sliding-window layers' base) of up to FORGE__GPU_ROPE_PAIRS doubles. Where n_rot / 2 is at most
+   half that, the second half of each table holds the step's rotation angles (n_rot floats), written
+   by the step's first fused attention of that kind and read by the others. */
 #define FORGE__GPU_ROPE_PAIRS 512u
 #define FORGE__GPU_ROPE_BYTES (2u * FORGE__GPU_ROPE_PAIRS * 8u)
 
@@ -6940,6 +6944,7 @@ typedef struct forge__q8_state {
     int slot;
     int norm;      /* the slot holds the input of RMS norm `value` (forge_hip_matvec_norm_q8's form) */
     uint32_t prepared; /* norms prepared so far by the products before them */
+    int angles[2];     /* the step's rotation angles are written (global layers, sliding-window layers) */
 } forge__q8_state;
 
 static int forge__q8_matmul_ok(forge_context *ctx, const forge__op *op) {
@@ -6994,6 +6999,11 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
         rope.freq_base = c->layer_is_swa[il] ? c->rope_freq_base_swa : c->rope_freq_base;
         rope.freq_scale = c->layer_is_swa[il] ? c->rope_freq_scale_swa : c->rope_freq_scale;
         rope.freq = (const double *)(const void *)(ctx->dev + ctx->dev_rope_freq) + (c->layer_is_swa[il] ? FORGE__GPU_ROPE_PAIRS : 0);
+        /* the rotation's angles for the step's position, in the unused half of the frequency table:
+           computed by the first such launch of the step, read by the others */
+        rope.angles = c->n_rot / 2 <= FORGE__GPU_ROPE_PAIRS / 2 ? (float *)(void *)((double *)(void *)rope.freq + FORGE__GPU_ROPE_PAIRS / 2) : NULL;
+        rope.angles_ready = d->angles[c->layer_is_swa[il] ? 1 : 0];
+        d->angles[c->layer_is_swa[il] ? 1 : 0] = rope.angles != NULL;
         d->slot ^= 1;
         FORGE__HIP(forge_hip_rope_attention_q8(&args, &rope, forge__dev_val(ctx, next->dst), forge__dev_val(ctx, third->src2), dev_pos,
                                                ctx->dev + ctx->dev_q8[d->slot], ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes,
@@ -7132,6 +7142,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
     q8.slot = 0;
     q8.norm = 0;
     q8.prepared = 0;
+    q8.angles[0] = q8.angles[1] = 0;
     for (k = 0; k < ctx->sched.n_ops; k++) {
         const forge__op *op = &ctx->sched.ops[k];
         if (n == 1 && ctx->use_q8) {

@@ -3071,6 +3071,18 @@ __global__ void forge__k_rope_freqs(double *dst, uint32_t n_rot, float freq_base
     if (threadIdx.x < n_rot / 2) dst[threadIdx.x] = forge__rope_freq(freq_base, threadIdx.x, n_rot);
 }
 
+// The token's rotation at *dev_pos into angles (forge_hip_rope_args's): cosines, then sines, as the
+// tile kernel computes and writes them; for a launch that rotates in forge__k_rope_store instead.
+__global__ void forge__k_rope_angles(float *angles, const double *__restrict__ freq, const float *__restrict__ freq_factors, float freq_scale,
+                                     uint32_t n_rot, const uint32_t *__restrict__ dev_pos) {
+    FORGE__GRID_ENTER();
+    const uint32_t half = n_rot / 2, i = threadIdx.x;
+    if (i >= half) return;
+    double theta = (double)*dev_pos * (double)freq_scale * freq[i];
+    if (freq_factors) theta /= (double)freq_factors[i];
+    angles[i] = (float)cos(theta), angles[half + i] = (float)sin(theta);
+}
+
 extern "C" {
 
 // One decode token: forge_hip_rope over q (n_head heads) and k (n_head_kv heads), then
@@ -3140,6 +3152,12 @@ typedef struct forge_hip_rope_args {
     float freq_base, freq_scale; // the angle of pair i at position p: p * freq_scale * freq_base^(-2i / n_rot) / factor_i
     const float *freq_factors;   // NULL, or n_rot / 2 device floats (factor_i)
     const double *freq;          // n_rot / 2 device doubles: forge_hip_rope_freqs(freq, n_rot, freq_base)
+    // forge_hip_rope_attention_q8 only: NULL, or n_rot device floats for the token's rotation, the
+    // cosines of its n_rot / 2 pair angles, then their sines. angles_ready 0: the launch computes them
+    // and also writes them there; 1: a launch before it wrote them for the same position and
+    // frequencies, and this one reads them instead of computing them again.
+    float *angles;
+    int angles_ready;
 } forge_hip_rope_args;
 
 #define FORGE_HIP_ATTENTION_MAX_HEAD_DIM 512
@@ -4466,12 +4484,15 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
 // rotated and the rows are in the cache already, the plain launch); freq is the table of pair
 // frequencies (forge_hip_rope_freqs). The arithmetic is forge__k_rope_store's, so the cache bytes
 // and the scores are the same bits either way.
+// angles, ready: forge_hip_rope_args's (the token's cosines and sines: written by the launch's
+// first block, or read by every block).
 struct forge__rope_kv {
     const float *k, *v;
     const double *freq;
     const float *freq_factors;
+    float *angles;
     float freq_scale;
-    uint32_t n_rot, neox;
+    uint32_t n_rot, neox, ready;
 };
 
 // ---- decode attention in tiles (forge__k_attention_tile): the shapes of real models ----
@@ -4538,6 +4559,7 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     constexpr uint32_t QE = (G * HD + THREADS - 1) / THREADS, KE = (HD + THREADS - 1) / THREADS;
     float xq[QE], xk[KE], xv[KE];
     double freq = 0.0, factor = 1.0;
+    float c_ready = 0.0f, s_ready = 0.0f; // the angles an earlier launch of the step computed (rk.ready)
     const uint32_t half = rk.n_rot / 2;
     if (rk.k) {
         uint32_t kvh, hq0, qcnt;
@@ -4553,7 +4575,9 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
             xk[e] = i < HD ? rk.k[(size_t)kvh * HD + i] : 0.0f;
             xv[e] = i < HD ? rk.v[(size_t)kvh * HD + i] : 0.0f;
         }
-        if (threadIdx.x < half) {
+        if (threadIdx.x < half && rk.ready) {
+            c_ready = rk.angles[threadIdx.x], s_ready = rk.angles[half + threadIdx.x];
+        } else if (threadIdx.x < half) {
             freq = rk.freq[threadIdx.x];
             if (rk.freq_factors) factor = (double)rk.freq_factors[threadIdx.x];
         }
@@ -4585,10 +4609,14 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
             const uint32_t i = threadIdx.x + e * THREADS;
             if (i < HD) sk[i] = xk[e], sv[i] = xv[e];
         }
-        if (threadIdx.x < half) {
+        if (threadIdx.x < half && rk.ready) {
+            cs[threadIdx.x] = c_ready, cs[half + threadIdx.x] = s_ready;
+        } else if (threadIdx.x < half) {
             double theta = (double)p * (double)rk.freq_scale * freq;
             if (rk.freq_factors) theta /= factor;
-            cs[threadIdx.x] = (float)cos(theta), cs[half + threadIdx.x] = (float)sin(theta);
+            const float c = (float)cos(theta), sn = (float)sin(theta);
+            cs[threadIdx.x] = c, cs[half + threadIdx.x] = sn;
+            if (rk.angles && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) rk.angles[threadIdx.x] = c, rk.angles[half + threadIdx.x] = sn;
         }
         __syncthreads();
         for (uint32_t j = threadIdx.x; j < (G + 1) * half; j += blockDim.x) { // G query heads, then the key
@@ -4920,6 +4948,8 @@ int forge_hip_rope_freqs(double *dst, uint32_t n_rot, float freq_base, void *str
 // forge_hip_attention_at_q8 do it in two. Either way the cache and the output are the same bits.
 // The one launch is not overlapped with the kernel before it: on an H200 its blocks, placed early
 // beside the query, key and value products, made a Llama-3-8B decode step 6% slower (tests/PERF.md).
+// rope->angles lets the layers of a step share the rotation: the first launch of the step computes
+// the angles (float64, as the rope kernels) and writes them, the later ones read them (the same bits).
 int forge_hip_rope_attention_q8(const forge_hip_attention_args *args, const forge_hip_rope_args *rope, float *k, const float *v,
                                 const uint32_t *dev_pos, void *q8, void *scratch, size_t scratch_bytes, void *stream, char *message,
                                 size_t message_bytes) {
@@ -4935,9 +4965,12 @@ int forge_hip_rope_attention_q8(const forge_hip_attention_args *args, const forg
     if (a.scale == 0.0f) a.scale = (float)(1.0 / sqrt((double)a.head_dim));
     forge__rope_kv rk;
     rk.k = k, rk.v = v, rk.freq = rope->freq, rk.freq_factors = rope->freq_factors, rk.freq_scale = rope->freq_scale;
-    rk.n_rot = rope->n_rot, rk.neox = rope->mode == 2;
+    rk.n_rot = rope->n_rot, rk.neox = rope->mode == 2, rk.angles = rope->angles, rk.ready = rope->angles && rope->angles_ready;
     if (forge__hip_attention_decode(a, row_k_bytes, row_v_bytes, dev_pos, scratch, scratch_bytes, (hipStream_t)stream, (uint8_t *)q8, &rk))
         return forge__hip_launched("attention launch", message, message_bytes);
+    if (rope->angles && !rope->angles_ready) // the rotation below computes its own: the angles for the launches after this one
+        forge__launch(forge__k_rope_angles, dim3(1), dim3(FORGE__ROPE_MAX_HALF), (hipStream_t)stream, rope->angles, rope->freq,
+                      rope->freq_factors, rope->freq_scale, rope->n_rot, dev_pos);
     if (forge_hip_rope_store(a.kv_type, (float *)a.q, k, v, a.n_head, a.n_head_kv, a.head_dim, a.head_dim_v, rope->n_rot, rope->mode, 0,
                              dev_pos, rope->freq_base, rope->freq_scale, rope->freq_factors, (void *)a.cache_k, (void *)a.cache_v,
                              a.n_cells, stream, message, message_bytes))

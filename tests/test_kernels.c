@@ -1432,7 +1432,9 @@ static void check_attention_q8(forge_kv_type kv, uint32_t n_head, uint32_t n_kv,
    bit for bit what forge_hip_rope_store then forge_hip_attention_at_q8 give: the output, its
    quantized form and every byte of both caches, over a cache whose rows (the token's cell included)
    hold earlier rows. Where the tile kernel takes the shape the query and key buffers come back
-   unrotated (one launch); elsewhere the two launches rotate them in place. */
+   unrotated (one launch); elsewhere the two launches rotate them in place. The fused launch runs
+   twice more with the rotation's angles shared (rope.angles): once computing and writing them over
+   a table of NaNs, then, on fresh buffers, reading them; both give the same bits again. */
 static void check_rope_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t n_rot, int mode, uint32_t pos,
                                  uint32_t n_cells, uint32_t window, int counters, int factors, int fused) {
     const uint32_t storage = forge__kv_storage_type(kv), n_ctx = 8192, n_rows = n_cells ? n_cells : n_ctx;
@@ -1441,9 +1443,9 @@ static void check_rope_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_k
     const size_t scratch_bytes = forge_hip_attention_scratch_bytes(n_ctx, 1, n_head, hd), q8_bytes = forge_hip_q8_bytes((uint32_t)nq);
     float *rows = (float *)xmalloc((size_t)n_rows * nk * sizeof(float)), *q = (float *)xmalloc(nq * sizeof(float));
     float *k = (float *)xmalloc(nk * sizeof(float)), *v = (float *)xmalloc(nk * sizeof(float)), *ff = (float *)xmalloc(hd * sizeof(float));
-    float *o[2], *qb = (float *)xmalloc(nq * sizeof(float)), *kb = (float *)xmalloc(nk * sizeof(float));
-    uint8_t *c[2], *b8[2];
-    void *drows, *dv, *dpos, *dff, *dfreq, *dq[2], *dk[2], *dc[2], *dout[2], *dq8[2], *scratch[2], *dcount[2];
+    float *o[4], *qb = (float *)xmalloc(nq * sizeof(float)), *kb = (float *)xmalloc(nk * sizeof(float)), nan_rows[512];
+    uint8_t *c[4], *b8[4];
+    void *drows, *dv, *dpos, *dff, *dfreq, *dang, *dq[4], *dk[4], *dc[4], *dout[4], *dq8[4], *scratch[4], *dcount[4];
     forge_hip_attention_args a;
     forge_hip_rope_args rope;
     int i, ok = 1;
@@ -1452,7 +1454,9 @@ static void check_rope_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_k
     random_floats(k, nk, -2.0f, 2.0f), random_floats(v, nk, -2.0f, 2.0f), random_floats(ff, hd, 1.0f, 8.0f);
     drows = dev_alloc((size_t)n_rows * nk * sizeof(float), rows), dv = dev_alloc(nk * sizeof(float), v);
     dpos = dev_alloc(sizeof pos, &pos), dff = dev_alloc(hd * sizeof(float), ff), dfreq = dev_alloc(hd / 2 * sizeof(double), NULL);
-    for (i = 0; i < 2; i++) {
+    for (j = 0; j < 512; j++) nan_rows[j] = NAN;
+    dang = dev_alloc(n_rot * sizeof(float), nan_rows);
+    for (i = 0; i < 4; i++) {
         dq[i] = dev_alloc(nq * sizeof(float), q), dk[i] = dev_alloc(nk * sizeof(float), k), dc[i] = dev_alloc(2 * cbytes, NULL);
         forge_hip_kv_store(storage, (const float *)drows, (const float *)drows, dc[i], (uint8_t *)dc[i] + cbytes, n_rows, n_kv, hd, hd, 0, 0,
                            NULL, msg, sizeof msg);
@@ -1470,14 +1474,36 @@ static void check_rope_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_k
                                (void *)a.cache_v, n_cells, NULL, msg, sizeof msg) == 0 &&
               forge_hip_attention_at_q8(&a, (const uint32_t *)dpos, dq8[0], scratch[0], scratch_bytes, NULL, msg, sizeof msg) == 0,
           "rope_store + attention_at_q8: %s", msg);
-    a.cache_k = dc[1], a.cache_v = (uint8_t *)dc[1] + cbytes;
-    a.q = (const float *)dq[1], a.out = (float *)dout[1], a.counters = counters ? (uint32_t *)dcount[1] : NULL;
+    memset(&rope, 0, sizeof rope);
     rope.n_rot = n_rot, rope.mode = mode, rope.freq_base = 10000.0f, rope.freq_scale = 0.5f;
     rope.freq_factors = factors ? (const float *)dff : NULL, rope.freq = (const double *)dfreq;
-    CHECK(forge_hip_rope_freqs((double *)dfreq, n_rot, 10000.0f, NULL, msg, sizeof msg) == 0 &&
-              forge_hip_rope_attention_q8(&a, &rope, (float *)dk[1], (const float *)dv, (const uint32_t *)dpos, dq8[1], scratch[1],
+    CHECK(forge_hip_rope_freqs((double *)dfreq, n_rot, 10000.0f, NULL, msg, sizeof msg) == 0, "rope_freqs: %s", msg);
+    for (i = 1; i < 4; i++) { /* 1: angles computed; 2: computed and written to dang; 3: read from dang */
+        a.cache_k = dc[i], a.cache_v = (uint8_t *)dc[i] + cbytes;
+        a.q = (const float *)dq[i], a.out = (float *)dout[i], a.counters = counters ? (uint32_t *)dcount[i] : NULL;
+        rope.angles = i > 1 ? (float *)dang : NULL, rope.angles_ready = i == 3;
+        CHECK(forge_hip_rope_attention_q8(&a, &rope, (float *)dk[i], (const float *)dv, (const uint32_t *)dpos, dq8[i], scratch[i],
                                           scratch_bytes, NULL, msg, sizeof msg) == 0,
-          "rope_attention_q8: %s", msg);
+              "rope_attention_q8 (angles %s): %s", i == 1 ? "none" : i == 2 ? "written" : "read", msg);
+    }
+    if (dev_fetch(nan_rows, dang, n_rot * sizeof(float))) { /* the written angles, against the host's float64 */
+        double worst = 0.0;
+        for (j = 0; j < n_rot / 2; j++) {
+            double theta = (double)pos * 0.5 * pow(10000.0, -2.0 * (double)j / (double)n_rot);
+            if (factors) theta /= (double)ff[j];
+            worst = fmax(worst, fmax(fabs(nan_rows[j] - cos(theta)), fabs(nan_rows[n_rot / 2 + j] - sin(theta))));
+            if (nan_rows[j] != nan_rows[j] || nan_rows[n_rot / 2 + j] != nan_rows[n_rot / 2 + j]) worst = 1.0;
+        }
+        CHECK(worst < 1e-6, "rope_attention_q8 %s pos %u: the written angles are %g from cos/sin", t->name, pos, worst);
+    }
+    for (i = 2; i < 4; i++) {
+        ok = dev_fetch(o[i], dout[i], nq * sizeof(float)) && dev_fetch(c[i], dc[i], 2 * cbytes) && dev_fetch(b8[i], dq8[i], q8_bytes) &&
+             dev_fetch(o[0], dout[0], nq * sizeof(float)) && dev_fetch(c[0], dc[0], 2 * cbytes) && dev_fetch(b8[0], dq8[0], q8_bytes);
+        CHECK(ok && memcmp(o[0], o[i], nq * sizeof(float)) == 0 && memcmp(b8[0], b8[i], q8_bytes) == 0 && memcmp(c[0], c[i], 2 * cbytes) == 0,
+              "rope_attention_q8 %s pos %u with the angles %s: not the bits of rope_store + attention_at_q8", t->name, pos,
+              i == 2 ? "written" : "read");
+    }
+    ok = 1;
     for (i = 0; i < 2; i++)
         ok = ok && dev_fetch(o[i], dout[i], nq * sizeof(float)) && dev_fetch(c[i], dc[i], 2 * cbytes) && dev_fetch(b8[i], dq8[i], q8_bytes);
     if (ok && dev_fetch(qb, dq[1], nq * sizeof(float)) && dev_fetch(kb, dk[1], nk * sizeof(float))) {
@@ -1491,12 +1517,13 @@ static void check_rope_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_k
               memcmp(o[0], o[1], nq * sizeof(float)) ? "differs" : "equal", memcmp(b8[0], b8[1], q8_bytes) ? "differs" : "equal", diff);
         CHECK(untouched == fused, "rope_attention_q8 %s head_dim %u: expected %s", t->name, hd, fused ? "one launch" : "two launches");
     }
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < 4; i++) {
         forge_hip_arena_free(dq[i]), forge_hip_arena_free(dk[i]), forge_hip_arena_free(dc[i]), forge_hip_arena_free(dout[i]);
         forge_hip_arena_free(dq8[i]), forge_hip_arena_free(scratch[i]), forge_hip_arena_free(dcount[i]);
         free(o[i]), free(c[i]), free(b8[i]);
     }
     forge_hip_arena_free(drows), forge_hip_arena_free(dv), forge_hip_arena_free(dpos), forge_hip_arena_free(dff), forge_hip_arena_free(dfreq);
+    forge_hip_arena_free(dang);
     free(rows), free(q), free(k), free(v), free(ff), free(qb), free(kb);
 }
 
