@@ -2633,6 +2633,14 @@ __device__ __forceinline__ double forge__rope_freq(float freq_base, uint32_t i, 
 }
 // One pair rotated, its roundings spelled out so that forge__k_rope and forge__k_rope_store (prompt
 // and decode) give the same bits whatever the compiler would contract.
+// The cosine and sine of a pair's rotation at position p, as every rope launch computes them (the
+// same bits wherever the rotation happens): p * freq_scale * freq, divided by the pair's factor where
+// the model has them (divide), in float64, rounded to float.
+__device__ __forceinline__ void forge__rope_cs(double p, float freq_scale, double freq, bool divide, double factor, float *c, float *s) {
+    double theta = p * (double)freq_scale * freq;
+    if (divide) theta /= factor;
+    *c = (float)cos(theta), *s = (float)sin(theta);
+}
 __device__ __forceinline__ void forge__rope_pair(float x0, float x1, float c, float s, float *y0, float *y1) {
     *y0 = fmaf(x0, c, -(x1 * s));
     *y1 = fmaf(x0, s, x1 * c);
@@ -2644,12 +2652,9 @@ __global__ void forge__k_rope(float *x, uint32_t n_heads, uint32_t head_dim, uin
     __shared__ float cos_t[FORGE__ROPE_MAX_HALF], sin_t[FORGE__ROPE_MAX_HALF];
     const uint32_t half = n_rot / 2;
     const double pos = (double)((dev_pos ? *dev_pos : pos0) + blockIdx.x);
-    for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
-        double theta = pos * (double)freq_scale * forge__rope_freq(freq_base, i, n_rot);
-        if (freq_factors) theta /= (double)freq_factors[i];
-        cos_t[i] = (float)cos(theta);
-        sin_t[i] = (float)sin(theta);
-    }
+    for (uint32_t i = threadIdx.x; i < half; i += blockDim.x)
+        forge__rope_cs(pos, freq_scale, forge__rope_freq(freq_base, i, n_rot), freq_factors, freq_factors ? (double)freq_factors[i] : 1.0,
+                       &cos_t[i], &sin_t[i]);
     __syncthreads();
     float *token = x + (size_t)blockIdx.x * n_heads * head_dim;
     for (uint32_t k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
@@ -3049,9 +3054,8 @@ __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict_
         if (i < half) {
             const uint32_t a = neox ? i : 2 * i, e = neox ? i + half : 2 * i + 1;
             const float x0 = x[a], x1 = x[e]; // asked for before the angle's arithmetic
-            double theta = (double)p * (double)freq_scale * freq;
-            if (freq_factors) theta /= factor;
-            const float c = (float)cos(theta), s = (float)sin(theta);
+            float c, s;
+            forge__rope_cs((double)p, freq_scale, freq, freq_factors, factor, &c, &s);
             forge__rope_pair(x0, x1, c, s, &x[a], &x[e]);
         }
         if (b < n_head) return;
@@ -3078,9 +3082,8 @@ __global__ void forge__k_rope_angles(float *angles, const double *__restrict__ f
     FORGE__GRID_ENTER();
     const uint32_t half = n_rot / 2, i = threadIdx.x;
     if (i >= half) return;
-    double theta = (double)*dev_pos * (double)freq_scale * freq[i];
-    if (freq_factors) theta /= (double)freq_factors[i];
-    angles[i] = (float)cos(theta), angles[half + i] = (float)sin(theta);
+    forge__rope_cs((double)*dev_pos, freq_scale, freq[i], freq_factors, freq_factors ? (double)freq_factors[i] : 1.0, &angles[i],
+                   &angles[half + i]);
 }
 
 extern "C" {
@@ -4618,11 +4621,9 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
         if (threadIdx.x < half && rk.ready) {
             cs[threadIdx.x] = c_ready, cs[half + threadIdx.x] = s_ready;
         } else if (threadIdx.x < half) {
-            double theta = (double)p * (double)rk.freq_scale * freq;
-            if (rk.freq_factors) theta /= factor;
-            const float c = (float)cos(theta), sn = (float)sin(theta);
-            cs[threadIdx.x] = c, cs[half + threadIdx.x] = sn;
-            if (rk.angles && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) rk.angles[threadIdx.x] = c, rk.angles[half + threadIdx.x] = sn;
+            forge__rope_cs((double)p, rk.freq_scale, freq, rk.freq_factors, factor, &cs[threadIdx.x], &cs[half + threadIdx.x]);
+            if (rk.angles && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
+                rk.angles[threadIdx.x] = cs[threadIdx.x], rk.angles[half + threadIdx.x] = cs[half + threadIdx.x];
         }
         __syncthreads();
         for (uint32_t j = threadIdx.x; j < (G + 1) * half; j += blockDim.x) { // G query heads, then the key

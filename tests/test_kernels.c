@@ -1443,7 +1443,7 @@ static void check_rope_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_k
     const size_t scratch_bytes = forge_hip_attention_scratch_bytes(n_ctx, 1, n_head, hd), q8_bytes = forge_hip_q8_bytes((uint32_t)nq);
     float *rows = (float *)xmalloc((size_t)n_rows * nk * sizeof(float)), *q = (float *)xmalloc(nq * sizeof(float));
     float *k = (float *)xmalloc(nk * sizeof(float)), *v = (float *)xmalloc(nk * sizeof(float)), *ff = (float *)xmalloc(hd * sizeof(float));
-    float *o[4], *qb = (float *)xmalloc(nq * sizeof(float)), *kb = (float *)xmalloc(nk * sizeof(float)), nan_rows[512];
+    float *o[4], *qb = (float *)xmalloc(nq * sizeof(float)), *kb = (float *)xmalloc(nk * sizeof(float)), angles[512];
     uint8_t *c[4], *b8[4];
     void *drows, *dv, *dpos, *dff, *dfreq, *dang, *dq[4], *dk[4], *dc[4], *dout[4], *dq8[4], *scratch[4], *dcount[4];
     forge_hip_attention_args a;
@@ -1454,8 +1454,8 @@ static void check_rope_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_k
     random_floats(k, nk, -2.0f, 2.0f), random_floats(v, nk, -2.0f, 2.0f), random_floats(ff, hd, 1.0f, 8.0f);
     drows = dev_alloc((size_t)n_rows * nk * sizeof(float), rows), dv = dev_alloc(nk * sizeof(float), v);
     dpos = dev_alloc(sizeof pos, &pos), dff = dev_alloc(hd * sizeof(float), ff), dfreq = dev_alloc(hd / 2 * sizeof(double), NULL);
-    for (j = 0; j < 512; j++) nan_rows[j] = NAN;
-    dang = dev_alloc(n_rot * sizeof(float), nan_rows);
+    for (j = 0; j < 512; j++) angles[j] = NAN;
+    dang = dev_alloc(n_rot * sizeof(float), angles);
     for (i = 0; i < 4; i++) {
         dq[i] = dev_alloc(nq * sizeof(float), q), dk[i] = dev_alloc(nk * sizeof(float), k), dc[i] = dev_alloc(2 * cbytes, NULL);
         forge_hip_kv_store(storage, (const float *)drows, (const float *)drows, dc[i], (uint8_t *)dc[i] + cbytes, n_rows, n_kv, hd, hd, 0, 0,
@@ -1486,26 +1486,25 @@ static void check_rope_attention(forge_kv_type kv, uint32_t n_head, uint32_t n_k
                                           scratch_bytes, NULL, msg, sizeof msg) == 0,
               "rope_attention_q8 (angles %s): %s", i == 1 ? "none" : i == 2 ? "written" : "read", msg);
     }
-    if (dev_fetch(nan_rows, dang, n_rot * sizeof(float))) { /* the written angles, against the host's float64 */
+    if (dev_fetch(angles, dang, n_rot * sizeof(float))) { /* the written angles, against the host's float64 */
         double worst = 0.0;
         for (j = 0; j < n_rot / 2; j++) {
             double theta = (double)pos * 0.5 * pow(10000.0, -2.0 * (double)j / (double)n_rot);
             if (factors) theta /= (double)ff[j];
-            worst = fmax(worst, fmax(fabs(nan_rows[j] - cos(theta)), fabs(nan_rows[n_rot / 2 + j] - sin(theta))));
-            if (nan_rows[j] != nan_rows[j] || nan_rows[n_rot / 2 + j] != nan_rows[n_rot / 2 + j]) worst = 1.0;
+            worst = fmax(worst, fmax(fabs(angles[j] - cos(theta)), fabs(angles[n_rot / 2 + j] - sin(theta))));
+            if (angles[j] != angles[j] || angles[n_rot / 2 + j] != angles[n_rot / 2 + j]) worst = 1.0;
         }
         CHECK(worst < 1e-6, "rope_attention_q8 %s pos %u: the written angles are %g from cos/sin", t->name, pos, worst);
     }
+    ok = dev_fetch(o[0], dout[0], nq * sizeof(float)) && dev_fetch(c[0], dc[0], 2 * cbytes) && dev_fetch(b8[0], dq8[0], q8_bytes);
     for (i = 2; i < 4; i++) {
-        ok = dev_fetch(o[i], dout[i], nq * sizeof(float)) && dev_fetch(c[i], dc[i], 2 * cbytes) && dev_fetch(b8[i], dq8[i], q8_bytes) &&
-             dev_fetch(o[0], dout[0], nq * sizeof(float)) && dev_fetch(c[0], dc[0], 2 * cbytes) && dev_fetch(b8[0], dq8[0], q8_bytes);
-        CHECK(ok && memcmp(o[0], o[i], nq * sizeof(float)) == 0 && memcmp(b8[0], b8[i], q8_bytes) == 0 && memcmp(c[0], c[i], 2 * cbytes) == 0,
+        const int fetched = ok && dev_fetch(o[i], dout[i], nq * sizeof(float)) && dev_fetch(c[i], dc[i], 2 * cbytes) &&
+                            dev_fetch(b8[i], dq8[i], q8_bytes);
+        CHECK(fetched && memcmp(o[0], o[i], nq * sizeof(float)) == 0 && memcmp(b8[0], b8[i], q8_bytes) == 0 && memcmp(c[0], c[i], 2 * cbytes) == 0,
               "rope_attention_q8 %s pos %u with the angles %s: not the bits of rope_store + attention_at_q8", t->name, pos,
               i == 2 ? "written" : "read");
     }
-    ok = 1;
-    for (i = 0; i < 2; i++)
-        ok = ok && dev_fetch(o[i], dout[i], nq * sizeof(float)) && dev_fetch(c[i], dc[i], 2 * cbytes) && dev_fetch(b8[i], dq8[i], q8_bytes);
+    ok = ok && dev_fetch(o[1], dout[1], nq * sizeof(float)) && dev_fetch(c[1], dc[1], 2 * cbytes) && dev_fetch(b8[1], dq8[1], q8_bytes);
     if (ok && dev_fetch(qb, dq[1], nq * sizeof(float)) && dev_fetch(kb, dk[1], nk * sizeof(float))) {
         const int untouched = memcmp(qb, q, nq * sizeof(float)) == 0 && memcmp(kb, k, nk * sizeof(float)) == 0;
         for (j = 0; j < 2 * cbytes; j++) diff += c[0][j] != c[1][j];
