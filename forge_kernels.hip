@@ -4318,10 +4318,8 @@ __device__ __forceinline__ bool forge__attd_block_of(const forge_hip_attention_a
 // s_o (m in base 2): the waves merged in a fixed order into the block's (m, l, o); the output when
 // the block is the only split, else its record, and with counters the last block of the head group
 // merges the records.
-// hd: the head dim, a constant where the kernel has one (its divisions become shifts). W: the most
-// waves a block has (n_waves <= W), so that the loops over the waves unroll and their shared-memory
-// loads and exponentials leave together instead of one wave after the other.
-template <int G, int W>
+// hd: the head dim, a constant where the kernel has one (its divisions become shifts).
+template <int G>
 __device__ __forceinline__ void forge__attd_finish(const forge_hip_attention_args &a, const forge__attd_block &b, uint32_t hd,
                                                    const float (*s_m)[G], const float (*s_l)[G], const float (*s_o)[G][FORGE__ATTD_MAX_DIM],
                                                    int *s_last_p, uint32_t n_waves, uint32_t n_split, float *__restrict__ partial,
@@ -4335,12 +4333,8 @@ __device__ __forceinline__ void forge__attd_finish(const forge_hip_attention_arg
     for (uint32_t i0 = 0; i0 < cnt * hd; i0 += blockDim.x) { // uniform rounds: forge__q8_put takes whole waves
         const uint32_t i = i0 + threadIdx.x, g = i < cnt * hd ? i / hd : 0, d = i % hd;
         float m_all = -INFINITY, lsum = 0.0f, osum = 0.0f;
-#pragma unroll
-        for (uint32_t w = 0; w < W; w++)
-            if (w < n_waves) m_all = fmaxf(m_all, s_m[w][g]);
-#pragma unroll
-        for (uint32_t w = 0; w < W; w++) {
-            if (w >= n_waves) break;
+        for (uint32_t w = 0; w < n_waves; w++) m_all = fmaxf(m_all, s_m[w][g]);
+        for (uint32_t w = 0; w < n_waves; w++) {
             const float f = s_m[w][g] == -INFINITY ? 0.0f : exp2f(s_m[w][g] - m_all);
             lsum += s_l[w][g] * f, osum += s_o[w][g][d] * f;
         }
@@ -4485,7 +4479,7 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
             if (sub == 0) s_m[wid][g] = mw, s_l[wid][g] = l[g];
         }
     }
-    forge__attd_finish<G, FORGE__ATTD_MAX_WAVES>(a, b, hd, s_m, s_l, s_o, &s_last, n_waves, n_split, partial, q8);
+    forge__attd_finish<G>(a, b, hd, s_m, s_l, s_o, &s_last, n_waves, n_split, partial, q8);
 }
 
 // The rotary embedding and cache store that forge_hip_rope_attention_q8 folds into the tile kernel:
@@ -4753,7 +4747,7 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
             if (sub == 0) s_m[wid][g] = m[g], s_l[wid][g] = lw;
         }
     }
-    forge__attd_finish<G, MAX_WAVES>(a, b, hd, s_m, s_l, s_o, &s_last, n_waves, n_split, partial, q8);
+    forge__attd_finish<G>(a, b, hd, s_m, s_l, s_o, &s_last, n_waves, n_split, partial, q8);
 }
 
 // How many query heads of a KV head's group one decode attention block takes, for a span of up to
