@@ -6992,18 +6992,19 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
         ctx->c->head_dim_v % 32 == 0) {
         const forge_config *c = ctx->c;
         const uint32_t il = op->layer;
+        const int swa = c->layer_is_swa[il] ? 1 : 0; /* which rotary table, and which of the step's angles */
         forge_hip_attention_args args;
         forge_hip_rope_args rope;
         forge__gpu_attention_args(ctx, fourth, 1, 1, &args);
         rope.n_rot = c->n_rot, rope.mode = (int)c->rope_type, rope.freq_factors = ctx->dev_rope_factors;
-        rope.freq_base = c->layer_is_swa[il] ? c->rope_freq_base_swa : c->rope_freq_base;
-        rope.freq_scale = c->layer_is_swa[il] ? c->rope_freq_scale_swa : c->rope_freq_scale;
-        rope.freq = (const double *)(const void *)(ctx->dev + ctx->dev_rope_freq) + (c->layer_is_swa[il] ? FORGE__GPU_ROPE_PAIRS : 0);
+        rope.freq_base = swa ? c->rope_freq_base_swa : c->rope_freq_base;
+        rope.freq_scale = swa ? c->rope_freq_scale_swa : c->rope_freq_scale;
+        rope.freq = (const double *)(const void *)(ctx->dev + ctx->dev_rope_freq) + (swa ? FORGE__GPU_ROPE_PAIRS : 0);
         /* the rotation's angles for the step's position, in the unused half of the frequency table:
            computed by the first such launch of the step, read by the others */
         rope.angles = c->n_rot / 2 <= FORGE__GPU_ROPE_PAIRS / 2 ? (float *)(void *)((double *)(void *)rope.freq + FORGE__GPU_ROPE_PAIRS / 2) : NULL;
-        rope.angles_ready = d->angles[c->layer_is_swa[il] ? 1 : 0];
-        d->angles[c->layer_is_swa[il] ? 1 : 0] = rope.angles != NULL;
+        rope.angles_ready = d->angles[swa];
+        d->angles[swa] = rope.angles != NULL;
         d->slot ^= 1;
         FORGE__HIP(forge_hip_rope_attention_q8(&args, &rope, forge__dev_val(ctx, next->dst), forge__dev_val(ctx, third->src2), dev_pos,
                                                ctx->dev + ctx->dev_q8[d->slot], ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes,

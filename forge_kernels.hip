@@ -2631,8 +2631,6 @@ __global__ void forge__k_rmsnorm(const float *x, const float *__restrict__ w, fl
 __device__ __forceinline__ double forge__rope_freq(float freq_base, uint32_t i, uint32_t n_rot) {
     return pow((double)freq_base, -2.0 * i / n_rot);
 }
-// One pair rotated, its roundings spelled out so that forge__k_rope and forge__k_rope_store (prompt
-// and decode) give the same bits whatever the compiler would contract.
 // The cosine and sine of a pair's rotation at position p, as every rope launch computes them (the
 // same bits wherever the rotation happens): p * freq_scale * freq, divided by the pair's factor where
 // the model has them (divide), in float64, rounded to float.
@@ -2641,6 +2639,8 @@ __device__ __forceinline__ void forge__rope_cs(double p, float freq_scale, doubl
     if (divide) theta /= factor;
     *c = (float)cos(theta), *s = (float)sin(theta);
 }
+// One pair rotated, its roundings spelled out so that forge__k_rope and forge__k_rope_store (prompt
+// and decode) give the same bits whatever the compiler would contract.
 __device__ __forceinline__ void forge__rope_pair(float x0, float x1, float c, float s, float *y0, float *y1) {
     *y0 = fmaf(x0, c, -(x1 * s));
     *y1 = fmaf(x0, s, x1 * c);
