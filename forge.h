@@ -6122,6 +6122,9 @@ typedef struct forge_hip_attention_args {
     uint32_t n_cells; /* cache rows, a ring: position p in row p % n_cells; 0: no wrap */
     float softcap;    /* 0: none; else scores s become softcap * tanh(s / softcap) */
     uint32_t *counters; /* attention_at: NULL or n_head * n_tokens zeroed uint32 (one-launch split merge) */
+    const uint32_t *row_pos; /* NULL, or a batch's device row positions (pos0 the largest): several sequences */
+    const uint32_t *row_seq; /* with row_pos: each row's sequence, its cache seq_stride bytes after the one before */
+    size_t seq_stride;
 } forge_hip_attention_args;
 
 typedef struct forge_hip_rope_args {
@@ -6218,6 +6221,12 @@ int forge_hip_moe_sum(const float *src, const float *route, uint32_t n_tokens, u
                       char *message, size_t message_bytes);
 unsigned long forge_hip_allocation_count(void);
 /* decode graphs: the position read from device memory (a uint32 at dev_pos) when the kernels run */
+int forge_hip_rope_rows(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
+                        const uint32_t *row_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
+                        char *message, size_t message_bytes);
+int forge_hip_kv_store_rows(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
+                            uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, const uint32_t *row_pos, const uint32_t *row_seq,
+                            size_t seq_stride, uint32_t n_cells, void *stream, char *message, size_t message_bytes);
 int forge_hip_rope_at(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
                       const uint32_t *dev_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
                       char *message, size_t message_bytes);
@@ -6853,6 +6862,33 @@ static void forge__capture_bind(forge_context *ctx) {
     for (i = 0; i < ctx->sched.n_captures; i++) ctx->capture_data[i] = ctx->capture + ctx->capture_offset[i];
 }
 
+/* The host tables of the sequences (see struct forge_context), taken once at creation. */
+static forge_result forge__seq_tables(forge_context *ctx, forge_error *error) {
+    const uint64_t words = 3ull * ctx->r.n_seq + 3ull * ctx->r.n_batch;
+    uint32_t s;
+    ctx->seq_pos = (uint32_t *)forge__alloc(&ctx->allocator, (size_t)words * sizeof(uint32_t));
+    if (!ctx->seq_pos)
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the tables of %u sequences (%llu bytes)", ctx->r.n_seq,
+                           (forge__ull)(words * sizeof(uint32_t)));
+    memset(ctx->seq_pos, 0, (size_t)words * sizeof(uint32_t));
+    ctx->seq_row = ctx->seq_pos + ctx->r.n_seq;
+    ctx->seq_count = ctx->seq_row + ctx->r.n_seq;
+    ctx->row_pos = ctx->seq_count + ctx->r.n_seq;
+    ctx->row_seq = ctx->row_pos + ctx->r.n_batch;
+    ctx->logit_src = ctx->row_seq + ctx->r.n_batch;
+    for (s = 0; s < ctx->r.n_seq; s++) ctx->seq_row[s] = UINT32_MAX;
+    return FORGE_OK;
+}
+
+/* one_seq_bytes: the layers' cache laid out for one sequence; the plan counts n_seq of them. */
+static forge_result forge__kv_layout_check(forge_context *ctx, uint64_t one_seq_bytes, forge_error *error) {
+    if (one_seq_bytes * ctx->r.n_seq != ctx->plan.kv_bytes)
+        return forge__fail(error, FORGE_ERR_CONFIG, "the KV cache layout (%u x %llu bytes) differs from the plan (%llu)", ctx->r.n_seq,
+                           (forge__ull)one_seq_bytes, (forge__ull)ctx->plan.kv_bytes);
+    ctx->kv_seq_bytes = one_seq_bytes;
+    return FORGE_OK;
+}
+
 /* >>impl-gpu-context */
 
 #ifdef FORGE_HIP
@@ -6876,6 +6912,10 @@ static const void *forge__dev_w(forge_context *ctx, const forge_gguf_tensor *t) 
 }
 static float *forge__dev_val(forge_context *ctx, int32_t v) {
     return (float *)(void *)(ctx->dev + ctx->dev_scratch + ctx->sched.values[v].offset);
+}
+/* A batch step's row positions (which 0) or row sequences (which 1) on the device. */
+static const uint32_t *forge__dev_rows(forge_context *ctx, int which) {
+    return (const uint32_t *)(const void *)(ctx->dev + ctx->dev_rows + (which ? forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(uint32_t)) : 0));
 }
 #endif
 
@@ -7046,6 +7086,17 @@ static void forge__gpu_attention_args(forge_context *ctx, const forge__op *op, u
     args->n_cells = ctx->kv_cells[op->layer];
     args->softcap = c->attn_softcap;
     args->counters = at_dev_pos && n == 1 ? (uint32_t *)(ctx->dev + ctx->dev_att_count) : NULL;
+    args->row_pos = NULL;
+    args->row_seq = NULL;
+    args->seq_stride = 0;
+    if (ctx->rows) { /* a step of several sequences: every row its own position and cache */
+        uint32_t t, top = 0;
+        for (t = 0; t < n; t++) top = FORGE__MAX(top, ctx->row_pos[t]);
+        args->pos0 = top;
+        args->row_pos = forge__dev_rows(ctx, 0);
+        args->row_seq = forge__dev_rows(ctx, 1);
+        args->seq_stride = (size_t)ctx->kv_seq_bytes;
+    }
 }
 
 /* Decode (one token) on 8-bit activations: products whose weight type has an integer path read
@@ -7264,7 +7315,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
     q8.angles[0] = q8.angles[1] = 0;
     for (k = 0; k < ctx->sched.n_ops; k++) {
         const forge__op *op = &ctx->sched.ops[k];
-        if (n == 1 && ctx->use_q8) {
+        if (n == 1 && ctx->use_q8 && !ctx->rows) {
             if ((r = forge__gpu_decode_fused(ctx, k, dev_pos, &q8, &consumed, error))) return r;
             if (consumed) {
                 k += consumed - 1;
@@ -7293,7 +7344,10 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
         case FORGE__OP_ROPE: {
             const float base = c->layer_is_swa[op->layer] ? c->rope_freq_base_swa : c->rope_freq_base;
             const float scale = c->layer_is_swa[op->layer] ? c->rope_freq_scale_swa : c->rope_freq_scale;
-            if (dev_pos)
+            if (ctx->rows)
+                FORGE__HIP(forge_hip_rope_rows(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type,
+                                               forge__dev_rows(ctx, 0), base, scale, ctx->dev_rope_factors, ctx->stream, FORGE__MSG));
+            else if (dev_pos)
                 FORGE__HIP(forge_hip_rope_at(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type, dev_pos,
                                              base, scale, ctx->dev_rope_factors, ctx->stream, FORGE__MSG));
             else
@@ -7304,7 +7358,12 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
         case FORGE__OP_KV_STORE: {
             uint8_t *layer = ctx->dev + ctx->dev_kv + ctx->kv_layer_offset[op->layer];
             uint8_t *values = layer + (uint64_t)ctx->kv_cells[op->layer] * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
-            if (dev_pos)
+            if (ctx->rows)
+                FORGE__HIP(forge_hip_kv_store_rows(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
+                                                   forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
+                                                   forge__dev_rows(ctx, 0), forge__dev_rows(ctx, 1), (size_t)ctx->kv_seq_bytes,
+                                                   ctx->kv_cells[op->layer], ctx->stream, FORGE__MSG));
+            else if (dev_pos)
                 FORGE__HIP(forge_hip_kv_store_at(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
                                                  forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
                                                  dev_pos, ctx->kv_cells[op->layer], ctx->stream, FORGE__MSG));
@@ -7334,9 +7393,17 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
             break;
         case FORGE__OP_LOGITS: { /* they stay on the device: forge_context_logits copies them on demand */
             uint32_t rows = FORGE__MIN(ctx->r.n_logits, n);
-            float *dev_logits = (float *)(void *)(ctx->dev + ctx->dev_logits);
-            FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
-                                        forge__dev_val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd, dev_logits, rows, NULL,
+            float *dev_logits = (float *)(void *)(ctx->dev + ctx->dev_logits), *x = forge__dev_val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd;
+            if (ctx->rows) { /* the kept rows moved to the front, in order, one copy each that moves (none in a decode step) */
+                uint32_t i;
+                x = forge__dev_val(ctx, op->src);
+                rows = ctx->n_logit_rows;
+                for (i = 0; i < rows; i++)
+                    if (ctx->logit_src[i] != i)
+                        FORGE__HIP(forge_hip_copy_device(x + (uint64_t)i * c->n_embd, x + (uint64_t)ctx->logit_src[i] * c->n_embd,
+                                                         c->n_embd * sizeof(float), ctx->stream, FORGE__MSG));
+            }
+            FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], x, dev_logits, rows, NULL,
                                         ctx->stream, FORGE__MSG));
             if (c->final_softcap > 0.0f)
                 FORGE__HIP(forge_hip_softcap(dev_logits, (size_t)rows * op->n, c->final_softcap, ctx->stream, FORGE__MSG));
@@ -7509,6 +7576,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     offset += forge__align_gpu(forge_hip_argmax_scratch_bytes());
     ctx->dev_sample = offset;
     offset += forge__align_gpu(forge_hip_top_k_scratch_bytes(c->n_vocab));
+    ctx->dev_rows = offset;
+    offset += forge__gpu_rows_bytes(&ctx->r);
     {
         const char *off = getenv("FORGE_NO_Q8");
         ctx->use_q8 = !(off && *off && strcmp(off, "0") != 0);
@@ -7550,6 +7619,7 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
         ctx->kv_cells[il] = forge_kv_layer_cells(c, il, ctx->r.n_ctx, ctx->r.n_batch);
         offset += (uint64_t)ctx->kv_cells[il] * c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
     }
+    if ((r = forge__kv_layout_check(ctx, offset, error))) return r;
     FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
     forge__gpu_record_decode(ctx, desc);
     return FORGE_OK;
@@ -7571,7 +7641,13 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
     forge_result r;
     if ((r = forge__gpu_wait(ctx, error))) return r;
     ctx->logits_on_host = 0;
-    if (n == 1) { /* decode: token and position through the step slots, the graph's launches or the same ones plain */
+    if (ctx->rows) { /* several sequences: the tokens, each row's position and sequence, then the batch's launches */
+        const uint64_t half = forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(uint32_t));
+        FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
+        FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows, ctx->row_pos, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
+        FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows + half, ctx->row_seq, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
+        if ((r = forge__gpu_launch_ops(ctx, n, dev_tokens, NULL, error))) return r;
+    } else if (n == 1) { /* decode: token and position through the step slots, the graph's launches or the same ones plain */
         uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
         ctx->step_host[0] = (uint32_t)ctx->tokens[0];
         ctx->step_host[1] = ctx->pos;
@@ -7594,7 +7670,7 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
                                                   (size_t)n * ctx->sched.capture_width[k] * forge_capture_dtype_bytes(ctx->r.capture_dtype),
                                                   ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
-    } else if (n > 1) {
+    } else if (n > 1 || ctx->rows) { /* the host's row tables are read by the copies above */
         FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
     } else {
         ctx->dev_pending = 1;
@@ -7604,33 +7680,6 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
     (void)ctx;
     return forge__fail(error, FORGE_ERR_UNSUPPORTED, "this build of forge has no GPU backend");
 #endif
-}
-
-/* The host tables of the sequences (see struct forge_context), taken once at creation. */
-static forge_result forge__seq_tables(forge_context *ctx, forge_error *error) {
-    const uint64_t words = 3ull * ctx->r.n_seq + 3ull * ctx->r.n_batch;
-    uint32_t s;
-    ctx->seq_pos = (uint32_t *)forge__alloc(&ctx->allocator, (size_t)words * sizeof(uint32_t));
-    if (!ctx->seq_pos)
-        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the tables of %u sequences (%llu bytes)", ctx->r.n_seq,
-                           (forge__ull)(words * sizeof(uint32_t)));
-    memset(ctx->seq_pos, 0, (size_t)words * sizeof(uint32_t));
-    ctx->seq_row = ctx->seq_pos + ctx->r.n_seq;
-    ctx->seq_count = ctx->seq_row + ctx->r.n_seq;
-    ctx->row_pos = ctx->seq_count + ctx->r.n_seq;
-    ctx->row_seq = ctx->row_pos + ctx->r.n_batch;
-    ctx->logit_src = ctx->row_seq + ctx->r.n_batch;
-    for (s = 0; s < ctx->r.n_seq; s++) ctx->seq_row[s] = UINT32_MAX;
-    return FORGE_OK;
-}
-
-/* one_seq_bytes: the layers' cache laid out for one sequence; the plan counts n_seq of them. */
-static forge_result forge__kv_layout_check(forge_context *ctx, uint64_t one_seq_bytes, forge_error *error) {
-    if (one_seq_bytes * ctx->r.n_seq != ctx->plan.kv_bytes)
-        return forge__fail(error, FORGE_ERR_CONFIG, "the KV cache layout (%u x %llu bytes) differs from the plan (%llu)", ctx->r.n_seq,
-                           (forge__ull)one_seq_bytes, (forge__ull)ctx->plan.kv_bytes);
-    ctx->kv_seq_bytes = one_seq_bytes;
-    return FORGE_OK;
 }
 
 FORGE_API forge_result forge_context_create(const forge_model *m, const forge_context_desc *desc, forge_context **out,
