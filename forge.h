@@ -7392,7 +7392,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                         ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_LOGITS: { /* they stay on the device: forge_context_logits copies them on demand */
-            uint32_t rows = FORGE__MIN(ctx->r.n_logits, n);
+            uint32_t rows = ctx->r.all_logits ? FORGE__MIN(ctx->r.n_logits, n) : 1;
             float *dev_logits = (float *)(void *)(ctx->dev + ctx->dev_logits), *x = forge__dev_val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd;
             if (ctx->rows) { /* the kept rows moved to the front, in order, one copy each that moves (none in a decode step) */
                 uint32_t i;
@@ -8251,8 +8251,8 @@ static void forge__run_schedule(forge_context *ctx) {
             for (j = 0; j < total; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
             break;
         }
-        case FORGE__OP_LOGITS: {
-            uint32_t rows = FORGE__MIN(ctx->r.n_logits, n);
+        case FORGE__OP_LOGITS: { /* the last row, or every row's with all_logits */
+            uint32_t rows = ctx->r.all_logits ? FORGE__MIN(ctx->r.n_logits, n) : 1;
             const float *x = forge__val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd;
             if (ctx->rows) { /* the kept rows moved to the front, in order (the final norm is read by nothing after) */
                 float *xs = forge__val(ctx, op->src);
@@ -8415,6 +8415,8 @@ FORGE_API forge_result forge_eval_batch(forge_context *ctx, const forge_batch *b
             return forge__fail(error, FORGE_ERR_ARGUMENT, "token %d at row %u is outside the vocabulary of %u", (int)b->tokens[i], i,
                                ctx->c->n_vocab);
     }
+    for (i = 0; i < n && (!b->seq || b->seq[i] == 0); i++) {}
+    if (i == n) return forge_eval(ctx, b->tokens, n, error); /* sequence 0 alone: the one-sequence path (its decode graph) */
     for (i = 0; i < n; i++) ctx->seq_count[b->seq ? b->seq[i] : 0] = 0;
     for (i = 0; i < n; i++) { /* each row's position, the next of its sequence */
         const uint32_t s = b->seq ? b->seq[i] : 0;

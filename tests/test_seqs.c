@@ -5,7 +5,9 @@
    replaced while the others go on; bad steps are refused whole; 10,000 steps with sequences joining,
    finishing and being replaced allocate nothing (the context's allocator and FORGE_MALLOC counted).
    FORGE_TEST_BACKEND=gpu runs the same checks on the GPU backend (a build with FORGE_HIP). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stddef.h>
+#include <stdlib.h>
 static long test_heap_calls; /* every FORGE_MALLOC of the library, also those outside a context's allocator */
 static void *test_heap_alloc(size_t n);
 #define FORGE_MALLOC(n) test_heap_alloc(n)
@@ -456,10 +458,13 @@ int main(void) {
     const int gpu = env && strcmp(env, "gpu") == 0;
     const char *const *families = gpu ? gpu_families : cpu_families;
     const size_t n_families = getenv("FORGE_TEST_QUICK") ? 3 : sizeof cpu_families / sizeof *cpu_families;
-    /* the GPU runs a batch on its prompt kernels (f16 operands) where alone decodes on 8-bit activations */
-    const double tol = gpu ? 3e-2 : tol_cpu;
+    /* the GPU runs a batch on its prompt kernels (f16 operands), alone a one-token step on the decode kernels */
+    const double tol = gpu ? 5e-3 : tol_cpu;
     size_t f;
     backend = gpu ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
+    /* alone, a one-token step would decode on 8-bit activations (about 2% from float64); a batch runs
+       the prompt kernels: compare with the f32 decode instead */
+    if (gpu) setenv("FORGE_NO_Q8", "1", 1);
     mem = big_reading();
     if (gpu) {
         if (forge_memory_query_gpu(0, &mem, NULL) != FORGE_OK) mem = big_reading();
