@@ -1273,23 +1273,23 @@ __global__ void __launch_bounds__(256) forge__k_matmul_few(const uint8_t *__rest
 #pragma unroll
         for (int k = 0; k < FORGE__MV_ROWS; k++) P::load(rows[k], p, n_cols, raw[k]);
 #pragma unroll
-        for (int t = 0; t < FORGE__FEW_TOKENS; t++) {
-            if ((uint32_t)t >= nt) break;
-            float xr[32], xs[4];
-            P::load_x(x + (size_t)(t0 + t) * n_cols, p, xr, xs);
+        for (int t = 0; t < FORGE__FEW_TOKENS; t++) // guarded, not cut short: the accumulators keep static indices (registers)
+            if ((uint32_t)t < nt) {
+                float xr[32], xs[4];
+                P::load_x(x + (size_t)(t0 + t) * n_cols, p, xr, xs);
 #pragma unroll
-            for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] += P::dot(raw[k], p, xr, xs);
-        }
+                for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] += P::dot(raw[k], p, xr, xs);
+            }
     }
 #pragma unroll
-    for (int t = 0; t < FORGE__FEW_TOKENS; t++) {
-        if ((uint32_t)t >= nt) break;
+    for (int t = 0; t < FORGE__FEW_TOKENS; t++)
+        if ((uint32_t)t < nt) {
 #pragma unroll
-        for (int k = 0; k < FORGE__MV_ROWS; k++) {
-            const float total = forge__wave_sum(acc[t][k]);
-            if (lane == 0 && r0 + k < n_rows) y[(size_t)(t0 + t) * n_rows + r0 + k] = bias ? total + bias[r0 + k] : total;
+            for (int k = 0; k < FORGE__MV_ROWS; k++) {
+                const float total = forge__wave_sum(acc[t][k]);
+                if (lane == 0 && r0 + k < n_rows) y[(size_t)(t0 + t) * n_rows + r0 + k] = bias ? total + bias[r0 + k] : total;
+            }
         }
-    }
 }
 
 __device__ __forceinline__ float forge__gelu(float x); // defined in >>rows
