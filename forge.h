@@ -12,6 +12,18 @@
 
    Every other file includes "forge.h" without the define.
 
+   Compile: cc -std=c99 prog.c -lm -pthread (the CPU backend). For a GPU, compile the file that
+   defines FORGE_IMPLEMENTATION with -DFORGE_HIP and link forge_kernels.hip, built by hipcc (AMD) or
+   by nvcc -x cu (NVIDIA); see README, "Build for AMD and NVIDIA".
+
+   FIRST PROGRAM (>>generate, "the short path")
+      forge_llm_open(path, NULL, &llm, &error)      model + tokenizer + budget-checked context
+      forge_llm_chat(llm, "Hi", on_text, user_data, &error)    streams the reply, piece by piece
+      forge_llm_close(llm)
+   Then the layers, each usable alone: forge_model_open (the file), forge_plan_check (will it fit?),
+   forge_context_create (the memory, after the budget check), forge_tokenizer_create, forge_eval /
+   forge_context_sample (one step), forge_generator_* (bounded steps for a frame loop).
+
    WHAT IT DOES (today)
       - reads GGUF files (versions 2 and 3) from memory or from a read-only mapping, treating
         every byte as hostile: each length is checked against the bytes left, every product and
@@ -22,32 +34,83 @@
         experts, sliding windows) for llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, qwen2moe,
         qwen3moe and glm4 files, and checks that every tensor the configuration implies is present
         with the right shape; no dimension of a derived configuration is ever zero
-      - computes the exact bytes of a KV cache (f32, f16, q8_0, q4_0) and reads host memory as a
-        process can use it, within a container's cgroup limit
+      - plans the exact bytes a context takes (weights, KV cache of f32, f16, q8_0 or q4_0, scratch,
+        logits, captures, the backend's reserve), checks the plan against a budget (70% of free
+        memory by default) before allocating, and refuses with every term and what would fit
+      - runs the forward pass on the CPU (products straight from quantized blocks, a thread pool,
+        bitwise the same for any thread count) or on a GPU through HIP (AMD) or CUDA (NVIDIA) with
+        forge_kernels.hip: one device arena, decode graphs, 8-bit activation products
+      - tokenizes and detokenizes (SentencePiece and byte-level BPE, llama.cpp's pre-tokenizers),
+        streaming whole UTF-8 characters
       - samples tokens: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded
+      - chat formats ChatML, Llama 3 and Gemma, recognized from the file's template
+      - captures hidden states (residual stream, attention and MLP outputs, final norm) per batch
+      - the short path (forge_llm): from a path to a streamed reply in a few calls
 
-   OPTIONS (define before including)
+   OPTIONS (define before including; the FORGE_GGUF_MAX_* and other limits are in the code below)
       FORGE_STATIC        every function gets static linkage (vendoring into one translation unit)
-      FORGE_NO_STDIO      no file loading (forge_gguf_parse and forge_model_from_memory remain)
+      FORGE_API           the linkage of every function (default extern; FORGE_STATIC makes it static)
+      FORGE_NO_STDIO      no file loading (forge_gguf_parse, forge_model_from_memory, forge_llm_open_memory remain)
       FORGE_NO_MMAP       load files with read() into host memory instead of mapping them
+      FORGE_NO_THREADS    the CPU backend runs on the calling thread only: no pthreads, no Win32 threads
+      FORGE_HIP           the GPU backend (link forge_kernels.hip); without it the CPU serves everything
       FORGE_MALLOC/FORGE_FREE  default host allocator (when no forge_allocator is given)
+      FORGE_MAX_THREADS   most threads a CPU pool starts (256)
+      FORGE_POOL_SPINS    polls of an idle pool thread before it sleeps (4000)
+      FORGE_MAX_LAYERS    most layers a configuration holds (512)
+      FORGE_GGUF_MAX_KV, _TENSORS, _STRING_BYTES, _ARRAY_COUNT, _NAME_BYTES, _ALIGNMENT
+                          the reader's limits on what a file may claim
+      FORGE_TOKENIZE_MAX_TEXT_BYTES, FORGE_TOKENIZER_MAX_VOCAB   the tokenizer's limits
 
-   CONTENTS (search for the markers)
-      >>results     result codes and the error record
+   CONTENTS (search for the markers; the implementation's are >>impl-NAME)
+      >>results     result codes, the error record, the allocator callbacks
       >>types       tensor type table and dequantization
-      >>gguf        GGUF reader
+      >>gguf        GGUF reader, files
       >>config      architectures and configuration derivation
+      >>cpu         the CPU backend's thread count and thread policy
+      >>tokenizer   text <-> token ids, the streaming detokenizer
       >>sampler     token sampling
       >>model       model object: file + index + configuration
       >>plan        memory arithmetic: KV cache bytes, host memory
-      >>context     the memory plan, the budget, and a context that evaluates tokens (CPU backend)
-      >>generate    chat formats and the step-by-step generator
-      >>impl        implementation
+      >>context     the memory plan, the budget, captures, and a context that evaluates tokens;
+                    forge_context_desc_apply_env
+      >>generate    chat formats, the step-by-step generator, and the short path (forge_llm)
+      >>impl        implementation: >>impl-results -types -gguf -file -config -cpu -tokenizer -sampler
+                    -model -plan -context -gpu-backend -plan-compute -cpu-backend -gpu-context
+                    -capture -generate -device-scope -env -llm -end
 
-   ERRORS
-      Every fallible function returns forge_result (FORGE_OK == 0) and, when given a forge_error,
-      fills it with the code and a one-line message that names the key or tensor and the numbers.
-      The library never exits, aborts or prints.
+   WHAT A HOST PROGRAM MAY RELY ON
+      - Errors: every fallible function returns forge_result (FORGE_OK == 0) and, when given a
+        forge_error, fills it with the code and a one-line message that names the key or tensor and
+        the numbers. The library never exits, aborts or prints (logging goes to desc.log if given).
+      - Environment: the library reads no environment variable unless the program calls
+        forge_context_desc_apply_env, which applies FORGE_MEM_FRACTION, FORGE_NO_GRAPH, FORGE_NO_Q8,
+        FORGE_NORM_FUSION, FORGE_NO_PDL and FORGE_NO_STAGE to a descriptor (the CLI calls it).
+      - Memory: host memory through the descriptor's forge_allocator (both callbacks or neither: one
+        without the other is refused with FORGE_ERR_ARGUMENT at creation); a context allocates all it
+        needs at create and nothing per token; any failed create frees what it took.
+      - Threads: a CPU context starts desc.n_threads - 1 worker threads at create (the caller is the
+        last participant) and joins them at destroy; n_threads 0 means forge_cpu_default_threads(),
+        half the processors the process may use, so a game keeps the other half. Nothing else starts
+        a thread. Objects serve one thread at a time; separate objects are independent, except that
+        a tokenizer (read-only after create) may serve several threads at once.
+      - GPU device: every call that touches a context's device makes desc.device current for the
+        calling thread and puts back the device the thread had before returning (the queries too).
+      - Process-wide state in forge_kernels.hip (nothing else in forge is global):
+          per-device answers cached once (atomics): whether overlapped launches (PDL) run, the
+            multiprocessor count, whether a staged kernel may take its shared memory;
+          the launch switches of the context being served, thread-local (set around each call);
+          test hooks: the count of device allocations, and injected allocation failures (atomics);
+          the runtime's own per-thread current device, which forge leaves as it found it.
+        All of it is safe when contexts are created on several threads at once.
+
+   LIFETIMES
+      forge_model          open .. close; it must outlive its contexts (they read its mapping)
+      forge_tokenizer      create .. destroy; copies what it needs, the model may close first
+      forge_context        create .. destroy; the model must outlive it
+      forge_sampler        create .. destroy; independent of the rest
+      forge_generator      create .. destroy; its context and tokenizer must outlive it
+      forge_llm            open .. close; owns the four above
 */
 #ifndef FORGE_H
 #define FORGE_H
@@ -6218,6 +6281,15 @@ typedef struct forge_hip_rope_args {
 extern "C" {
 #endif
 int forge_hip_device_query(int device, forge_hip_device_info *info, char *message, size_t message_bytes);
+typedef struct forge_hip_scope {
+    int device;
+    int switched;
+    unsigned switches;
+} forge_hip_scope;
+#define FORGE_HIP_NO_PDL 1u
+#define FORGE_HIP_NO_STAGE 2u
+int forge_hip_enter(int device, unsigned switches, forge_hip_scope *saved, char *message, size_t message_bytes);
+void forge_hip_leave(const forge_hip_scope *saved);
 int forge_hip_arena_alloc(size_t bytes, void **out, char *message, size_t message_bytes);
 void forge_hip_arena_free(void *arena);
 int forge_hip_copy_to_device(void *dst, const void *src, size_t bytes, void *stream, char *message, size_t message_bytes);
@@ -6824,7 +6896,8 @@ struct forge_context {
     uint64_t dev_sample;    /* forge_context_sample's candidate selection */
     uint8_t *sample_host;   /* pinned: the selection's flag and keys, copied back */
     uint32_t n_device_samples; /* draws forge_context_sample finished from device candidates */
-    int use_q8;             /* decode products on 8-bit activations (FORGE_NO_Q8=1 turns them off) */
+    int use_q8;             /* decode products on 8-bit activations (desc.gpu_no_q8 turns them off) */
+    unsigned hip_switches;  /* FORGE_HIP_NO_PDL, FORGE_HIP_NO_STAGE from the desc, set around each call (forge_hip_enter) */
     int fuse_norm;          /* a residual product prepares the RMS norm after it: 0 never, 1 where faster, 2 wherever it can */
     uint32_t norms_prepared; /* how many norms the last decode step's products prepared */
     uint32_t *step_host;    /* their pinned host mirror */
@@ -7605,6 +7678,8 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
 #endif
 }
 
+static forge_result forge__gpu_scoped_init(forge_context *ctx, const forge_context_desc *desc, forge_error *error);
+
 FORGE_API forge_result forge_context_create(const forge_model *m, const forge_context_desc *desc, forge_context **out,
                                             forge_error *error) {
     forge_context_desc zero;
@@ -7653,7 +7728,7 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
         if ((res = forge__plan_with(m, &ctx->r, &ctx->sched, forge__schedule_pack(&ctx->sched, ctx->r.n_batch), 1,
                                     &ctx->plan, error)))
             goto fail;
-        if ((res = forge__gpu_context_init(ctx, desc, error))) goto fail;
+        if ((res = forge__gpu_scoped_init(ctx, desc, error))) goto fail;
         *out = ctx;
         forge__ok(error);
         return FORGE_OK;
@@ -7714,7 +7789,7 @@ fail:
     return res;
 }
 
-FORGE_API void forge_context_destroy(forge_context *ctx) {
+static void forge__context_destroy(forge_context *ctx) {
     forge_allocator a;
     if (!ctx) return;
     a = ctx->allocator;
@@ -7750,7 +7825,7 @@ FORGE_API void forge_context_reset(forge_context *ctx) {
     ctx->capture_pos = ctx->capture_tokens = 0;
 }
 
-FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows) {
+static const float *forge__context_logits(const forge_context *ctx, uint32_t *n_rows) {
     if (n_rows) *n_rows = 0;
     if (!ctx || !ctx->n_logit_rows) return NULL;
 #ifdef FORGE_HIP
@@ -7769,7 +7844,7 @@ FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *
     return ctx->logits;
 }
 
-FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error) {
+static forge_result forge__context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error) {
     const float *row;
     uint32_t v, n_vocab, best = UINT32_MAX;
     if (out_token) *out_token = -1;
@@ -7798,7 +7873,7 @@ FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_tok
     return FORGE_OK;
 }
 
-FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error) {
+static forge_result forge__context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error) {
     const float *logits;
     uint32_t rows = 0;
     if (out_token) *out_token = -1;
@@ -8237,7 +8312,7 @@ static void forge__run_schedule(forge_context *ctx) {
     }
 }
 
-FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error) {
+static forge_result forge__eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error) {
     uint32_t done = 0, i;
     if (!ctx || (!tokens && n_tokens)) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval: null argument");
     if (n_tokens == 0) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval: no tokens");
@@ -8706,6 +8781,88 @@ FORGE_API forge_result forge_generator_commit(forge_generator *g, int32_t token,
         forge__ok(error);
         return FORGE_OK;
     }
+}
+
+/* >>impl-device-scope */
+
+/* The public calls that touch a context's device run inside forge_hip_enter/leave: the context's
+   device is current for the call (and its launch switches set), and the calling thread gets back the
+   device it had. A device that cannot be made current is FORGE_ERR_IO. */
+static forge_result forge__gpu_scoped_init(forge_context *ctx, const forge_context_desc *desc, forge_error *error) {
+#ifdef FORGE_HIP
+    forge_hip_scope scope;
+    char message[256];
+    forge_result r;
+    ctx->hip_switches = (desc->gpu_no_pdl ? FORGE_HIP_NO_PDL : 0u) | (desc->gpu_no_stage ? FORGE_HIP_NO_STAGE : 0u);
+    if (forge_hip_enter(ctx->r.device, ctx->hip_switches, &scope, message, sizeof message) != 0)
+        return forge__fail(error, FORGE_ERR_IO, "GPU %d: %s", ctx->r.device, message);
+    r = forge__gpu_context_init(ctx, desc, error);
+    forge_hip_leave(&scope);
+    return r;
+#else
+    return forge__gpu_context_init(ctx, desc, error);
+#endif
+}
+
+#ifdef FORGE_HIP
+/* Runs `call` (which sets `result`) with the context's device current when it is a GPU context. */
+#define FORGE__DEVICE_CALL(ctx, result, fail_result, call)                                               \
+    do {                                                                                                 \
+        forge_hip_scope scope_;                                                                          \
+        char message_[256];                                                                              \
+        if ((ctx) && (ctx)->r.backend == FORGE_BACKEND_GPU) {                                            \
+            if (forge_hip_enter((ctx)->r.device, (ctx)->hip_switches, &scope_, message_, sizeof message_) != 0) { \
+                result = fail_result;                                                                    \
+            } else {                                                                                     \
+                result = call;                                                                           \
+                forge_hip_leave(&scope_);                                                                \
+            }                                                                                            \
+        } else {                                                                                         \
+            result = call;                                                                               \
+        }                                                                                                \
+    } while (0)
+#else
+#define FORGE__DEVICE_CALL(ctx, result, fail_result, call) (result = call)
+#endif
+
+#define FORGE__DEVICE_FAIL(error, ctx) forge__fail(error, FORGE_ERR_IO, "GPU %d cannot be made current: %s", (ctx)->r.device, message_)
+
+FORGE_API void forge_context_destroy(forge_context *ctx) {
+#ifdef FORGE_HIP
+    if (ctx && ctx->r.backend == FORGE_BACKEND_GPU) {
+        forge_hip_scope scope;
+        char message[256];
+        int entered = forge_hip_enter(ctx->r.device, ctx->hip_switches, &scope, message, sizeof message) == 0;
+        forge__context_destroy(ctx); /* host memory is freed even when the device is gone */
+        if (entered) forge_hip_leave(&scope);
+        return;
+    }
+#endif
+    forge__context_destroy(ctx);
+}
+
+FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows) {
+    const float *rows;
+    FORGE__DEVICE_CALL(ctx, rows, (n_rows ? (void)(*n_rows = 0) : (void)0, (const float *)NULL), forge__context_logits(ctx, n_rows));
+    return rows;
+}
+
+FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error) {
+    forge_result r;
+    FORGE__DEVICE_CALL(ctx, r, FORGE__DEVICE_FAIL(error, ctx), forge__context_argmax(ctx, out_token, error));
+    return r;
+}
+
+FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error) {
+    forge_result r;
+    FORGE__DEVICE_CALL(ctx, r, FORGE__DEVICE_FAIL(error, ctx), forge__context_sample(ctx, sampler, out_token, error));
+    return r;
+}
+
+FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error) {
+    forge_result r;
+    FORGE__DEVICE_CALL(ctx, r, FORGE__DEVICE_FAIL(error, ctx), forge__eval(ctx, tokens, n_tokens, error));
+    return r;
 }
 
 /* >>impl-env */
