@@ -45,6 +45,7 @@ run qwen25coder $B/test_greedy "${FORGE_QWEN25CODER:-$HOME/.cache/forge/qwen25co
 run capture     $B/test_capture
 run capture_san $B/test_capture_san
 run builds      sh tests/check_builds.sh
+run readme      sh tests/check_readme.sh
 run mkmodel     sh tests/test_mkmodel.sh
 run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 run kernel_trace $PY tests/check_kernel_trace.py
