@@ -8946,7 +8946,7 @@ static forge_result forge__llm_finish(forge_llm *llm, const forge_llm_desc *d, f
 }
 
 /* The forge_llm itself and the desc's scalars; the model is opened by the caller. */
-static forge_result forge__llm_start(const forge_llm_desc *d, forge_llm **out, forge_llm **llm, forge_error *error) {
+static forge_result forge__llm_start(const forge_llm_desc *d, forge_llm **llm, forge_error *error) {
     forge_result r;
     if ((r = forge__allocator_check(&d->context.allocator, "forge_llm_desc.context.allocator", error)) ||
         (r = forge__allocator_check(&d->sampler.allocator, "forge_llm_desc.sampler.allocator", error)))
@@ -8967,7 +8967,6 @@ static forge_result forge__llm_start(const forge_llm_desc *d, forge_llm **out, f
         }
         memcpy((*llm)->system_prompt, d->system_prompt, n + 1);
     }
-    (void)out;
     return FORGE_OK;
 }
 
@@ -8984,7 +8983,7 @@ FORGE_API forge_result forge_llm_open(const char *path, const forge_llm_desc *de
         memset(&zero, 0, sizeof zero);
         desc = &zero;
     }
-    if ((r = forge__llm_start(desc, out, &llm, error))) return r;
+    if ((r = forge__llm_start(desc, &llm, error))) return r;
     memset(&md, 0, sizeof md);
     md.allocator = desc->context.allocator;
     if ((r = forge_model_open(path, &md, &llm->model, error))) {
@@ -9007,7 +9006,7 @@ FORGE_API forge_result forge_llm_open_memory(const void *bytes, size_t size, con
         memset(&zero, 0, sizeof zero);
         desc = &zero;
     }
-    if ((r = forge__llm_start(desc, out, &llm, error))) return r;
+    if ((r = forge__llm_start(desc, &llm, error))) return r;
     memset(&md, 0, sizeof md);
     md.allocator = desc->context.allocator;
     if ((r = forge_model_from_memory(bytes, size, &md, &llm->model, error))) {

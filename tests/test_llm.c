@@ -158,6 +158,24 @@ static void test_allocator_halves(const char *path) {
         CHECK(forge_sampler_create(&sd, 100, &sampler, &e) == FORGE_ERR_ARGUMENT && !sampler, "forge_sampler_create: %s",
               e.message);
         CHECK(forge_gguf_parse(empty, 1, &half, &gguf, &e) == FORGE_ERR_ARGUMENT && !gguf, "forge_gguf_parse: %s", e.message);
+        {
+            forge_file file;
+            CHECK(forge_file_open(path, &half, &file, &e) == FORGE_ERR_ARGUMENT, "forge_file_open: %s", e.message);
+        }
+        if (forge_model_open(path, NULL, &model, &e) == FORGE_OK) {
+            forge_context_desc cd;
+            forge_context *ctx = (forge_context *)&d;
+            forge_tokenizer *tok = (forge_tokenizer *)&d;
+            forge_verdict verdict;
+            memset(&cd, 0, sizeof cd);
+            cd.allocator = half;
+            CHECK(forge_context_create(model, &cd, &ctx, &e) == FORGE_ERR_ARGUMENT && !ctx, "forge_context_create: %s", e.message);
+            CHECK(forge_plan_check(model, &cd, &verdict, &e) == FORGE_ERR_ARGUMENT, "forge_plan_check: %s", e.message);
+            CHECK(forge_tokenizer_create(forge_model_gguf(model), &half, &tok, &e) == FORGE_ERR_ARGUMENT && !tok,
+                  "forge_tokenizer_create: %s", e.message);
+            forge_model_close(model);
+            model = NULL;
+        }
     }
 }
 
