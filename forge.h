@@ -100,7 +100,8 @@
           per-device answers cached once (atomics): whether overlapped launches (PDL) run, the
             multiprocessor count, whether a staged kernel may take its shared memory;
           the launch switches of the context being served, thread-local (set around each call);
-          test hooks: the count of device allocations, and injected allocation failures (atomics);
+          test hooks: the count of device allocations, injected allocation failures, staging forced
+            on or off (forge_hip_set_staging) (atomics);
           the runtime's own per-thread current device, which forge leaves as it found it.
         All of it is safe when contexts are created on several threads at once.
 
