@@ -49,6 +49,7 @@ run capture     $B/test_capture
 run capture_san $B/test_capture_san
 run builds      sh tests/check_builds.sh
 run readme      sh tests/check_readme.sh
+run side_effects sh tests/check_side_effects.sh
 run mkmodel     sh tests/test_mkmodel.sh
 run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 run kernel_trace $PY tests/check_kernel_trace.py
