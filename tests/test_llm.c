@@ -237,6 +237,27 @@ int main(void) {
     CHECK(count.live == 0, "%ld blocks live after the budget refusal", count.live);
     d.context.memory = NULL;
 
+    TEST_CASE("threads: n_threads 0 plans and runs forge_cpu_default_threads()");
+    {
+        forge_model *m = NULL;
+        forge_context_desc cd;
+        forge_plan p0, pd, pmore;
+        memset(&cd, 0, sizeof cd);
+        cd.backend = FORGE_BACKEND_CPU;
+        cd.n_ctx = 256;
+        if (CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) {
+            CHECK(forge_plan_compute(m, &cd, &p0, &e) == FORGE_OK, "plan: %s", e.message);
+            cd.n_threads = forge_cpu_default_threads();
+            CHECK(forge_plan_compute(m, &cd, &pd, &e) == FORGE_OK, "plan: %s", e.message);
+            cd.n_threads = forge_cpu_default_threads() + 1;
+            CHECK(forge_plan_compute(m, &cd, &pmore, &e) == FORGE_OK, "plan: %s", e.message);
+            CHECK(p0.reserve_bytes == pd.reserve_bytes && pmore.reserve_bytes > pd.reserve_bytes,
+                  "reserve with 0 threads %llu, with the default %llu, with one more %llu", (unsigned long long)p0.reserve_bytes,
+                  (unsigned long long)pd.reserve_bytes, (unsigned long long)pmore.reserve_bytes);
+            forge_model_close(m);
+        }
+    }
+
     TEST_CASE("the environment changes nothing unless applied");
     setenv("FORGE_MEM_FRACTION", "0.000001", 1);
     d.context.n_ctx = 512;
