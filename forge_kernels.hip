@@ -1301,6 +1301,56 @@ __global__ void __launch_bounds__(256) forge__k_matvec_fast(const uint8_t *__res
     }
 }
 
+// A few tokens at once (a step of several sequences, a short prompt): the fast decode kernel's
+// readers with FORGE__FEW_TOKENS tokens per pass, so each piece of weights loaded serves every token of
+// the pass (blockIdx.y: the pass, tokens FORGE__FEW_TOKENS y ..). The matrix-unit kernel pays for a tile
+// of 32 or more tokens whatever the count; this one reads the weights once a pass instead. Each token's
+// sums are the fast decode kernel's, in its order: a token's product is the same as alone.
+#define FORGE__FEW_TOKENS 8
+#ifndef FORGE__FEW_MAX
+#define FORGE__FEW_MAX 64 // most tokens of a product taken by the few-token kernel; more go to the matrix units
+#endif
+template <class P>
+__global__ void __launch_bounds__(256) forge__k_matmul_few(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows,
+                                                           uint32_t n_cols, const float *__restrict__ x, float *__restrict__ y,
+                                                           const float *__restrict__ bias, uint32_t n_tokens) {
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, waves_per_block = blockDim.x / wave;
+    const uint32_t r0 = (blockIdx.x * waves_per_block + threadIdx.x / wave) * FORGE__MV_ROWS;
+    const uint32_t t0 = blockIdx.y * FORGE__FEW_TOKENS, nt = min((uint32_t)FORGE__FEW_TOKENS, n_tokens - t0);
+    if (r0 >= n_rows) return; // the whole wave leaves together
+    const uint8_t *rows[FORGE__MV_ROWS];
+#pragma unroll
+    for (int k = 0; k < FORGE__MV_ROWS; k++) rows[k] = w + (size_t)min(r0 + k, n_rows - 1) * row_bytes; // extra rows: re-read, dropped
+    const uint32_t n_pieces = n_cols / 32;
+    float acc[FORGE__FEW_TOKENS][FORGE__MV_ROWS];
+#pragma unroll
+    for (int t = 0; t < FORGE__FEW_TOKENS; t++)
+#pragma unroll
+        for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] = 0.0f;
+    for (uint32_t p = lane; p < n_pieces; p += wave) {
+        typename P::raw raw[FORGE__MV_ROWS];
+#pragma unroll
+        for (int k = 0; k < FORGE__MV_ROWS; k++) P::load(rows[k], p, n_cols, raw[k]);
+#pragma unroll
+        for (int t = 0; t < FORGE__FEW_TOKENS; t++) {
+            if ((uint32_t)t >= nt) break;
+            float xr[32], xs[4];
+            P::load_x(x + (size_t)(t0 + t) * n_cols, p, xr, xs);
+#pragma unroll
+            for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] += P::dot(raw[k], p, xr, xs);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < FORGE__FEW_TOKENS; t++) {
+        if ((uint32_t)t >= nt) break;
+#pragma unroll
+        for (int k = 0; k < FORGE__MV_ROWS; k++) {
+            const float total = forge__wave_sum(acc[t][k]);
+            if (lane == 0 && r0 + k < n_rows) y[(size_t)(t0 + t) * n_rows + r0 + k] = bias ? total + bias[r0 + k] : total;
+        }
+    }
+}
+
 __device__ __forceinline__ float forge__gelu(float x); // defined in >>rows
 
 // ---- decode on 8-bit activations ----
@@ -2618,6 +2668,21 @@ int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
 #undef FORGE__LAUNCH_MATVEC
         }
         return forge__hip_launched("matvec launch", message, message_bytes);
+    }
+    if (n_tokens <= FORGE__FEW_MAX) { // a few tokens: each pass of the weights serves FORGE__FEW_TOKENS of them
+        const uint32_t fast_rows = FORGE__MATVEC_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MV_ROWS;
+        const dim3 grid((n_rows + fast_rows - 1) / fast_rows, (n_tokens + FORGE__FEW_TOKENS - 1) / FORGE__FEW_TOKENS);
+        switch (forge__hip_kind(type, n_cols)) {
+#define FORGE__LAUNCH_FEW(id, P)                                                                             case id: forge__k_matmul_few<P><<<grid, FORGE__MATVEC_THREADS, 0, s>>>(wb, row_bytes, n_rows, n_cols, x, y, bias, n_tokens);         return forge__hip_launched("matmul launch", message, message_bytes);
+            FORGE__LAUNCH_FEW(FORGE_HIP_Q4_0, forge__p_q4_0)
+            FORGE__LAUNCH_FEW(FORGE_HIP_Q8_0, forge__p_q8_0)
+            FORGE__LAUNCH_FEW(FORGE_HIP_Q4_K, forge__p_q4_k)
+            FORGE__LAUNCH_FEW(FORGE_HIP_Q6_K, forge__p_q6_k)
+            FORGE__LAUNCH_FEW(FORGE__HIP_Q6_K_PACKED, forge__p_q6_k_packed)
+            FORGE__LAUNCH_FEW(FORGE__HIP_Q6_K_PACKED4, forge__p_q6_k_packed4)
+#undef FORGE__LAUNCH_FEW
+        default: break;
+        }
     }
 #ifdef FORGE__MMA
     if (forge__mma_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s))
