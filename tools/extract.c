@@ -103,7 +103,7 @@ static int cmd_extract(int argc, char **argv) {
     char file_path[4096], name[96];
     FILE *index = NULL;
 
-    memset(&desc, 0, sizeof desc);
+    if (!context_defaults(&desc)) return 1;
     memset(&st, 0, sizeof st);
     for (i = 0; i < (uint32_t)argc; i++) {
         int k = (int)i;

@@ -433,6 +433,19 @@ static int parse_fraction(const char *text, double *out) {
     return 1;
 }
 
+/* A command's context before its flags: forge's defaults, then the FORGE_* environment variables
+   (the library reads none by itself), and every core: the CLI is the only program running it. */
+static int context_defaults(forge_context_desc *desc) {
+    forge_error err;
+    memset(desc, 0, sizeof *desc);
+    if (forge_context_desc_apply_env(desc, &err) != FORGE_OK) {
+        fprintf(stderr, "forge: %s\n", err.message);
+        return 0;
+    }
+    desc->n_threads = forge_cpu_count();
+    return 1;
+}
+
 /* Options every command that makes a context shares; returns 1 if argv[*i] was one (consuming its value). */
 static int context_option(int argc, char **argv, int *i, forge_context_desc *desc, int *bad) {
     const char *opt = argv[*i];
@@ -478,7 +491,7 @@ static int cmd_plan(int argc, char **argv) {
     forge_verdict v;
     forge_error err;
     const forge_plan *p = &v.plan;
-    memset(&desc, 0, sizeof desc);
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (context_option(argc, argv, &i, &desc, &bad)) continue;
         if (!strcmp(argv[i], "--json")) json = 1;
@@ -606,7 +619,7 @@ static int cmd_eval(int argc, char **argv) {
     uint32_t n_tokens = 0, done = 0, n_vocab;
     FILE *out = NULL;
     int status = 1;
-    memset(&desc, 0, sizeof desc);
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (context_option(argc, argv, &i, &desc, &bad)) continue;
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
@@ -806,7 +819,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
     session s;
     forge_error err;
     char *text = NULL;
-    memset(&desc, 0, sizeof desc);
+    if (!context_defaults(&desc)) return 1;
     memset(&sampler, 0, sizeof sampler);
     sampler.temperature = 0.0f;
     for (i = 0; i < argc; i++) {
@@ -1120,7 +1133,7 @@ static int cmd_bench(int argc, char **argv) {
     uint64_t lowest_free = UINT64_MAX;
     forge_kv_type ctk = FORGE_KV_DEFAULT, ctv = FORGE_KV_DEFAULT;
     uint32_t seq_counts[16], n_seq_counts = 0;
-    memset(&desc, 0, sizeof desc);
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--seqs") && i + 1 < argc) { /* a list of sequence counts: the batched bench */
             char *list = argv[++i], *end;
