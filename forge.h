@@ -6424,6 +6424,10 @@ int forge_hip_moe_sum(const float *src, const float *route, uint32_t n_tokens, u
                       char *message, size_t message_bytes);
 unsigned long forge_hip_allocation_count(void);
 /* decode graphs: the position read from device memory (a uint32 at dev_pos) when the kernels run */
+size_t forge_hip_matmul_split_bytes(uint32_t max_rows, uint32_t max_tokens);
+int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                           uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
+                           char *message, size_t message_bytes);
 int forge_hip_rope_rows(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
                         const uint32_t *row_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
                         char *message, size_t message_bytes);
@@ -6660,10 +6664,34 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
     return FORGE_OK;
 }
 
+/* The most tokens of a product whose columns a GPU context of several sequences may split among
+   blocks (forge_hip_matmul_split): its steps of a few rows, one of each sequence. */
+#define FORGE__GPU_SPLIT_TOKENS 64u
+
+/* Rows of the widest product of the schedule but the output head (which has blocks enough). */
+static uint32_t forge__schedule_max_product_rows(const forge__schedule *s) {
+    uint32_t k, rows = 0;
+    for (k = 0; k < s->n_ops; k++)
+        if (s->ops[k].kind == FORGE__OP_MATMUL) rows = FORGE__MAX(rows, s->ops[k].n);
+    return rows;
+}
+
 /* A GPU context of several sequences keeps a step's row positions and row sequences on the device
-   (n_batch of each), read by the rope, cache store and attention launches of a batch. */
-static uint64_t forge__gpu_rows_bytes(const forge__resolved *r) {
-    return r->n_seq > 1 ? 2 * forge__align_gpu((uint64_t)r->n_batch * sizeof(uint32_t)) : 0;
+   (n_batch of each), read by the rope, cache store and attention launches of a batch, and the parts
+   of its split products (a step of a few rows leaves most of the device idle unless a product's
+   columns are split among blocks). */
+static uint64_t forge__gpu_split_bytes(const forge__resolved *r, const forge__schedule *s) {
+#ifdef FORGE_HIP
+    return forge__align_gpu(forge_hip_matmul_split_bytes(forge__schedule_max_product_rows(s), FORGE__MIN(r->n_batch, FORGE__GPU_SPLIT_TOKENS)));
+#else
+    (void)r, (void)s;
+    return 0;
+#endif
+}
+
+static uint64_t forge__gpu_rows_bytes(const forge__resolved *r, const forge__schedule *s) {
+    if (r->n_seq <= 1) return 0;
+    return 2 * forge__align_gpu((uint64_t)r->n_batch * sizeof(uint32_t)) + forge__gpu_split_bytes(r, s);
 }
 
 /* Weights a CPU context reads: each tensor counted once (a tied output is read twice), as stored. */
@@ -6717,7 +6745,7 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
         p->weights_bytes = forge__gpu_weight_bytes(s, m);
         p->scratch_bytes = forge__align_gpu(scratch_bytes);
         p->logits_bytes = forge__align_gpu((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
-        p->reserve_bytes = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch) + forge__gpu_rows_bytes(r);
+        p->reserve_bytes = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch) + forge__gpu_rows_bytes(r, s);
     } else {
         p->weights_bytes = forge__schedule_weight_bytes(s, m);
         p->scratch_bytes = scratch_bytes;
@@ -7007,7 +7035,8 @@ struct forge_context {
     uint32_t *seq_pos, *seq_row, *seq_count, *row_pos, *row_seq, *logit_src;
     uint64_t kv_seq_bytes;
     int rows;
-    uint64_t dev_rows;      /* GPU, n_seq > 1: row_pos then row_seq of a batch step, n_batch each */
+    uint64_t dev_rows;      /* GPU, n_seq > 1: row_pos then row_seq of a batch step, n_batch each, then the split parts */
+    uint64_t dev_split, dev_split_bytes; /* GPU, n_seq > 1: the parts of split products (forge_hip_matmul_split) */
     /* GPU backend: one device arena (weights | scratch | logits | attention scratch | token ids | KV cache) */
     uint8_t *dev;
     uint64_t *dev_weight; /* device offset of each tensor of the file, UINT64_MAX when not uploaded */
@@ -7528,9 +7557,15 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                          n, op->n, c->rms_eps, ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_MATMUL:
-            FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
-                                        forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
-                                        forge__dev_f32(ctx, op->bias), ctx->stream, FORGE__MSG));
+            if (ctx->rows) /* a few rows of several sequences: split the columns where the device would idle */
+                FORGE__HIP(forge_hip_matmul_split(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
+                                                  forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
+                                                  forge__dev_f32(ctx, op->bias), ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes,
+                                                  ctx->stream, FORGE__MSG));
+            else
+                FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
+                                            forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
+                                            forge__dev_f32(ctx, op->bias), ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_HEADNORM:
             FORGE__HIP(forge_hip_headnorm(forge__dev_val(ctx, op->dst), forge__dev_f32(ctx, op->w), n, op->n, c->head_dim,
@@ -7772,7 +7807,9 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     ctx->dev_sample = offset;
     offset += forge__align_gpu(forge_hip_top_k_scratch_bytes(c->n_vocab));
     ctx->dev_rows = offset;
-    offset += forge__gpu_rows_bytes(&ctx->r);
+    offset += forge__gpu_rows_bytes(&ctx->r, &ctx->sched);
+    ctx->dev_split_bytes = forge__gpu_split_bytes(&ctx->r, &ctx->sched);
+    ctx->dev_split = offset - ctx->dev_split_bytes; /* the last part of the rows' region */
     ctx->use_q8 = !desc->gpu_no_q8;
     ctx->fuse_norm = desc->gpu_norm_fusion == 0 ? 1 : desc->gpu_norm_fusion < 0 ? 0 : 2; /* 1: where faster; 0: never; 2: wherever the shapes allow */
     ctx->dev_capture = offset;

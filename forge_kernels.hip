@@ -1307,6 +1307,7 @@ __global__ void __launch_bounds__(256) forge__k_matvec_fast(const uint8_t *__res
 // of 32 or more tokens whatever the count; this one reads the weights once a pass instead. Each token's
 // sums are the fast decode kernel's, in its order: a token's product is the same as alone.
 #define FORGE__FEW_TOKENS 8
+#define FORGE__MMA_MAX_SPLIT 8 // the matrix-unit products' most parts of the columns (forge_hip_matmul_split)
 #ifndef FORGE__FEW_MAX
 #define FORGE__FEW_MAX 64 // most tokens of a product taken by the few-token kernel; more go to the matrix units
 #endif
@@ -2464,7 +2465,8 @@ __device__ __forceinline__ void forge__mma16816(float c[4], const uint32_t a[4],
 template <class H, int WM, int WN>
 __global__ void __launch_bounds__(32 * WM * WN, WM * WN == 8 ? 2 : 1) // the large tile: two blocks a multiprocessor, 128 registers
 forge__k_matmul_mma(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
-                    const float *__restrict__ x, float *__restrict__ y, uint32_t n_tokens, const float *__restrict__ bias) {
+                    const float *__restrict__ x, float *__restrict__ y, uint32_t n_tokens, const float *__restrict__ bias,
+                    float *__restrict__ partial, uint32_t split_steps) {
 #ifdef FORGE__MMA_DEVICE
     constexpr int BM = 64 * WM, BN = 32 * WN, THREADS = 32 * WM * WN, LD = FORGE__MMA_LD;
     constexpr int TASKS = 2 * BM / THREADS; // half-units of weights per thread per step (4 / WN)
@@ -2474,6 +2476,8 @@ forge__k_matmul_mma(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_
     const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const uint32_t warp_m = warp % WM, warp_n = warp / WM;
     const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM, n_steps = n_cols / 32;
+    // split over the columns (blockIdx.z, split_steps steps each): the block's sums go to its part of partial
+    const uint32_t s0 = partial ? blockIdx.z * split_steps : 0, s1 = partial ? min(s0 + split_steps, n_steps) : n_steps;
 
     const uint8_t *rows[TASKS]; // out-of-range rows and tokens read the last valid one; never stored
 #pragma unroll
@@ -2494,13 +2498,13 @@ forge__k_matmul_mma(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[i][j][k] = 0.0f;
 
-    // step 0: load and store; then each step loads the next, multiplies, stores the next
+    // step s0: load and store; then each step loads the next, multiplies, stores the next
 #pragma unroll
-    for (int i = 0; i < TASKS; i++) H::load(rows[i], 0, (tid + i * THREADS) % 2, n_cols, raw[i]);
+    for (int i = 0; i < TASKS; i++) H::load(rows[i], s0, (tid + i * THREADS) % 2, n_cols, raw[i]);
 #pragma unroll
-    for (int i = 0; i < PIECES; i++) xv[i] = *(const float4 *)xs[i];
-    for (uint32_t step = 0;; step++) {
-        const uint32_t buf = step & 1;
+    for (int i = 0; i < PIECES; i++) xv[i] = *(const float4 *)(xs[i] + 32 * s0);
+    for (uint32_t step = s0;; step++) {
+        const uint32_t buf = (step - s0) & 1;
         { // store step `step` (its loads are in raw / xv) into buffer buf
 #pragma unroll
             for (int i = 0; i < TASKS; i++) {
@@ -2519,7 +2523,7 @@ forge__k_matmul_mma(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_
             }
         }
         __syncthreads(); // buffer buf is complete; the other one is free (its products were done before the last barrier)
-        if (step + 1 < n_steps) {
+        if (step + 1 < s1) {
 #pragma unroll
             for (int i = 0; i < TASKS; i++) H::load(rows[i], step + 1, (tid + i * THREADS) % 2, n_cols, raw[i]);
 #pragma unroll
@@ -2545,7 +2549,7 @@ forge__k_matmul_mma(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) forge__mma16816(acc[mt][nt], a[mt], b[nt]);
         }
-        if (step + 1 >= n_steps) break;
+        if (step + 1 >= s1) break;
     }
     // accumulator element k of tile (mt, nt): row 16mt + lane/4 + 8 (k/2), token 8nt + 2 (lane%4) + k%2
 #pragma unroll
@@ -2560,21 +2564,38 @@ forge__k_matmul_mma(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_
 #pragma unroll
                 for (int k1 = 0; k1 < 2; k1++) {
                     const uint32_t t = tok0 + warp_n * 32 + nt * 8 + 2 * (lane % 4) + k1;
-                    if (t < n_tokens) y[(size_t)t * n_rows + r] = acc[mt][nt][2 * k2 + k1] + add;
+                    if (t >= n_tokens) continue;
+                    if (partial) partial[((size_t)blockIdx.z * n_tokens + t) * n_rows + r] = acc[mt][nt][2 * k2 + k1];
+                    else y[(size_t)t * n_rows + r] = acc[mt][nt][2 * k2 + k1] + add;
                 }
         }
 #else
-    (void)w, (void)row_bytes, (void)n_rows, (void)n_cols, (void)x, (void)y, (void)n_tokens, (void)bias;
+    (void)w, (void)row_bytes, (void)n_rows, (void)n_cols, (void)x, (void)y, (void)n_tokens, (void)bias, (void)partial, (void)split_steps;
 #endif
+}
+
+static unsigned forge__hip_blocks(size_t n, unsigned threads);
+
+// y = the sum of a split product's parts, in split order (the same sums on every run), plus the bias.
+__global__ void forge__k_split_sum(const float *__restrict__ partial, uint32_t n_split, size_t n, uint32_t n_rows,
+                                   const float *__restrict__ bias, float *__restrict__ y) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float sum = partial[i];
+        for (uint32_t z = 1; z < n_split; z++) sum += partial[z * n + i];
+        y[i] = bias ? sum + bias[i % n_rows] : sum;
+    }
 }
 
 // Host side of the matrix-unit path: picks the tile and launches; 0 when the tiled kernel must run
 // instead (the kernels were built without sm_80 code). Tiles: 32 WN tokens by the token count; then
 // 128 rows, or 64 when 128 would leave multiprocessors idle; 64 tokens instead of 128 when 128 x 128
 // tiles give fewer than two blocks a multiprocessor (4096 rows x 512 tokens: 156 -> 162 TFLOP/s).
+// A grid of fewer blocks than two a multiprocessor (a few tokens: a step of several sequences) leaves
+// most of the device idle while each block walks every column; with room for the parts in `partial`
+// (floats), the columns are split among up to FORGE__MMA_MAX_SPLIT blocks each and the parts summed.
 template <class H>
 static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
-                             uint32_t n_tokens, const float *bias, hipStream_t s) {
+                             uint32_t n_tokens, const float *bias, hipStream_t s, float *partial = NULL, size_t partial_floats = 0) {
     cudaFuncAttributes attr;
     int device = 0, n_sm = 0;
     if (cudaFuncGetAttributes(&attr, (const void *)forge__k_matmul_mma<H, 2, 4>) != cudaSuccess || attr.ptxVersion < 80) {
@@ -2586,17 +2607,29 @@ static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows
     uint32_t wn = n_tokens <= 32 ? 1 : n_tokens <= 64 ? 2 : 4;
     const uint32_t wm = (uint64_t)((n_rows + 127) / 128) * ((n_tokens + 32 * wn - 1) / (32 * wn)) >= (uint64_t)n_sm ? 2 : 1;
     if (wm == 2 && wn == 4 && (uint64_t)((n_rows + 127) / 128) * ((n_tokens + 127) / 128) < 2 * (uint64_t)n_sm) wn = 2;
-    const uint32_t bn = 32 * wn;
-    const dim3 grid((n_tokens + bn - 1) / bn, (n_rows + 64 * wm - 1) / (64 * wm));
+    const uint32_t bn = 32 * wn, n_steps = n_cols / 32;
+    dim3 grid((n_tokens + bn - 1) / bn, (n_rows + 64 * wm - 1) / (64 * wm));
+    uint32_t split = 1, split_steps = n_steps;
+    const uint64_t blocks = (uint64_t)grid.x * grid.y, part = (uint64_t)n_tokens * n_rows;
+    if (partial && blocks < 2 * (uint64_t)n_sm && n_steps >= 8) {
+        split = (uint32_t)((2 * (uint64_t)n_sm + blocks - 1) / blocks);
+        split = split > FORGE__MMA_MAX_SPLIT ? FORGE__MMA_MAX_SPLIT : split;
+        while (split > 1 && (uint64_t)split * part > partial_floats) split--;
+        split_steps = (n_steps + split - 1) / split;
+        split = (n_steps + split_steps - 1) / split_steps; // no empty part
+    }
+    float *parts = split > 1 ? partial : NULL;
+    grid.z = split;
     switch (wm * 10 + wn) {
 #define FORGE__MMA_TILE(WM, WN)                                                                           \
     case WM * 10 + WN:                                                                                    \
-        forge__k_matmul_mma<H, WM, WN><<<grid, 32 * WM * WN, 0, s>>>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias); \
+        forge__k_matmul_mma<H, WM, WN><<<grid, 32 * WM * WN, 0, s>>>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, parts, split_steps); \
         break;
         FORGE__MMA_TILE(2, 4) FORGE__MMA_TILE(1, 4) FORGE__MMA_TILE(2, 2) FORGE__MMA_TILE(1, 2) FORGE__MMA_TILE(2, 1)
         FORGE__MMA_TILE(1, 1)
 #undef FORGE__MMA_TILE
     }
+    if (parts) forge__k_split_sum<<<forge__hip_blocks(part, 256), 256, 0, s>>>(parts, split, (size_t)part, n_rows, bias, y);
     return 1;
 }
 
@@ -2612,11 +2645,11 @@ static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows
     X(FORGE_HIP_IQ4_NL, forge__h_unit<forge__w_iq4_nl>) X(FORGE_HIP_IQ4_XS, forge__h_unit<forge__w_iq4_xs>)
 
 static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x,
-                             float *y, uint32_t n_tokens, const float *bias, hipStream_t s) {
+                             float *y, uint32_t n_tokens, const float *bias, hipStream_t s, float *partial = NULL, size_t partial_floats = 0) {
     if (n_cols < 32 || n_cols % 32 != 0) return 0;
     switch (forge__hip_kind(type, n_cols)) {
 #define FORGE__MMA_CASE(id, H) \
-    case id: return forge__mma_launch<H>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s);
+    case id: return forge__mma_launch<H>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s, partial, partial_floats);
         FORGE__MMA_TYPES(FORGE__MMA_CASE)
 #undef FORGE__MMA_CASE
     default: return 0;
@@ -2635,8 +2668,9 @@ extern "C" {
 // forge__gpu_pack_q6_k); x f32 [n_tokens][n_cols]; y f32 [n_tokens][n_rows], must not alias x;
 // bias f32 [n_rows] or NULL. One token runs the fused decode matvec, more the matrix-unit kernel
 // (f16 operands, f32 sums) where it applies, else the tiled kernel.
-int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
-                     uint32_t n_tokens, const float *bias, void *stream, char *message, size_t message_bytes) {
+static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                             uint32_t n_tokens, const float *bias, float *partial, size_t partial_floats, void *stream,
+                             char *message, size_t message_bytes) {
     size_t row_bytes;
     if (forge__hip_weights(type, n_cols, w, &row_bytes, "matmul", message, message_bytes)) return -1;
     if (n_rows == 0 || n_tokens == 0) return 0;
@@ -2685,8 +2719,10 @@ int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
         }
     }
 #ifdef FORGE__MMA
-    if (forge__mma_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s))
+    if (forge__mma_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s, partial, partial_floats))
         return forge__hip_launched("matmul launch", message, message_bytes);
+#else
+    (void)partial, (void)partial_floats;
 #endif
     dim3 grid((n_rows + FORGE__TILE_ROWS - 1) / FORGE__TILE_ROWS, (n_tokens + FORGE__TILE_TOKENS - 1) / FORGE__TILE_TOKENS);
     switch (type) {
@@ -2696,6 +2732,33 @@ int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
 #undef FORGE__LAUNCH_TILED
     }
     return forge__hip_launched("matmul launch", message, message_bytes);
+}
+
+int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                     uint32_t n_tokens, const float *bias, void *stream, char *message, size_t message_bytes) {
+    return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, NULL, 0, stream, message, message_bytes);
+}
+
+// Device bytes of the workspace that lets forge_hip_matmul_split split the columns of products of up to
+// max_rows rows for up to max_tokens tokens as finely as it splits any.
+size_t forge_hip_matmul_split_bytes(uint32_t max_rows, uint32_t max_tokens) {
+#ifdef FORGE__MMA
+    return (size_t)FORGE__MMA_MAX_SPLIT * max_rows * max_tokens * sizeof(float);
+#else
+    (void)max_rows, (void)max_tokens;
+    return 0; // no matrix-unit path: nothing is split
+#endif
+}
+
+// forge_hip_matmul with a workspace (device memory, at least 4-byte aligned): where the matrix-unit
+// grid would leave the device mostly idle (few tokens), the columns are split among several blocks,
+// their parts written there and summed in a fixed order (the same result on every run; not the same
+// rounding as the unsplit sum). A smaller workspace splits less; none, not at all.
+int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                           uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
+                           char *message, size_t message_bytes) {
+    return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
+                             stream, message, message_bytes);
 }
 
 // The decode case alone: y = W x (+ bias) for one token.
