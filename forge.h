@@ -7763,7 +7763,28 @@ static uint8_t *forge__v_row(forge_context *ctx, uint32_t l, uint32_t p, uint32_
            ((uint64_t)(p % ctx->kv_cells[l]) * ctx->c->layer_n_head_kv[l] + h) * ctx->row_v_bytes;
 }
 
-/* f32 -> the KV cache's storage type (round to nearest; blocks of 32 for the quantized types) */
+/* A quantized KV block of 32 values that holds a NaN or an infinity has no scale that represents it:
+   it is stored as a NaN scale over the codes of zero, so every value reads back as NaN (the damage
+   shows in the logits instead of as a plausible wrong number) and no out-of-range float is ever
+   converted to an integer. The GPU store (forge__kv_put) writes the same bytes. */
+#define FORGE__KV_NAN_SCALE 0x7e00u
+
+static int forge__block_finite(const float *x, uint32_t n) {
+    uint32_t j;
+    for (j = 0; j < n; j++)
+        if (!(fabsf(x[j]) <= FLT_MAX)) return 0;
+    return 1;
+}
+
+/* 1/d, or 0 where that is not a finite number: d = 0, or d so small (below float's normal range)
+   that 1/d overflows; such a d is 0 in f16 anyway, so the codes do not matter, but they stay defined */
+static float forge__kv_inverse_scale(float d) {
+    float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    return fabsf(inv) <= FLT_MAX ? inv : 0.0f;
+}
+
+/* f32 -> the KV cache's storage type (round to nearest; blocks of 32 for the quantized types).
+   Defined for every float input: NaN, infinities and denormals included (see FORGE__KV_NAN_SCALE). */
 static void forge__kv_encode(forge_kv_type type, const float *x, uint32_t n, uint8_t *dst) {
     uint32_t i, j;
     if (type == FORGE_KV_F32) {
@@ -7778,26 +7799,36 @@ static void forge__kv_encode(forge_kv_type type, const float *x, uint32_t n, uin
         for (i = 0; i < n; i += 32, dst += 34) {
             float amax = 0.0f, d, inv;
             uint16_t h;
+            if (!forge__block_finite(x + i, 32)) {
+                dst[0] = (uint8_t)(FORGE__KV_NAN_SCALE & 0xff), dst[1] = (uint8_t)(FORGE__KV_NAN_SCALE >> 8);
+                memset(dst + 2, 0, 32);
+                continue;
+            }
             for (j = 0; j < 32; j++) amax = FORGE__MAX(amax, (float)fabs(x[i + j]));
             d = amax / 127.0f;
-            inv = d > 0.0f ? 1.0f / d : 0.0f;
+            inv = forge__kv_inverse_scale(d);
             h = forge_f32_to_f16(d);
             dst[0] = (uint8_t)(h & 0xff);
             dst[1] = (uint8_t)(h >> 8);
-            for (j = 0; j < 32; j++) dst[2 + j] = (uint8_t)(int8_t)lrintf(x[i + j] * inv);
+            for (j = 0; j < 32; j++) dst[2 + j] = (uint8_t)(int8_t)lrintf(x[i + j] * inv); /* |x * inv| <= 127 */
         }
     } else { /* Q4_0: the value of largest magnitude maps to -8 */
         for (i = 0; i < n; i += 32, dst += 18) {
             float max = 0.0f, amax = 0.0f, d, inv;
             uint16_t h;
+            if (!forge__block_finite(x + i, 32)) {
+                dst[0] = (uint8_t)(FORGE__KV_NAN_SCALE & 0xff), dst[1] = (uint8_t)(FORGE__KV_NAN_SCALE >> 8);
+                memset(dst + 2, 0x88, 16);
+                continue;
+            }
             for (j = 0; j < 32; j++)
                 if (fabs(x[i + j]) > amax) amax = (float)fabs(x[i + j]), max = x[i + j];
             d = max / -8.0f;
-            inv = d != 0.0f ? 1.0f / d : 0.0f;
+            inv = forge__kv_inverse_scale(d);
             h = forge_f32_to_f16(d);
             dst[0] = (uint8_t)(h & 0xff);
             dst[1] = (uint8_t)(h >> 8);
-            for (j = 0; j < 16; j++) {
+            for (j = 0; j < 16; j++) { /* x * inv is about [-8, 8]: the sums stay near [0.5, 16.5] */
                 int lo = (int)(x[i + j] * inv + 8.5f), hi = (int)(x[i + 16 + j] * inv + 8.5f);
                 lo = lo < 0 ? 0 : lo > 15 ? 15 : lo;
                 hi = hi < 0 ? 0 : hi > 15 ? 15 : hi;

@@ -380,8 +380,64 @@ static void test_context_sample(forge_model *m) {
     forge_context_destroy(ctx);
 }
 
+/* The quantized cache stores are defined for every float: a block with a NaN or an infinity becomes
+   a NaN scale over the codes of zero (so it reads back as NaN), a block whose scale is below float's
+   normal range (denormal inputs) becomes zeros, and a finite block reads back close to its values. */
+static void test_kv_encode_special(void) {
+    static const forge_kv_type kinds[2] = {FORGE_KV_Q8_0, FORGE_KV_Q4_0};
+    const float denormal = 1e-40f, nan_value = (float)NAN, inf_value = (float)INFINITY;
+    float x[7 * 32], back[7 * 32];
+    uint8_t row[7 * 34];
+    uint32_t k, b, j;
+    TEST_CASE("kv cache: quantized stores of NaN, infinities and denormals are defined");
+    for (j = 0; j < 7 * 32; j++) x[j] = (float)((int)(j % 13) - 6) * 0.25f;
+    x[0 * 32 + 5] = nan_value;              /* block 0: one NaN */
+    x[1 * 32 + 31] = inf_value;             /* block 1: +inf */
+    x[2 * 32 + 0] = -inf_value;             /* block 2: -inf */
+    for (j = 0; j < 32; j++) x[3 * 32 + j] = (float)((int)j - 16) * denormal; /* block 3: denormals and a zero */
+    for (j = 0; j < 32; j++) x[4 * 32 + j] = j == 3 ? denormal : 0.0f;          /* block 4: one denormal */
+    for (j = 0; j < 32; j++) x[5 * 32 + j] = (float)((int)j - 16) * 1e-30f;     /* block 5: small but normal */
+    /* block 6: ordinary values */
+    for (k = 0; k < 2; k++) {
+        const forge_type_traits *t = forge_type_info(forge__kv_storage_type(kinds[k]));
+        const uint32_t bb = t->block_bytes;
+        const uint8_t zero_code = kinds[k] == FORGE_KV_Q8_0 ? 0x00 : 0x88;
+        memset(row, 0xAB, sizeof row);
+        forge__kv_encode(kinds[k], x, 7 * 32, row);
+        t->dequantize(row, back, 7);
+        for (b = 0; b < 3; b++) {
+            int codes_zero = 1, all_nan = 1;
+            for (j = 2; j < bb; j++) codes_zero &= row[b * bb + j] == zero_code;
+            for (j = 0; j < 32; j++) all_nan &= isnan(back[b * 32 + j]) != 0;
+            CHECK(row[b * bb] == 0x00 && row[b * bb + 1] == 0x7e && codes_zero,
+                  "%s block %u (non-finite): scale %02x%02x, codes all %02x: %d", t->name, b, row[b * bb + 1], row[b * bb],
+                  zero_code, codes_zero);
+            CHECK(all_nan, "%s block %u reads back as NaN", t->name, b);
+        }
+        for (b = 3; b < 5; b++) {
+            int codes_zero = 1;
+            for (j = 2; j < bb; j++) codes_zero &= row[b * bb + j] == zero_code;
+            CHECK(row[b * bb] == 0 && (row[b * bb + 1] & 0x7f) == 0 && codes_zero, "%s block %u (denormal, a zero scale of either sign): scale %02x%02x, codes zero %d",
+                  t->name, b, row[b * bb + 1], row[b * bb], codes_zero);
+            for (j = 0; j < 32; j++) CHECK(back[b * 32 + j] == 0.0f, "%s block %u value %u reads back %g", t->name, b, j, (double)back[b * 32 + j]);
+        }
+        for (b = 5; b < 7; b++) {
+            double worst = 0.0, amax = 0.0;
+            for (j = 0; j < 32; j++) amax = fabs(x[b * 32 + j]) > amax ? fabs(x[b * 32 + j]) : amax;
+            for (j = 0; j < 32; j++) worst = fabs(back[b * 32 + j] - x[b * 32 + j]) > worst ? fabs(back[b * 32 + j] - x[b * 32 + j]) : worst;
+            if (b == 5) { /* a scale below f16's range: the block is zeros, never infinities */
+                for (j = 0; j < 32; j++) CHECK(back[b * 32 + j] == 0.0f, "%s block 5 value %u reads back %g", t->name, j, (double)back[b * 32 + j]);
+            } else {
+                CHECK(worst <= amax / (kinds[k] == FORGE_KV_Q8_0 ? 127.0 : 8.0), "%s block %u: error %g of a largest value %g", t->name, b,
+                      worst, amax);
+            }
+        }
+    }
+}
+
 int main(void) {
     test_monitor();
+    test_kv_encode_special();
     forge_model *llama = test_open_fixture("tiny-llama-q4_0.gguf");
     forge_model *qwen3 = test_open_fixture("tiny-qwen3-q8_0.gguf");
     if (llama) {
