@@ -6380,7 +6380,9 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
     if ((unsigned)d->capture_dtype > FORGE_CAPTURE_BF16)
         return forge__fail(e, FORGE_ERR_ARGUMENT, "capture type %d is not a forge_capture_dtype", (int)d->capture_dtype);
     r->n_threads = d->n_threads;
-    if (r->n_threads > 1024) return forge__fail(e, FORGE_ERR_ARGUMENT, "%u threads is above forge's limit of 1024", r->n_threads);
+    if (r->n_threads > FORGE_MAX_THREADS) /* a pool never starts more: the plan would count threads that never run */
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "%u threads is above forge's limit of %d (FORGE_MAX_THREADS)", r->n_threads,
+                           FORGE_MAX_THREADS);
     r->device = d->device;
     if (d->device < 0) return forge__fail(e, FORGE_ERR_ARGUMENT, "GPU index %d is negative", d->device);
     switch (d->backend) {
@@ -6583,9 +6585,9 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     v->fits = v->plan.total_bytes <= v->budget_bytes;
     v->kv_type_that_fits = FORGE_KV_DEFAULT;
     if (!v->fits) {
-        /* largest context (a multiple of 256, up to the requested one) at the requested KV type;
-           the plan grows with the context, so the answer is found by bisection */
-        uint32_t lo = 0, hi = r.n_ctx / 256;
+        /* largest context (a multiple of 256, up to the requested one and, past the trained context,
+           up to that) at the requested KV type; the plan grows with the context: bisection */
+        uint32_t lo = 0, hi = (r.n_ctx > m->config.n_ctx_train && m->config.n_ctx_train >= 256 ? m->config.n_ctx_train : r.n_ctx) / 256;
         forge__resolved t = r;
         forge_plan p;
         while (lo < hi) {

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FORGE__TEST_STR_(x) #x
+#define FORGE__TEST_STR(x) FORGE__TEST_STR_(x)
+
 static const int32_t fixture_tokens[32] = {1,  300, 301, 512, 777, 1000, 5,   42,  259, 260, 1023,
                                            3,  999, 100, 200, 17,  18,   19,  400, 401, 402, 650,
                                            651, 652, 653, 10, 11,  12,   900, 901, 902, 1020};
@@ -122,6 +125,15 @@ static void test_budget(forge_model *m) {
     d.mem_fraction = 1.5;
     CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_ERR_ARGUMENT, "fraction above 1 refused");
     d.mem_fraction = 1.0;
+    { /* a thread count the pool would cap is refused, and the message names the cap */
+        uint32_t threads = d.n_threads;
+        d.n_threads = FORGE_MAX_THREADS + 1;
+        CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_ERR_ARGUMENT && strstr(e.message, "limit of " FORGE__TEST_STR(FORGE_MAX_THREADS)),
+              "%u threads: %s", d.n_threads, e.message);
+        d.n_threads = FORGE_MAX_THREADS;
+        CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK, "%u threads: %s", d.n_threads, e.message);
+        d.n_threads = threads;
+    }
 
     TEST_CASE("budget: what would fit, against a brute-force search");
     r = reading(total - total / 8);
@@ -141,6 +153,17 @@ static void test_budget(forge_model *m) {
     CHECK((int)v.kv_type_that_fits == expected_kv && expected_kv != FORGE_KV_DEFAULT, "KV type %s, expected %s",
           forge_kv_type_name(v.kv_type_that_fits), forge_kv_type_name((forge_kv_type)expected_kv));
     CHECK(strstr(v.message, "fits: --ctx") != NULL && strstr(v.message, "--kv") != NULL, "message: %s", v.message);
+    { /* past the trained context (4096), the suggestion stops there, however much more would fit */
+        forge_context_desc t = d;
+        int ok;
+        t.n_ctx = 16384;
+        CHECK(forge_plan_compute(m, &t, &p, NULL) == FORGE_OK, "plan at 16384");
+        r = reading(p.total_bytes);
+        t.n_ctx = 65536;
+        ok = forge_plan_check(m, &t, &v, &e) == FORGE_OK; /* (outside CHECK: its arguments may be read first) */
+        CHECK(ok && !v.fits && v.max_ctx_that_fits == forge_model_config(m)->n_ctx_train,
+              "65536 asked, 16384 would fit: suggested %u (trained %u)", v.max_ctx_that_fits, forge_model_config(m)->n_ctx_train);
+    }
     r = reading(1024);
     CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && !v.fits && v.max_ctx_that_fits == 0 &&
               v.kv_type_that_fits == FORGE_KV_DEFAULT && strstr(v.message, "nothing fits"),
