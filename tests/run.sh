@@ -47,6 +47,7 @@ run builds      sh tests/check_builds.sh
 run mkmodel     sh tests/test_mkmodel.sh
 run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 run kernel_trace $PY tests/check_kernel_trace.py
+run cli         $PY tests/check_cli.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 run extract     $PY tests/check_extract.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 [ -n "$broken" ] && echo "suites with failures:$broken"
 echo "$total_passed passed, $total_failed failed"

@@ -37,7 +37,23 @@ typedef struct extract_state {
     uint32_t n_files;
     uint64_t rows_written;
     int failed;
+    int non_finite; /* a captured value was NaN or infinite */
 } extract_state;
+
+/* 1 when every value of a chunk's capture is finite (f32, f16 or bf16 bits). */
+static int capture_finite(const void *data, uint64_t n, forge_capture_dtype dtype) {
+    uint64_t i;
+    if (dtype == FORGE_CAPTURE_F32) {
+        const float *v = (const float *)data;
+        for (i = 0; i < n; i++)
+            if (!isfinite(v[i])) return 0;
+    } else {
+        const uint16_t *h = (const uint16_t *)data, exponent = dtype == FORGE_CAPTURE_F16 ? 0x7c00 : 0x7f80;
+        for (i = 0; i < n; i++)
+            if ((h[i] & exponent) == exponent) return 0;
+    }
+    return 1;
+}
 
 /* Every chunk: append its rows to each capture's file. */
 static void extract_on_chunk(void *user, const forge_capture_chunk *chunk) {
@@ -46,6 +62,7 @@ static void extract_on_chunk(void *user, const forge_capture_chunk *chunk) {
     for (i = 0; i < chunk->n_captures && i < st->n_files; i++) {
         size_t bytes = (size_t)chunk->n_tokens * chunk->width[i] * elem;
         if (fwrite(chunk->data[i], 1, bytes, st->files[i]) != bytes) st->failed = 1;
+        if (!capture_finite(chunk->data[i], (uint64_t)chunk->n_tokens * chunk->width[i], chunk->dtype)) st->non_finite = 1;
     }
     st->rows_written += chunk->n_tokens;
 }
@@ -84,6 +101,22 @@ static char *read_text_file(const char *path, size_t *len) {
     return buf;
 }
 
+#define EXTRACT_USAGE \
+    "usage: forge extract -m FILE (-f TEXTFILE | -p TEXT | --tokens IDS) -o OUTDIR [options]\n" \
+    "  hidden states of chosen layers for a whole text, streamed chunk by chunk into OUTDIR/<hook>.npy, with\n" \
+    "  OUTDIR/tokens.npy and OUTDIR/index.json; exit 1 when a captured value or a logit is NaN or infinite\n" \
+    "  -m, --model FILE      the GGUF model\n" \
+    "  -f TEXTFILE, -p TEXT  the text, from a file or the command line\n" \
+    "  --tokens IDS          or comma-separated token ids\n" \
+    "  -o OUTDIR             where the files go (created if missing)\n" \
+    "  --layers LIST         layer indices, comma-separated; negative ones count from the end (-1 = the last)\n" \
+    "  --points LIST         resid_pre, attn_out, mlp_out, resid_post (default), final, or hook names\n" \
+    "  --chunk N             tokens per step, [1, 65536]; default 512 (it is the batch: --batch is ignored)\n" \
+    "  --dtype TYPE          f32 (default), f16 or bf16\n" \
+    "  --bos, --no-bos       add the beginning-of-sequence token or not; default the model's choice\n" \
+    CONTEXT_OPTIONS_HELP \
+    "  -h, --help            this text\n"
+
 static int cmd_extract(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL, *text_arg = NULL, *token_arg = NULL, *out_dir = NULL;
     const char *layers = NULL, *points = "resid_post", *dtype_name = "f32";
@@ -105,6 +138,10 @@ static int cmd_extract(int argc, char **argv) {
 
     memset(&desc, 0, sizeof desc);
     memset(&st, 0, sizeof st);
+    if (wants_help(argc, argv)) {
+        fputs(EXTRACT_USAGE, stdout);
+        return 0;
+    }
     for (i = 0; i < (uint32_t)argc; i++) {
         int k = (int)i;
         if (context_option(argc, argv, &k, &desc, &bad)) {
@@ -119,7 +156,7 @@ static int cmd_extract(int argc, char **argv) {
         else if (!strcmp(argv[i], "--layers") && i + 1 < (uint32_t)argc) layers = argv[++i];
         else if ((!strcmp(argv[i], "--points") || !strcmp(argv[i], "--hooks")) && i + 1 < (uint32_t)argc) points = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < (uint32_t)argc) dtype_name = argv[++i];
-        else if (!strcmp(argv[i], "--chunk") && i + 1 < (uint32_t)argc) bad |= !parse_u32(argv[++i], "--chunk", &chunk);
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < (uint32_t)argc) bad |= !parse_u32_in(argv[++i], "--chunk", 1, 65536, &chunk);
         else if (!strcmp(argv[i], "--bos")) bos = 1;
         else if (!strcmp(argv[i], "--no-bos")) bos = 0;
         else {
@@ -127,12 +164,8 @@ static int cmd_extract(int argc, char **argv) {
             bad = 1;
         }
     }
-    if (bad || !path || !out_dir || (!!text_path + !!text_arg + !!token_arg) != 1 || chunk == 0) {
-        fprintf(stderr, "usage: forge extract -m FILE (-f TEXTFILE | -p TEXT | --tokens IDS) [--layers 0,12,-1] "
-                        "[--points resid_pre,attn_out,mlp_out,resid_post,final | hook names] [--chunk 512] "
-                        "[--dtype f32|f16|bf16] -o OUTDIR [--bos|--no-bos] [--cpu|--gpu] [--ctx N] [--kv TYPE]\n");
-        return 1;
-    }
+    if (bad || !path || !out_dir || (!!text_path + !!text_arg + !!token_arg) != 1) return usage_error("extract", EXTRACT_USAGE);
+    if (!check_env_fraction("extract")) return 1;
     if (forge_capture_dtype_parse(dtype_name, &desc.capture_dtype, &err) != FORGE_OK ||
         forge_model_open(path, NULL, &model, &err) != FORGE_OK) {
         fprintf(stderr, "forge extract: %s\n", err.message);
@@ -179,6 +212,7 @@ static int cmd_extract(int argc, char **argv) {
 
     /* the context holds the whole sequence; chunks of --chunk tokens go through it in turn */
     if (!desc.n_ctx) desc.n_ctx = (uint32_t)n_ids;
+    warn_ctx(model, desc.n_ctx, "extract");
     if (desc.n_ctx < n_ids) {
         fprintf(stderr, "forge extract: %llu tokens do not fit a context of %u positions (--ctx)\n", (unsigned long long)n_ids,
                 desc.n_ctx);
@@ -230,6 +264,12 @@ static int cmd_extract(int argc, char **argv) {
         if (fclose(st.files[i]) != 0) st.failed = 1;
         st.files[i] = NULL;
     }
+    if (st.non_finite) {
+        fprintf(stderr, "forge extract: the model produced non-finite hidden states (NaN or infinite values; they are in "
+                        "the files): its weights or activations hold NaN or infinite values\n");
+        goto done;
+    }
+    if (!logits_finite(ctx, forge_model_config(model)->n_vocab, "extract")) goto done;
     if (st.failed || st.rows_written != n_ids) {
         fprintf(stderr, "forge extract: writing the captures failed (%llu of %llu rows)\n", (unsigned long long)st.rows_written,
                 (unsigned long long)n_ids);
