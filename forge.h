@@ -351,7 +351,8 @@ typedef struct forge_config {
     uint32_t n_ff_exp;            /* width of one routed expert */
     uint32_t n_ff_shexp;          /* width of the shared expert, 0 when none */
     uint32_t n_swa;               /* sliding window size, 0 when every layer attends to the whole context */
-    uint32_t swa_pattern;         /* every swa_pattern-th layer is global; 0 when n_swa is 0 */
+    uint32_t swa_pattern;         /* every swa_pattern-th layer is global; 0 when n_swa is 0, or (with a
+                                     window) when every layer is local; layer_is_swa says per layer */
     float attn_scale;             /* attention scores are q.k * attn_scale: 1/sqrt(head_dim), or the family's rule */
     float attn_softcap;           /* 0 = none */
     float final_softcap;          /* 0 = none */
@@ -1610,6 +1611,10 @@ static forge_result forge__gguf_walk(forge_gguf *g, forge_error *e) {
         uint64_t count = 1, value_pos;
         forge_gguf_kv *kv = fill ? &g->kv[i] : NULL;
         if ((r = forge__read_str(&c, FORGE_GGUF_MAX_NAME_BYTES, "a metadata key", &key, e))) return r;
+        /* as llama.cpp, no empty key; and no NUL inside one, which C-string lookups and printing would cut */
+        if (key.len == 0) return forge__fail(e, FORGE_ERR_LIMIT, "metadata key %llu is empty", (forge__ull)i);
+        if (memchr(key.ptr, 0, (size_t)key.len))
+            return forge__fail(e, FORGE_ERR_LIMIT, "metadata key %llu ('%s...') contains a NUL byte", (forge__ull)i, key.ptr);
         if ((r = forge__need(&c, 4, "a value type", e))) return r;
         type = forge__le32(c.bytes + c.pos);
         c.pos += 4;
@@ -1687,6 +1692,8 @@ static forge_result forge__gguf_walk(forge_gguf *g, forge_error *e) {
         uint64_t ne[FORGE_GGUF_MAX_DIMS] = {1, 1, 1, 1}, n_elements = 1, n_bytes, offset, end;
         const forge_type_traits *traits;
         if ((r = forge__read_str(&c, FORGE_GGUF_MAX_NAME_BYTES, "a tensor name", &name, e))) return r;
+        if (memchr(name.ptr, 0, (size_t)name.len))
+            return forge__fail(e, FORGE_ERR_LIMIT, "tensor %llu's name ('%s...') contains a NUL byte", (forge__ull)i, name.ptr);
         if ((r = forge__need(&c, 4, "a tensor's dimension count", e))) return r;
         n_dims = forge__le32(c.bytes + c.pos);
         c.pos += 4;
@@ -2613,8 +2620,9 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
             c->rope_freq_scale_swa = 1.0f; /* local layers are never rope-scaled */
         }
         if (c->n_swa == 0) c->swa_pattern = 0;
+        /* a pattern of 0 with a window means every layer is local (llama.cpp's rule), not none */
         for (il = 0; il < c->n_layer; il++)
-            c->layer_is_swa[il] = (uint8_t)(c->swa_pattern > 0 && il % c->swa_pattern < c->swa_pattern - 1);
+            c->layer_is_swa[il] = (uint8_t)(c->n_swa > 0 && (c->swa_pattern == 0 || il % c->swa_pattern < c->swa_pattern - 1));
     }
     if (c->arch == FORGE_ARCH_GEMMA2) {
         if ((r = forge__arch_f32(&k, "attn_logit_softcapping", 0, 50.0f, &c->attn_softcap)) ||

@@ -1,6 +1,7 @@
 """The forge CLI at its edges: every verb's --help, numeric flags refused with their range named,
 hostile numbers that once overflowed or converted out of range, non-finite logits reported as a
-failure by every verb that evaluates, generation edge cases, bench options and progress, memory
+failure by every verb that evaluates, generation edge cases, info on files other verbs refuse,
+bench options and progress, memory
 policy flags. Uses the tiny fixture models only; runs in seconds.
 usage: check_cli.py --forge build/forge --fixtures ../shared/fixtures"""
 import argparse
@@ -228,6 +229,56 @@ def test_bench(forge, model):
     check(proc.returncode == 0 and proc.stderr == "", "stderr not a terminal: no progress (%r)" % proc.stderr[:200])
 
 
+def patch_u32(src, dst, key, value):
+    """A copy of src with the 32-bit integer metadata value of `key` replaced."""
+    with open(src, "rb") as f:
+        data = bytearray(f.read())
+    name = key.encode()
+    at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    assert struct.unpack_from("<I", data, at)[0] in (4, 5)  # GGUF UINT32 or INT32
+    struct.pack_into("<I", data, at + 4, value)
+    with open(dst, "wb") as f:
+        f.write(data)
+
+
+def gguf_str(text):
+    data = text.encode()
+    return struct.pack("<Q", len(data)) + data
+
+
+def test_info(forge, fixtures, tmp):
+    models = os.path.join(fixtures, "models")
+    # block_count 3 of 4: layer 3's tensors are never read; every verb refuses the file, and so does info
+    fewer = os.path.join(tmp, "block_count_3.gguf")
+    patch_u32(os.path.join(models, "tiny-llama-q4_0.gguf"), fewer, "llama.block_count", 3)
+    plan = forge_run(forge, ["plan", fewer])
+    info = forge_run(forge, ["info", fewer])
+    doc = json.loads(forge_run(forge, ["info", "--json", fewer]).stdout)
+    check(plan.returncode == 1 and info.returncode == 1 and "blk.3" in info.stderr and "not usable as a model" in info.stdout and
+          doc["usable"] is False and "blk.3" in doc["refusal"],
+          "info exits 1 where plan does: block_count leaves tensors unread (%s)" % short(info.stderr))
+    # zero tensors and no tokenizer: not a vocabulary either
+    empty = os.path.join(tmp, "no_tensors.gguf")
+    with open(empty, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_str("general.architecture") + struct.pack("<I", 8) + gguf_str("llama"))
+    info = forge_run(forge, ["info", empty])
+    check(info.returncode == 1 and "not a vocabulary" in info.stdout and "tokenizer" in info.stderr,
+          "info: zero tensors and no vocabulary is refused (%s)" % short(info.stderr))
+    info = forge_run(forge, ["info", os.path.join(fixtures, "tokenizer", "ggml-vocab-gpt-2.gguf")])
+    check(info.returncode == 0 and "vocabulary-only file" in info.stdout, "info: a real vocabulary-only file is accepted")
+    # Gemma 3 with sliding_window_pattern 0: llama.cpp makes every layer local
+    gemma = os.path.join(tmp, "gemma3_pattern_0.gguf")
+    patch_u32(os.path.join(models, "tiny-gemma3-f16.gguf"), gemma, "gemma3.attention.sliding_window_pattern", 0)
+    info = forge_run(forge, ["info", gemma])
+    doc = json.loads(forge_run(forge, ["info", "--json", gemma]).stdout)
+    check(info.returncode == 0 and "sliding window 8 on 3 of 3 layers" in info.stdout and doc["config"]["layer_is_swa"] == [True] * 3,
+          "gemma3 sliding_window_pattern 0: every layer local (%s)" % [l for l in info.stdout.splitlines() if "sliding" in l])
+    info = forge_run(forge, ["info", os.path.join(models, "tiny-gemma3-f16.gguf")])
+    check("sliding window 8 on 2 of 3 layers" in info.stdout, "gemma3 pattern 3: two local layers of three")
+    proc = forge_run(forge, ["eval", "-m", gemma, "--tokens", ",".join(str(t) for t in range(1, 20)), "--logits", os.path.join(tmp, "g.f32")])
+    check(proc.returncode == 0, "gemma3 with every layer local evaluates past its window (%s)" % short(proc.stderr))
+
+
 def test_budget_flags(forge, model):
     tiny = ["--mem-fraction", "0.000001"]
     proc = forge_run(forge, ["run", "-m", model, "-p", "hi", "-n", "1"] + tiny)
@@ -256,6 +307,7 @@ def main():
     test_numbers(args.forge, model)
     with tempfile.TemporaryDirectory() as tmp:
         test_non_finite(args.forge, model, tmp)
+        test_info(args.forge, args.fixtures, tmp)
     test_generation(args.forge, model)
     test_tokenize(args.forge, args.fixtures)
     test_bench(args.forge, model)

@@ -229,9 +229,12 @@ static void print_config_text(FILE *out, const forge_gguf *g, const forge_config
     if (c->n_expert)
         fprintf(out, "  experts %u (%u used), expert ff %u, shared expert ff %u\n", c->n_expert, c->n_expert_used,
                 c->n_ff_exp, c->n_ff_shexp);
-    if (c->n_swa)
-        fprintf(out, "  sliding window %u on %u of every %u layers, local rope base %g\n", c->n_swa, c->swa_pattern - 1,
-                c->swa_pattern, (double)c->rope_freq_base_swa);
+    if (c->n_swa) {
+        uint32_t il, local = 0;
+        for (il = 0; il < c->n_layer; il++) local += c->layer_is_swa[il] != 0;
+        fprintf(out, "  sliding window %u on %u of %u layers, local rope base %g\n", c->n_swa, local, c->n_layer,
+                (double)c->rope_freq_base_swa);
+    }
     if (c->attn_softcap > 0 || c->final_softcap > 0)
         fprintf(out, "  soft-caps: attention %g, final %g\n", (double)c->attn_softcap, (double)c->final_softcap);
     text = token_text(g, c->bos_id, &len);
@@ -252,11 +255,11 @@ static int usage_error(const char *command, const char *usage);
 
 static int cmd_info(int argc, char **argv) {
     const char *path = NULL;
-    int json = 0, i, config_ok = 0, vocab_only;
+    int json = 0, i, config_ok = 0, vocab_only, model_ok = 1;
     forge_file file;
     forge_gguf *g = NULL;
     forge_config *config;
-    forge_error err, config_err;
+    forge_error err, config_err, model_err;
     forge_result r;
     type_total totals[FORGE_TYPE_ID_LIMIT];
     uint64_t total_bytes = 0, n;
@@ -299,7 +302,18 @@ static int cmd_info(int argc, char **argv) {
     vocab_only = forge_gguf_tensor_count(g) == 0;
     config_err.result = FORGE_OK;
     config_err.message[0] = 0;
-    if (!vocab_only) config_ok = forge_config_derive(g, config, &config_err) == FORGE_OK;
+    if (!vocab_only) {
+        /* what every other verb does: the configuration, then the model (tensors, their shapes, every
+           one read by the schedule); info shows what it can and fails where they would */
+        forge_model *model = NULL;
+        config_ok = forge_config_derive(g, config, &config_err) == FORGE_OK;
+        if (config_ok && forge_model_from_memory(file.bytes, (size_t)file.size, NULL, &model, &model_err) != FORGE_OK) model_ok = 0;
+        forge_model_close(model);
+    } else { /* no tensors: usable only as a vocabulary */
+        forge_tokenizer *tok = NULL;
+        if (forge_tokenizer_create(g, NULL, &tok, &model_err) != FORGE_OK) model_ok = 0;
+        forge_tokenizer_destroy(tok);
+    }
 
     memset(totals, 0, sizeof totals);
     n = forge_gguf_tensor_count(g);
@@ -336,6 +350,10 @@ static int cmd_info(int argc, char **argv) {
         else fputs("null", out);
         fprintf(out, ",\n \"config_error\": ");
         if (config_err.result) json_cstr(out, config_err.message);
+        else fputs("null", out);
+        fprintf(out, ",\n \"usable\": %s, \"refusal\": ", config_ok || vocab_only ? model_ok ? "true" : "false" : "false");
+        if (config_err.result) json_cstr(out, config_err.message);
+        else if (!model_ok) json_cstr(out, model_err.message);
         else fputs("null", out);
         fprintf(out, ",\n \"tensors\": [");
         for (k = 0; k < n; k++) {
@@ -387,9 +405,11 @@ static int cmd_info(int argc, char **argv) {
                 fputc('\n', out);
             }
         }
-        if (vocab_only) fprintf(out, "config\n  vocabulary-only file: no tensors, no model configuration\n");
+        if (vocab_only && model_ok) fprintf(out, "config\n  vocabulary-only file: no tensors, no model configuration\n");
+        else if (vocab_only) fprintf(out, "config\n  no tensors, and not a vocabulary: %s\n", model_err.message);
         else if (config_ok) print_config_text(out, g, config);
         else fprintf(out, "config\n  not derivable: %s\n", config_err.message);
+        if (config_ok && !model_ok) fprintf(out, "  not usable as a model: %s\n", model_err.message);
         fprintf(out, "tensors\n  %-40s %-7s %-26s %12s\n", "name", "type", "shape", "bytes");
         for (k = 0; k < n; k++) {
             const forge_gguf_tensor *t = forge_gguf_tensor_at(g, k);
@@ -414,6 +434,8 @@ static int cmd_info(int argc, char **argv) {
     }
     if (!config_ok && !vocab_only)
         fprintf(stderr, "forge info: %s: %s (%s)\n", path, config_err.message, forge_result_name(config_err.result));
+    else if (!model_ok)
+        fprintf(stderr, "forge info: %s: %s (%s)\n", path, model_err.message, forge_result_name(model_err.result));
     free(config);
     forge_gguf_free(g);
     forge_file_close(&file);
@@ -421,7 +443,7 @@ static int cmd_info(int argc, char **argv) {
         fprintf(stderr, "forge info: could not write the output\n");
         return 1;
     }
-    return config_ok || vocab_only ? 0 : 1;
+    return (config_ok || vocab_only) && model_ok ? 0 : 1;
 }
 
 /* ---- shared option parsing -------------------------------------------------------------------- */
