@@ -1,8 +1,8 @@
 """The forge CLI at its edges: every verb's --help, numeric flags refused with their range named,
 hostile numbers that once overflowed or converted out of range, non-finite logits reported as a
 failure by every verb that evaluates, generation edge cases, info on files other verbs refuse,
-bench options and progress, memory
-policy flags. Uses the tiny fixture models only; runs in seconds.
+bench options and progress, the memory policy and monitor flags. Uses the tiny fixture models
+only; runs in about two seconds.
 usage: check_cli.py --forge build/forge --fixtures ../shared/fixtures"""
 import argparse
 import json
@@ -79,10 +79,10 @@ def test_help(forge):
     verbs = {
         "info": ["--json"],
         "plan": ["--json"] + context,
-        "run": ["-m", "-p", "-n", "--chat", "--system"] + sampler + context,
-        "chat": ["-m", "-n", "--system"] + sampler + context,
+        "run": ["-m", "-p", "-n", "--chat", "--system", "--monitor"] + sampler + context,
+        "chat": ["-m", "-n", "--system", "--monitor"] + sampler + context,
         "eval": ["-m", "--tokens", "--logits"] + context,
-        "extract": ["-m", "-f", "-p", "--tokens", "-o", "--layers", "--points", "--chunk", "--dtype", "--bos", "--no-bos"] + context,
+        "extract": ["-m", "-f", "-p", "--tokens", "-o", "--layers", "--points", "--chunk", "--dtype", "--bos", "--no-bos", "--monitor"] + context,
         "bench": ["-m", "-p", "-n", "-d", "-r", "-ctk", "-ctv", "-o", "--quiet"] + context,
         "tokenize": ["-m", "--special", "--bos", "--no-bos", "--pieces"],
         "mkmodel": ["--shape", "--type", "-o", "--seed", "--vocab", "--layers", "--dry-run"],
@@ -297,6 +297,21 @@ def test_budget_flags(forge, model):
     check(proc.returncode == 1 and "less headroom" in proc.stderr, "--headroom 1P: nothing fits, and the message says why (%s)" % short(proc.stderr))
 
 
+def test_monitor(forge, model, tmp):
+    # every run crosses a threshold of one millionth once and stays above it: one warning, not one a step
+    for verb, args in (("run", ["run", "-m", model, "-p", "hello", "-n", "40"]),
+                       ("chat", ["chat", "-m", model, "-n", "20"]),
+                       ("extract", ["extract", "-m", model, "-p", "hello there " * 8, "-o", os.path.join(tmp, "m"), "--layers", "0",
+                                    "--chunk", "4"])):
+        proc = forge_run(forge, args + ["--monitor", "0.000001"], stdin="hello\nagain\n")
+        check(proc.returncode == 0 and proc.stderr.count("warning: ") == 1 and "above the --monitor threshold" in proc.stderr,
+              "%s --monitor 0.000001: one warning (%s)" % (verb, short(proc.stderr, 300)))
+        proc = forge_run(forge, args + ["--monitor", "0"], stdin="hello\nagain\n")
+        check(proc.returncode == 0 and "warning" not in proc.stderr, "%s --monitor 0: off" % verb)
+    proc = forge_run(forge, ["run", "-m", model, "-p", "hi", "--monitor", "1.5"])
+    check(proc.returncode == 1 and "--monitor '1.5' must be a number in [0, 1]" in proc.stderr, "--monitor 1.5 refused")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--forge", required=True)
@@ -308,6 +323,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_non_finite(args.forge, model, tmp)
         test_info(args.forge, args.fixtures, tmp)
+        test_monitor(args.forge, model, tmp)
     test_generation(args.forge, model)
     test_tokenize(args.forge, args.fixtures)
     test_bench(args.forge, model)

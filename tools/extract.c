@@ -38,6 +38,7 @@ typedef struct extract_state {
     uint64_t rows_written;
     int failed;
     int non_finite; /* a captured value was NaN or infinite */
+    cli_monitor monitor;
 } extract_state;
 
 /* 1 when every value of a chunk's capture is finite (f32, f16 or bf16 bits). */
@@ -65,6 +66,7 @@ static void extract_on_chunk(void *user, const forge_capture_chunk *chunk) {
         if (!capture_finite(chunk->data[i], (uint64_t)chunk->n_tokens * chunk->width[i], chunk->dtype)) st->non_finite = 1;
     }
     st->rows_written += chunk->n_tokens;
+    monitor_poll(&st->monitor);
 }
 
 /* The whole of a file into a NUL-terminated buffer. */
@@ -114,13 +116,14 @@ static char *read_text_file(const char *path, size_t *len) {
     "  --chunk N             tokens per step, [1, 65536]; default 512 (it is the batch: --batch is ignored)\n" \
     "  --dtype TYPE          f32 (default), f16 or bf16\n" \
     "  --bos, --no-bos       add the beginning-of-sequence token or not; default the model's choice\n" \
-    CONTEXT_OPTIONS_HELP \
+    MONITOR_HELP CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n"
 
 static int cmd_extract(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL, *text_arg = NULL, *token_arg = NULL, *out_dir = NULL;
     const char *layers = NULL, *points = "resid_post", *dtype_name = "f32";
     uint32_t chunk = 512, n_captures = 0, i;
+    double monitor = 0.85;
     int bad = 0, bos = -1, status = 1;
     forge_context_desc desc;
     forge_capture *captures = NULL;
@@ -157,6 +160,8 @@ static int cmd_extract(int argc, char **argv) {
         else if ((!strcmp(argv[i], "--points") || !strcmp(argv[i], "--hooks")) && i + 1 < (uint32_t)argc) points = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < (uint32_t)argc) dtype_name = argv[++i];
         else if (!strcmp(argv[i], "--chunk") && i + 1 < (uint32_t)argc) bad |= !parse_u32_in(argv[++i], "--chunk", 1, 65536, &chunk);
+        else if (!strcmp(argv[i], "--monitor") && i + 1 < (uint32_t)argc)
+            bad |= !parse_number_in(argv[++i], "--monitor", 0.0, 1.0, 0, &monitor);
         else if (!strcmp(argv[i], "--bos")) bos = 1;
         else if (!strcmp(argv[i], "--no-bos")) bos = 0;
         else {
@@ -227,6 +232,8 @@ static int cmd_extract(int argc, char **argv) {
         fprintf(stderr, "forge extract: %s\n", err.message);
         goto done;
     }
+    monitor_start(&st.monitor, monitor, ctx, desc.device, "extract");
+    monitor_poll(&st.monitor);
     if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "forge extract: cannot create '%s': %s\n", out_dir, strerror(errno));
         goto done;

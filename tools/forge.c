@@ -862,6 +862,47 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* --monitor: long-running commands poll the memory of the device their context is on (the GPU's
+   own reading, not the host's) and warn once each time its use crosses the threshold upwards. */
+typedef struct cli_monitor {
+    forge_monitor monitor; /* threshold 0: off */
+    int gpu, device;
+    double last_poll_s;
+    const char *command;
+} cli_monitor;
+
+#define MONITOR_HELP "  --monitor F           warn when the device's memory in use crosses F of its total, in [0, 1]; default 0.85; 0 = off\n"
+
+static void monitor_warn(void *user, const forge_memory_reading *reading, double used) {
+    const cli_monitor *m = (const cli_monitor *)user;
+    char used_text[32], total_text[32];
+    human_bytes(used_text, sizeof used_text, reading->total_bytes - reading->free_bytes);
+    human_bytes(total_text, sizeof total_text, reading->total_bytes);
+    fprintf(stderr, "forge %s: warning: %.1f%% of the memory of %s is in use (%s of %s), above the --monitor threshold of %.3g%%\n",
+            m->command, used * 100.0, reading->device, used_text, total_text, m->monitor.threshold * 100.0);
+}
+
+static void monitor_start(cli_monitor *m, double threshold, const forge_context *ctx, int device, const char *command) {
+    memset(m, 0, sizeof *m);
+    m->monitor.threshold = threshold;
+    m->monitor.warn = monitor_warn;
+    m->monitor.user_data = m;
+    m->gpu = forge_context_plan(ctx)->backend == FORGE_BACKEND_GPU;
+    m->device = device;
+    m->last_poll_s = -1.0;
+    m->command = command;
+}
+
+/* At most four readings a second: a step can be much shorter than a query. */
+static void monitor_poll(cli_monitor *m) {
+    forge_memory_reading reading;
+    double t = now_seconds();
+    if (m->monitor.threshold <= 0.0 || (m->last_poll_s >= 0.0 && t - m->last_poll_s < 0.25)) return;
+    m->last_poll_s = t;
+    if ((m->gpu ? forge_memory_query_gpu(m->device, &reading, NULL) : forge_memory_query_cpu(&reading, NULL)) == FORGE_OK)
+        forge_monitor_poll(&m->monitor, &reading, NULL, NULL);
+}
+
 typedef struct session {
     forge_model *model;
     forge_tokenizer *tok;
@@ -869,6 +910,7 @@ typedef struct session {
     forge_generator *gen;
     forge_chat_format format;
     int line_open; /* the text written to stdout so far does not end with a newline */
+    cli_monitor monitor;
 } session;
 
 static void session_close(session *s) {
@@ -968,6 +1010,7 @@ static int generate(session *s, uint32_t n_predict, uint32_t *n_prompt, uint32_t
     *n_prompt = 0;
     for (;;) {
         uint32_t before = forge_context_pos(s->ctx);
+        monitor_poll(&s->monitor);
         if (forge_generator_step(s->gen, &step, &err) != FORGE_OK) {
             if (s->line_open) fputc('\n', stdout), s->line_open = 0;
             fprintf(stderr, "forge %s: %s\n", command, err.message);
@@ -1015,7 +1058,7 @@ static void print_summary(session *s, uint32_t n_prompt, uint32_t n_gen, double 
     "  -p, --prompt TEXT     the prompt\n" \
     "  -n, --n-predict N     most tokens to generate, [0, 1073741824]; default 256; 0 = read the prompt only\n" \
     "  --chat                send the prompt as a user turn in the model's chat format\n" \
-    "  --system TEXT         a system message before it (with --chat)\n" SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
+    "  --system TEXT         a system message before it (with --chat)\n" MONITOR_HELP SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n"
 
 #define CHAT_USAGE \
@@ -1024,13 +1067,14 @@ static void print_summary(session *s, uint32_t n_prompt, uint32_t n_gen, double 
     "  an empty line or the end of input quits\n" \
     "  -m, --model FILE      the GGUF model\n" \
     "  -n, --n-predict N     most tokens of each reply, [0, 1073741824]; default 256\n" \
-    "  --system TEXT         a system message before the first turn\n" SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
+    "  --system TEXT         a system message before the first turn\n" MONITOR_HELP SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n"
 
 static int cmd_run(int argc, char **argv, int chat_mode) {
     const char *path = NULL, *prompt = NULL, *system = NULL;
     int bad = 0, i, use_chat = chat_mode, status = 1, random_seed = 0;
     uint32_t n_predict = 256;
+    double monitor = 0.85;
     forge_context_desc desc;
     forge_sampler_desc sampler;
     session s;
@@ -1052,6 +1096,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
         else if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-predict")) && i + 1 < argc)
             bad |= !parse_u32_in(argv[++i], "-n", 0, 1u << 30, &n_predict);
         else if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
+        else if (!strcmp(argv[i], "--monitor") && i + 1 < argc) bad |= !parse_number_in(argv[++i], "--monitor", 0.0, 1.0, 0, &monitor);
         else if (!chat_mode && !strcmp(argv[i], "--chat")) use_chat = 1;
         else {
             fprintf(stderr, "forge %s: unexpected '%s'\n", command, argv[i]);
@@ -1067,6 +1112,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
         fprintf(stderr, "forge %s: seed %llu\n", command, (unsigned long long)sampler.seed);
     }
     if (!session_open(&s, path, &desc, &sampler, command)) return 1;
+    monitor_start(&s.monitor, monitor, s.ctx, desc.device, command);
     if (!chat_mode) {
         uint32_t n_prompt, n_gen;
         double ps, gs;
