@@ -79,10 +79,10 @@ def test_help(forge):
     verbs = {
         "info": ["--json"],
         "plan": ["--json"] + context,
-        "run": ["-m", "-p", "-n", "--chat", "--system", "--monitor"] + sampler + context,
-        "chat": ["-m", "-n", "--system", "--monitor"] + sampler + context,
-        "eval": ["-m", "--tokens", "--logits"] + context,
-        "extract": ["-m", "-f", "-p", "--tokens", "-o", "--layers", "--points", "--chunk", "--dtype", "--bos", "--no-bos", "--monitor"] + context,
+        "run": ["-m", "-p", "-n", "--chat", "--system", "--monitor", "--quiet"] + sampler + context,
+        "chat": ["-m", "-n", "--system", "--monitor", "--quiet"] + sampler + context,
+        "eval": ["-m", "--tokens", "--logits", "--quiet"] + context,
+        "extract": ["-m", "-f", "-p", "--tokens", "-o", "--layers", "--points", "--chunk", "--dtype", "--bos", "--no-bos", "--monitor", "--quiet"] + context,
         "bench": ["-m", "-p", "-n", "-d", "-r", "-ctk", "-ctv", "-o", "--quiet"] + context,
         "tokenize": ["-m", "--special", "--bos", "--no-bos", "--pieces"],
         "mkmodel": ["--shape", "--type", "-o", "--seed", "--vocab", "--layers", "--dry-run"],
@@ -227,6 +227,9 @@ def test_bench(forge, model):
     check(code == 0 and err == "" and out.count("| tiny") == 4, "--quiet: no progress (%r)" % err[:200])
     proc = forge_run(forge, args)
     check(proc.returncode == 0 and proc.stderr == "", "stderr not a terminal: no progress (%r)" % proc.stderr[:200])
+    # on the CPU the weights stay in the mapped file: no upload line, even on a terminal
+    code, out, err = stderr_on_terminal(forge, ["eval", "--cpu", "-m", model, "--tokens", "1,2", "--logits", "/dev/null"])
+    check(code == 0 and "uploading" not in err and "2 tokens" in err, "eval on the CPU: no upload progress (%r)" % err[:200])
 
 
 def patch_u32(src, dst, key, value):

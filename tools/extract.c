@@ -116,7 +116,7 @@ static char *read_text_file(const char *path, size_t *len) {
     "  --chunk N             tokens per step, [1, 65536]; default 512 (it is the batch: --batch is ignored)\n" \
     "  --dtype TYPE          f32 (default), f16 or bf16\n" \
     "  --bos, --no-bos       add the beginning-of-sequence token or not; default the model's choice\n" \
-    MONITOR_HELP CONTEXT_OPTIONS_HELP \
+    MONITOR_HELP QUIET_HELP CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n"
 
 static int cmd_extract(int argc, char **argv) {
@@ -124,6 +124,8 @@ static int cmd_extract(int argc, char **argv) {
     const char *layers = NULL, *points = "resid_post", *dtype_name = "f32";
     uint32_t chunk = 512, n_captures = 0, i;
     double monitor = 0.85;
+    int quiet = 0;
+    upload_progress upload;
     int bad = 0, bos = -1, status = 1;
     forge_context_desc desc;
     forge_capture *captures = NULL;
@@ -162,6 +164,7 @@ static int cmd_extract(int argc, char **argv) {
         else if (!strcmp(argv[i], "--chunk") && i + 1 < (uint32_t)argc) bad |= !parse_u32_in(argv[++i], "--chunk", 1, 65536, &chunk);
         else if (!strcmp(argv[i], "--monitor") && i + 1 < (uint32_t)argc)
             bad |= !parse_number_in(argv[++i], "--monitor", 0.0, 1.0, 0, &monitor);
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (!strcmp(argv[i], "--bos")) bos = 1;
         else if (!strcmp(argv[i], "--no-bos")) bos = 0;
         else {
@@ -171,6 +174,7 @@ static int cmd_extract(int argc, char **argv) {
     }
     if (bad || !path || !out_dir || (!!text_path + !!text_arg + !!token_arg) != 1) return usage_error("extract", EXTRACT_USAGE);
     if (!check_env_fraction("extract")) return 1;
+    upload_progress_setup(&desc, &upload, quiet);
     if (forge_capture_dtype_parse(dtype_name, &desc.capture_dtype, &err) != FORGE_OK ||
         forge_model_open(path, NULL, &model, &err) != FORGE_OK) {
         fprintf(stderr, "forge extract: %s\n", err.message);

@@ -526,6 +526,39 @@ static void log_warning(void *user, forge_log_level level, const char *message) 
     if (level == FORGE_LOG_WARN) fprintf(stderr, "forge: warning: %s\n", message);
 }
 
+/* Weight upload progress (the GPU streams the weights into its arena): bytes and percent on one
+   stderr line, redrawn at most ten times a second, only on a terminal and without --quiet. On the
+   CPU the weights stay in the mapped file and the library reports one finished call: nothing shows. */
+typedef struct upload_progress {
+    int shown;
+    struct timespec last;
+} upload_progress;
+
+static void upload_progress_print(void *user, uint64_t done_bytes, uint64_t total_bytes) {
+    upload_progress *u = (upload_progress *)user;
+    struct timespec now;
+    char done_text[32], total_text[32];
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!u->shown && done_bytes >= total_bytes) return; /* finished at the first report: nothing was streamed */
+    if (u->shown && done_bytes < total_bytes &&
+        (double)(now.tv_sec - u->last.tv_sec) + (double)(now.tv_nsec - u->last.tv_nsec) * 1e-9 < 0.1)
+        return;
+    u->shown = 1, u->last = now;
+    human_bytes(done_text, sizeof done_text, done_bytes);
+    human_bytes(total_text, sizeof total_text, total_bytes);
+    fprintf(stderr, "\rforge: uploading the weights: %s of %s (%.0f%%)%s", done_text, total_text,
+            total_bytes ? 100.0 * (double)done_bytes / (double)total_bytes : 100.0, done_bytes >= total_bytes ? "\n" : "");
+}
+
+static void upload_progress_setup(forge_context_desc *desc, upload_progress *u, int quiet) {
+    memset(u, 0, sizeof *u);
+    if (quiet || !isatty(fileno(stderr))) return;
+    desc->on_progress = upload_progress_print;
+    desc->progress_user_data = u;
+}
+
+#define QUIET_HELP "  --quiet               no progress on stderr (shown only when stderr is a terminal)\n"
+
 #define CLI_STR_(x) #x
 #define CLI_STR(x) CLI_STR_(x)
 #define CONTEXT_OPTIONS_HELP \
@@ -758,12 +791,13 @@ static int cli_parse_ids(const char *who, const char *text, int32_t **ids, size_
     "  exit 1 when any logit is NaN or infinite\n" \
     "  -m, --model FILE      the GGUF model\n" \
     "  --tokens IDS          comma-separated token ids, each in [0, 2147483647] and below the vocabulary size\n" \
-    "  --logits OUT.f32      where the logits go\n" CONTEXT_OPTIONS_HELP \
+    "  --logits OUT.f32      where the logits go\n" QUIET_HELP CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n"
 
 static int cmd_eval(int argc, char **argv) {
     const char *path = NULL, *token_text = NULL, *out_path = NULL;
-    int bad = 0, i;
+    int bad = 0, i, quiet = 0;
+    upload_progress upload;
     forge_context_desc desc;
     forge_model *model = NULL;
     forge_context *ctx = NULL;
@@ -782,6 +816,7 @@ static int cmd_eval(int argc, char **argv) {
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) token_text = argv[++i];
         else if (!strcmp(argv[i], "--logits") && i + 1 < argc) out_path = argv[++i];
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else {
             fprintf(stderr, "forge eval: unexpected '%s'\n", argv[i]);
             bad = 1;
@@ -791,6 +826,7 @@ static int cmd_eval(int argc, char **argv) {
         return usage_error("eval", EVAL_USAGE);
     }
     if (!check_env_fraction("eval")) return 1;
+    upload_progress_setup(&desc, &upload, quiet);
     { /* the ids, comma-separated */
         size_t n = 0;
         if (cli_parse_ids("forge eval", token_text, &tokens, &n)) goto done;
@@ -1058,7 +1094,7 @@ static void print_summary(session *s, uint32_t n_prompt, uint32_t n_gen, double 
     "  -p, --prompt TEXT     the prompt\n" \
     "  -n, --n-predict N     most tokens to generate, [0, 1073741824]; default 256; 0 = read the prompt only\n" \
     "  --chat                send the prompt as a user turn in the model's chat format\n" \
-    "  --system TEXT         a system message before it (with --chat)\n" MONITOR_HELP SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
+    "  --system TEXT         a system message before it (with --chat)\n" MONITOR_HELP QUIET_HELP SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n"
 
 #define CHAT_USAGE \
@@ -1067,14 +1103,15 @@ static void print_summary(session *s, uint32_t n_prompt, uint32_t n_gen, double 
     "  an empty line or the end of input quits\n" \
     "  -m, --model FILE      the GGUF model\n" \
     "  -n, --n-predict N     most tokens of each reply, [0, 1073741824]; default 256\n" \
-    "  --system TEXT         a system message before the first turn\n" MONITOR_HELP SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
+    "  --system TEXT         a system message before the first turn\n" MONITOR_HELP QUIET_HELP SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n"
 
 static int cmd_run(int argc, char **argv, int chat_mode) {
     const char *path = NULL, *prompt = NULL, *system = NULL;
-    int bad = 0, i, use_chat = chat_mode, status = 1, random_seed = 0;
+    int bad = 0, i, use_chat = chat_mode, status = 1, random_seed = 0, quiet = 0;
     uint32_t n_predict = 256;
     double monitor = 0.85;
+    upload_progress upload;
     forge_context_desc desc;
     forge_sampler_desc sampler;
     session s;
@@ -1097,6 +1134,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
             bad |= !parse_u32_in(argv[++i], "-n", 0, 1u << 30, &n_predict);
         else if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
         else if (!strcmp(argv[i], "--monitor") && i + 1 < argc) bad |= !parse_number_in(argv[++i], "--monitor", 0.0, 1.0, 0, &monitor);
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (!chat_mode && !strcmp(argv[i], "--chat")) use_chat = 1;
         else {
             fprintf(stderr, "forge %s: unexpected '%s'\n", command, argv[i]);
@@ -1107,6 +1145,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
         return usage_error(command, chat_mode ? CHAT_USAGE : RUN_USAGE);
     }
     if (!check_env_fraction(command)) return 1;
+    upload_progress_setup(&desc, &upload, quiet);
     if (random_seed) {
         sampler.seed = random_seed_value();
         fprintf(stderr, "forge %s: seed %llu\n", command, (unsigned long long)sampler.seed);
@@ -1298,7 +1337,7 @@ static uint64_t peak_host_bytes(void) {
     "  -r N                  repetitions, [1, 64]; default 5\n" \
     "  -ctk TYPE, -ctv TYPE  KV cache type (one for keys and values): f32, f16, q8_0, q4_0\n" \
     "  -o FORMAT             md (default), csv or json\n" \
-    "  --quiet               no progress on stderr (shown only when stderr is a terminal)\n" \
+    QUIET_HELP \
     "  (-b/--batch defaults to 2048 here, whatever -p is, as llama-bench's does)\n" CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n"
 
@@ -1306,6 +1345,7 @@ static int cmd_bench(int argc, char **argv) {
     const char *path = NULL, *format = "md";
     uint32_t n_prompt = 512, n_gen = 128, reps = 5, depths[16] = {0}, n_depths = 1, r, t, di, max_depth = 0, n_vocab;
     int bad = 0, i, status = 1, gpu, quiet = 0, progress;
+    upload_progress upload;
     forge_context_desc desc;
     forge_model *model = NULL;
     forge_context *ctx = NULL;
@@ -1387,6 +1427,7 @@ static int cmd_bench(int argc, char **argv) {
     }
     if (!check_env_fraction("bench")) return 1;
     progress = !quiet && isatty(fileno(stderr));
+    upload_progress_setup(&desc, &upload, quiet);
     if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) goto fail;
     n_vocab = forge_model_config(model)->n_vocab;
     if (!desc.n_ctx) desc.n_ctx = max_depth + (n_prompt > n_gen ? n_prompt : n_gen);
