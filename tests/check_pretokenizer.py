@@ -7,9 +7,12 @@ tables out of the peer source archive (nothing is copied here), and follows what
 them: user-defined tokens split the text first; each expression in turn splits every piece into its
 matches and the text between them, with ECMAScript semantics (\\s is ASCII whitespace after every
 other Unicode space became \\x0b, $ is the end of the piece, \\p{N} is llama.cpp's NUMBER category);
-then GPT-2 byte encoding and BPE merges by rank. The ids must equal `forge tokenize --no-bos`.
-Covers the pre-tokenizers llama.cpp runs through std::regex (deepseek-llm, deepseek-coder); the
-others use hand-written matchers there and are covered by the shared vectors.
+the GPT-2 and Llama 3 expressions, which llama.cpp matches with its own code, see the real code
+points with its category and whitespace tables; then GPT-2 byte encoding and BPE merges by rank.
+Where llama.cpp's shared vectors exist the model must reproduce them first; then its ids must equal
+`forge tokenize --no-bos` on every generated text. Vocabularies: the fixtures' deepseek-llm,
+deepseek-coder, gpt-2, falcon and starcoder, and the real SmolLM2 (smollm) and Qwen2.5-Coder (qwen2)
+models where the test suite has fetched them.
 usage: check_pretokenizer.py --forge build/forge --fixtures ../shared/fixtures --peer ../shared/peer/llama.cpp-d32676d.tar.gz"""
 import argparse
 import bisect
@@ -136,25 +139,42 @@ class Model:
         ascii_members = "".join("\\x%02x" % cp for cp in range(128) if self.category(cp) == flag and cp not in self.whitespace)
         return ascii_members + "\\U%08x" % (0xF0000 + self.CATEGORIES[name])
 
+    def full_class(self, name):
+        """Every code point of \\p{name} by llama.cpp's table, as the inside of a bracket expression
+        (the expressions llama.cpp matches with its own code see the real code points)."""
+        if name == "s":
+            return "".join("\\U%08x" % cp for cp in sorted(self.whitespace))
+        flag = self.flag_of[name]
+        parts = []
+        for k, start in enumerate(self.starts):
+            if self.flags[k] & self.mask == flag:
+                last = (self.starts[k + 1] if k + 1 < len(self.starts) else 0x110000) - 1
+                parts.append("\\U%08x-\\U%08x" % (start, last))
+        return "".join(parts)
+
     def compile(self, expr):
-        """An expression in the regex module's syntax with llama.cpp's meaning."""
-        uses_category = "\\p{" in expr
+        """An expression in the regex module's syntax with llama.cpp's meaning. The GPT-2 and Llama 3
+        expressions (with (?!\\S)) llama.cpp matches with hand-written code over its own tables;
+        the others through std::regex, on the collapsed text when they name a category."""
+        custom = "(?!\\S)" in expr
+        uses_category = "\\p{" in expr and not custom
         out, inside, i = [], False, 0
         while i < len(expr):
             ch = expr[i]
             if ch == "\\" and expr[i + 1] == "p" and expr[i + 2] == "{":
                 name = expr[i + 3:expr.index("}", i)]
-                body = self.category_class(name)
+                body = self.full_class(name) if custom else self.category_class(name)
                 out.append(body if inside else "[" + body + "]")
                 i = expr.index("}", i) + 1
                 continue
             if ch == "\\":
                 nxt = expr[i + 1]
+                space = self.full_class("s") if custom else "\\t\\n\\x0b\\x0c\\r "
                 if nxt == "s":
-                    out.append("\\t\\n\\x0b\\x0c\\r " if inside else "[\\t\\n\\x0b\\x0c\\r ]")
+                    out.append(space if inside else "[" + space + "]")
                 elif nxt == "S":
                     assert not inside, expr
-                    out.append("[^\\t\\n\\x0b\\x0c\\r ]")
+                    out.append("[^" + space + "]")
                 else:
                     out.append(expr[i:i + 2])
                 i += 2
@@ -167,7 +187,7 @@ class Model:
                 ch = "\\Z"
             out.append(ch)
             i += 1
-        return regex.compile("".join(out), regex.V0), uses_category
+        return regex.compile("".join(out), regex.V0), uses_category, custom
 
     def prepare(self, text, collapsed):
         """The text the expressions see: non-ASCII spaces as \\x0b; with categories, other non-ASCII
@@ -187,8 +207,8 @@ class Model:
 
     def pretokenize(self, text):
         pieces = [(0, len(text))]
-        for pattern, collapsed in self.passes:
-            seen = self.prepare(text, collapsed)
+        for pattern, collapsed, custom in self.passes:
+            seen = text if custom else self.prepare(text, collapsed)
             split = []
             for start, length in pieces:
                 part = seen[start:start + length]
@@ -305,23 +325,35 @@ def main():
     ap.add_argument("--forge", required=True)
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--peer", required=True, help="llama.cpp's source archive")
-    ap.add_argument("--count", type=int, default=200, help="random texts per vocabulary")
+    ap.add_argument("--count", type=int, default=100, help="random texts per vocabulary")
+    ap.add_argument("--models", default="~/.cache/forge", help="where the test suite's real models are cached")
     args = ap.parse_args()
     vocab_cpp, data_cpp, unicode_h = peer_sources(args.peer)
     tables = peer_unicode(data_cpp, unicode_h)
     texts = corpus(33, args.count)
-    for name, pre_type in (("deepseek-llm", "DEEPSEEK_LLM"), ("deepseek-coder", "DEEPSEEK_CODER")):
-        vocab = os.path.join(args.fixtures, "tokenizer", "ggml-vocab-%s.gguf" % name)
+    tokenizers = os.path.join(args.fixtures, "tokenizer")
+    cache = os.path.expanduser(args.models)
+    vocabularies = [(name, os.path.join(tokenizers, "ggml-vocab-%s.gguf" % name), pre)
+                    for name, pre in (("deepseek-llm", "DEEPSEEK_LLM"), ("deepseek-coder", "DEEPSEEK_CODER"),
+                                      ("gpt-2", "GPT2"), ("falcon", "FALCON"), ("starcoder", "STARCODER"))]
+    # real models of the test suite, where fetched: SmolLM2 (smollm), Qwen2.5-Coder (qwen2)
+    for name, path, pre in (("smollm2", "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "SMOLLM"),
+                            ("qwen25coder", "qwen25coder/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "QWEN2")):
+        if os.path.exists(os.path.join(cache, path)):
+            vocabularies.append((name, os.path.join(cache, path), pre))
+        else:
+            print("  (%s not in %s: not compared)" % (name, cache))
+    for name, vocab, pre_type in vocabularies:
         exprs = peer_expressions(vocab_cpp, pre_type)
         model = Model(exprs, tables, vocab)
-        # the model itself against llama.cpp's own vectors for this vocabulary first
-        with open(vocab + ".inp", encoding="utf-8") as f:
-            inputs = f.read().split("\n__ggml_vocab_test__\n")
-        with open(vocab + ".out") as f:
-            outputs = [[int(x) for x in line.split()] for line in f.read().split("\n")]
-        agree = sum(model.tokenize(t) == o for t, o in zip(inputs, outputs))
-        check(agree == len(outputs) and len(inputs) >= len(outputs),
-              "%s: the model gives llama.cpp's ids on its %d shared vectors (%d agree)" % (name, len(outputs), agree))
+        if os.path.exists(vocab + ".inp"):  # the model itself against llama.cpp's own vectors first
+            with open(vocab + ".inp", encoding="utf-8") as f:
+                inputs = f.read().split("\n__ggml_vocab_test__\n")
+            with open(vocab + ".out") as f:
+                outputs = [[int(x) for x in line.split()] for line in f.read().split("\n")]
+            agree = sum(model.tokenize(t) == o for t, o in zip(inputs, outputs))
+            check(agree == len(outputs) and len(inputs) >= len(outputs),
+                  "%s: the model gives llama.cpp's ids on its %d shared vectors (%d agree)" % (name, len(outputs), agree))
         got = forge_ids(args.forge, vocab, texts)
         differ = [(t, g, model.tokenize(t)) for t, g in zip(texts, got) if g != model.tokenize(t)]
         for text, g, want in differ[:8]:
