@@ -15,7 +15,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 MODEL_CACHE ?= $(HOME)/.cache/forge
 
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
-TESTBINS = $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/test_smollm2 $(BUILD)/test_capture $(BUILD)/test_capture_san $(BUILD)/test_greedy $(BUILD)/dump_tensors
+TESTBINS = $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/test_smollm2 $(BUILD)/test_capture $(BUILD)/test_capture_san $(BUILD)/test_greedy $(BUILD)/test_seqs $(BUILD)/test_seqs_san $(BUILD)/dump_tensors
 
 .PHONY: all test test-gpu fuzz demo clean check-builds python-deps
 
@@ -103,6 +103,9 @@ $(BUILD)/test_gpu: tests/test_gpu.c forge.h tests/test.h $(BUILD)/forge_kernels.
 # a real model's greedy continuation on the GPU against the reference (FORGE_TEST_BACKEND=gpu)
 $(BUILD)/test_greedy_gpu: tests/test_greedy.c forge.h tests/test.h tests/greedy_data.h $(BUILD)/forge_kernels.o | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
+# many sequences on the GPU against each sequence alone (FORGE_TEST_BACKEND=gpu)
+$(BUILD)/test_seqs_gpu: tests/test_seqs.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
 # the kernels' timeline, inside replayed graphs too, for any CUDA program (tools/kernel_trace.c)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc))
 CUPTI_FLAGS = -isystem $(CUDA_HOME)/include -isystem $(CUDA_HOME)/extras/CUPTI/include -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib \
@@ -110,9 +113,10 @@ CUPTI_FLAGS = -isystem $(CUDA_HOME)/include -isystem $(CUDA_HOME)/extras/CUPTI/i
 $(BUILD)/libkernel_trace.so: tools/kernel_trace.c | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -shared -fPIC $(CUPTI_FLAGS) $< -o $@ -lcupti
 # GPU_MODEL: a model of a few hundred MiB for the memory invariants (forge mkmodel makes one)
-test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu
+test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu $(BUILD)/test_seqs_gpu
 	$(BUILD)/test_kernels
 	$(BUILD)/test_gpu $(FIXTURES) $(GPU_MODEL)
+	FORGE_FIXTURES=$(FIXTURES) FORGE_TEST_BACKEND=gpu $(BUILD)/test_seqs_gpu
 else
 test-gpu:
 	@echo "test-gpu needs GPU=nvidia (make GPU=nvidia test-gpu)" && false

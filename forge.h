@@ -671,6 +671,9 @@ typedef enum forge_capture_point {
 typedef enum forge_capture_dtype { FORGE_CAPTURE_F32 = 0, FORGE_CAPTURE_F16, FORGE_CAPTURE_BF16 } forge_capture_dtype;
 
 #define FORGE_MAX_CAPTURES 256
+#ifndef FORGE_MAX_SEQ
+#define FORGE_MAX_SEQ 4096 /* most sequence slots of one context */
+#endif
 
 typedef struct forge_capture {
     uint32_t layer;            /* 0 .. n_layer - 1; ignored (0) for FORGE_CAPTURE_FINAL */
@@ -687,6 +690,9 @@ typedef struct forge_capture_chunk {
     const void *const *data;
     const uint32_t *width;
     forge_capture_dtype dtype;
+    /* a step of forge_eval_batch: row t belongs to sequence seq[t] at position positions[t] (pos is
+       then 0); NULL for forge_eval, whose rows are sequence 0's positions pos .. pos + n_tokens - 1 */
+    const uint32_t *seq, *positions;
 } forge_capture_chunk;
 
 typedef void (*forge_capture_fn)(void *user_data, const forge_capture_chunk *chunk);
@@ -713,6 +719,8 @@ typedef struct forge_context_desc {
     forge_kv_type kv_type;        /* 0 = f16 */
     int all_logits;               /* 1: keep the logits of every token of a step, not only the last */
     uint32_t n_threads;           /* CPU threads; 0 = all cores */
+    uint32_t n_seq;               /* sequence slots sharing the weights, each with its own KV cache of n_ctx
+                                     positions (see forge_eval_batch); 0 = 1 */
     double mem_fraction;          /* share of free memory the plan may take; 0 = $FORGE_MEM_FRACTION or 0.70 */
     uint64_t mem_headroom_bytes;  /* kept free on top of the fraction */
     forge_budget_policy policy;
@@ -738,11 +746,12 @@ typedef struct forge_context_desc {
 /* The whole bill, in bytes. What the plan says is what the context allocates. */
 typedef struct forge_plan {
     forge_backend backend;             /* CPU or GPU: where the bytes are */
-    uint32_t n_ctx, n_batch, n_logits; /* n_logits: rows of logits kept per step */
+    uint32_t n_ctx, n_batch, n_logits; /* n_ctx: positions of each sequence; n_logits: rows of logits kept per step */
+    uint32_t n_seq;                    /* sequence slots; kv_bytes is n_seq times one sequence's cache */
     forge_kv_type kv_type;
     uint64_t weights_bytes;  /* tensors as stored (quantized stays quantized); on the GPU, norms and biases
                                 in f32 and every tensor at a 256-byte boundary */
-    uint64_t kv_bytes;       /* forge_kv_cache_bytes */
+    uint64_t kv_bytes;       /* n_seq x forge_kv_cache_bytes (one sequence's cache) */
     uint64_t scratch_bytes;  /* activations of the op schedule, lifetimes packed, for n_batch tokens */
     uint64_t logits_bytes;   /* n_logits x n_vocab floats */
     uint64_t capture_bytes;  /* hidden-state capture staging: n_batch rows of every capture */
@@ -761,6 +770,8 @@ typedef struct forge_verdict {
     uint32_t max_ctx_that_fits;  /* largest multiple of 256 at the requested KV type; 0 if none */
     forge_kv_type kv_type_that_fits; /* the most precise KV type below the requested one that fits the
                                         requested context; FORGE_KV_DEFAULT when none does */
+    uint32_t max_seq_that_fits;  /* most sequences (up to FORGE_MAX_SEQ) at the requested context and KV type; 0 if none */
+    uint64_t seq_bytes;          /* what one more sequence costs: its KV cache (and, past the first, its logits row) */
     char message[FORGE_ERROR_MESSAGE_BYTES]; /* the breakdown and, when it does not fit, what would */
 } forge_verdict;
 
@@ -856,6 +867,45 @@ FORGE_API void forge_context_reset(forge_context *ctx); /* forget the sequence *
 /* The captures of the last chunk evaluated (n_tokens 0 before any); returns 0 when the context
    captures nothing. */
 FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chunk *out);
+
+/* Many sequences on one model. A context made with n_seq = S holds the weights once and S sequence
+   slots, each with its own KV cache of n_ctx positions and its own position; the plan counts the
+   cache S times (forge_plan.kv_bytes) and the solver says how many sequences fit
+   (forge_verdict.max_seq_that_fits). forge_eval, forge_context_pos, forge_context_logits/argmax/sample
+   work on sequence 0 as in a one-sequence context; forge_context_reset empties every sequence.
+
+   One step of several sequences: the rows of a batch each name their sequence, any order, any mix
+   (a new prompt's chunk beside one token of every other sequence: "continuous batching"). Each
+   sequence's rows are appended at its next positions in the order given. Every weight is read once
+   for the whole step. Afterwards each sequence that had rows in the step has one row of logits, its
+   last token's (every row's with all_logits): forge_seq_logits, forge_seq_argmax, forge_seq_sample.
+   The logits of a sequence equal those it gets evaluated alone (the CPU within float rounding; the
+   GPU runs the batch through its prompt kernels, so a one-token step can differ from forge_eval's
+   decode path within the fixtures' tolerance). */
+typedef struct forge_batch {
+    const int32_t *tokens;  /* n_tokens ids */
+    const uint32_t *seq;    /* n_tokens sequence ids, each below n_seq; NULL: every row is sequence 0 */
+    uint32_t n_tokens;      /* 1 .. n_batch */
+} forge_batch;
+
+/* Evaluates one step. Refused as a whole, nothing evaluated, with a message that names the numbers:
+   no rows, more rows than n_batch, a sequence id at or above n_seq, a token outside the vocabulary,
+   a sequence whose rows would pass n_ctx (that sequence is full: reset it; the others are untouched). */
+FORGE_API forge_result forge_eval_batch(forge_context *ctx, const forge_batch *batch, forge_error *error);
+FORGE_API uint32_t forge_context_n_seq(const forge_context *ctx);
+/* Positions sequence seq holds (0 for an unknown id). */
+FORGE_API uint32_t forge_seq_pos(const forge_context *ctx, uint32_t seq);
+/* Empties one sequence (its position back to 0) while the others go on; nothing is freed or allocated.
+   FORGE_ERR_ARGUMENT for an unknown id. */
+FORGE_API forge_result forge_seq_reset(forge_context *ctx, uint32_t seq, forge_error *error);
+/* The logits row of seq's last token in the last step (n_vocab floats, valid until the next eval), or
+   NULL when seq had no row in it or the device fails. */
+FORGE_API const float *forge_seq_logits(const forge_context *ctx, uint32_t seq);
+/* forge_context_argmax and forge_context_sample on seq's row of the last step; FORGE_ERR_ARGUMENT
+   when seq had no row in it. */
+FORGE_API forge_result forge_seq_argmax(forge_context *ctx, uint32_t seq, int32_t *out_token, forge_error *error);
+FORGE_API forge_result forge_seq_sample(forge_context *ctx, uint32_t seq, forge_sampler *sampler, int32_t *out_token,
+                                        forge_error *error);
 
 /* >>generate ----------------------------------------------------------------------------------- */
 
@@ -6080,6 +6130,9 @@ typedef struct forge_hip_attention_args {
     uint32_t n_cells; /* cache rows, a ring: position p in row p % n_cells; 0: no wrap */
     float softcap;    /* 0: none; else scores s become softcap * tanh(s / softcap) */
     uint32_t *counters; /* attention_at: NULL or n_head * n_tokens zeroed uint32 (one-launch split merge) */
+    const uint32_t *row_pos; /* NULL, or a batch's device row positions (pos0 the largest): several sequences */
+    const uint32_t *row_seq; /* with row_pos: each row's sequence, its cache seq_stride bytes after the one before */
+    size_t seq_stride;
 } forge_hip_attention_args;
 
 typedef struct forge_hip_rope_args {
@@ -6176,6 +6229,12 @@ int forge_hip_moe_sum(const float *src, const float *route, uint32_t n_tokens, u
                       char *message, size_t message_bytes);
 unsigned long forge_hip_allocation_count(void);
 /* decode graphs: the position read from device memory (a uint32 at dev_pos) when the kernels run */
+int forge_hip_rope_rows(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
+                        const uint32_t *row_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
+                        char *message, size_t message_bytes);
+int forge_hip_kv_store_rows(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
+                            uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, const uint32_t *row_pos, const uint32_t *row_seq,
+                            size_t seq_stride, uint32_t n_cells, void *stream, char *message, size_t message_bytes);
 int forge_hip_rope_at(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
                       const uint32_t *dev_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
                       char *message, size_t message_bytes);
@@ -6360,12 +6419,18 @@ static double forge__resolve_fraction(double requested) {
 }
 
 typedef struct forge__resolved {
-    uint32_t n_ctx, n_batch, n_logits, n_threads;
+    uint32_t n_ctx, n_batch, n_logits, n_threads, n_seq;
+    int all_logits;
     forge_kv_type kv_type;
     forge_backend backend; /* CPU or GPU, never AUTO */
     int device;
     forge_capture_dtype capture_dtype;
 } forge__resolved;
+
+/* Rows of logits a step keeps: every row's with all_logits, else one for each sequence in the step. */
+static uint32_t forge__logit_rows(int all_logits, uint32_t n_batch, uint32_t n_seq) {
+    return all_logits ? n_batch : FORGE__MIN(n_seq, n_batch);
+}
 
 static forge_result forge__resolve_desc(const forge_model *m, const forge_context_desc *d, forge__resolved *r,
                                         forge_error *e) {
@@ -6383,7 +6448,12 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
         return forge__fail(e, FORGE_ERR_ARGUMENT, "KV cache type %d is not a forge_kv_type", (int)d->kv_type);
     if (d->mem_fraction < 0.0 || d->mem_fraction > 1.0 || d->mem_fraction != d->mem_fraction)
         return forge__fail(e, FORGE_ERR_ARGUMENT, "memory fraction %g is outside (0, 1]", d->mem_fraction);
-    r->n_logits = d->all_logits ? r->n_batch : 1;
+    r->n_seq = d->n_seq ? d->n_seq : 1;
+    if (r->n_seq > FORGE_MAX_SEQ)
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "%u sequences is above forge's limit of %u (FORGE_MAX_SEQ)", r->n_seq,
+                           (unsigned)FORGE_MAX_SEQ);
+    r->all_logits = d->all_logits != 0;
+    r->n_logits = forge__logit_rows(r->all_logits, r->n_batch, r->n_seq);
     r->capture_dtype = d->capture_dtype;
     if ((unsigned)d->capture_dtype > FORGE_CAPTURE_BF16)
         return forge__fail(e, FORGE_ERR_ARGUMENT, "capture type %d is not a forge_capture_dtype", (int)d->capture_dtype);
@@ -6406,6 +6476,12 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
     default: return forge__fail(e, FORGE_ERR_ARGUMENT, "backend %d is not a forge_backend", (int)d->backend);
     }
     return FORGE_OK;
+}
+
+/* A GPU context of several sequences keeps a step's row positions and row sequences on the device
+   (n_batch of each), read by the rope, cache store and attention launches of a batch. */
+static uint64_t forge__gpu_rows_bytes(const forge__resolved *r) {
+    return r->n_seq > 1 ? 2 * forge__align_gpu((uint64_t)r->n_batch * sizeof(uint32_t)) : 0;
 }
 
 /* Weights a CPU context reads: each tensor counted once (a tied output is read twice), as stored. */
@@ -6446,15 +6522,20 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
     p->n_ctx = r->n_ctx;
     p->n_batch = r->n_batch;
     p->n_logits = r->n_logits;
+    p->n_seq = r->n_seq;
     p->kv_type = r->kv_type;
     if ((res = forge_kv_cache_bytes(&m->config, r->n_ctx, r->n_batch, r->kv_type, &p->kv_bytes, e))) return res;
+    if (p->kv_bytes > (1ull << 61) / r->n_seq)
+        return forge__fail(e, FORGE_ERR_OVERFLOW, "%u KV caches of %llu bytes are beyond any machine", r->n_seq,
+                           (forge__ull)p->kv_bytes);
+    p->kv_bytes *= r->n_seq; /* one cache per sequence, each exactly one sequence's */
     p->backend = r->backend;
     p->capture_bytes = forge__capture_bytes(s, r, NULL);
     if (r->backend == FORGE_BACKEND_GPU) { /* one device arena of 256-byte aligned regions, KV cache last */
         p->weights_bytes = forge__gpu_weight_bytes(s, m);
         p->scratch_bytes = forge__align_gpu(scratch_bytes);
         p->logits_bytes = forge__align_gpu((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
-        p->reserve_bytes = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch);
+        p->reserve_bytes = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch) + forge__gpu_rows_bytes(r);
     } else {
         p->weights_bytes = forge__schedule_weight_bytes(s, m);
         p->scratch_bytes = scratch_bytes;
@@ -6561,7 +6642,7 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     forge__schedule s;
     forge_result res;
     uint32_t threads;
-    char need[16], weights[16], kv[16], scratch[16], reserve[16], budget[16], free_text[16], captures[48];
+    char need[16], weights[16], kv[16], scratch[16], reserve[16], budget[16], free_text[16], captures[48], seqs[32];
     int kvt;
 
     if (!m || !v) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_plan_check: null argument");
@@ -6625,6 +6706,26 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
             }
         }
     }
+    { /* the most sequences at the requested context and KV type (the plan grows with them), and the
+         price of one more: its cache, and its logits row while rows are kept per sequence */
+        uint32_t lo = 0, hi = FORGE_MAX_SEQ;
+        forge__resolved t = r;
+        forge_plan p;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo + 1) / 2;
+            t.n_seq = mid;
+            t.n_logits = forge__logit_rows(desc->all_logits, r.n_batch, mid);
+            if (forge__plan_with(m, &t, &s, v->plan.scratch_bytes, threads, &p, NULL) == FORGE_OK && p.total_bytes <= v->budget_bytes)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        v->max_seq_that_fits = lo;
+        t.n_seq = r.n_seq + 1;
+        t.n_logits = forge__logit_rows(desc->all_logits, r.n_batch, t.n_seq);
+        if (r.n_seq < FORGE_MAX_SEQ && forge__plan_with(m, &t, &s, v->plan.scratch_bytes, threads, &p, NULL) == FORGE_OK)
+            v->seq_bytes = p.total_bytes - v->plan.total_bytes;
+    }
     forge__schedule_free(&s, &desc->allocator);
 
     {
@@ -6646,10 +6747,12 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
         }
         forge__in_unit(budget, sizeof budget, v->budget_bytes, budget_div);
         forge__in_unit(free_text, sizeof free_text, v->memory.free_bytes, free_div);
+        seqs[0] = '\0';
+        if (r.n_seq > 1) snprintf(seqs, sizeof seqs, " x %u sequences", r.n_seq);
         used = snprintf(v->message, sizeof v->message,
-                        "model needs %s %s (weights %s, KV cache %s at %u tokens %s, scratch %s%s, reserve %s) %s "
+                        "model needs %s %s (weights %s, KV cache %s at %u tokens %s%s, scratch %s%s, reserve %s) %s "
                         "%s %s (%.3g%% of %s %s free on %s%s%s)",
-                        need, plan_unit, weights, kv, r.n_ctx, forge_kv_type_name(r.kv_type), scratch, captures, reserve,
+                        need, plan_unit, weights, kv, r.n_ctx, forge_kv_type_name(r.kv_type), seqs, scratch, captures, reserve,
                         v->fits ? "within the budget of" : "but the budget is", budget, budget_unit, v->mem_fraction * 100.0, free_text,
                         free_unit, v->memory.device, v->mem_headroom_bytes ? ", less headroom" : "",
                         v->memory.adjusted ? ", reading adjusted" : "");
@@ -6665,6 +6768,18 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
             else
                 snprintf(v->message + used, sizeof v->message - (size_t)used, "; fits: --ctx %u, or --kv %s at %u",
                          v->max_ctx_that_fits, forge_kv_type_name(v->kv_type_that_fits), r.n_ctx);
+        }
+        if (r.n_seq > 1 && used > 0 && (size_t)used < sizeof v->message) { /* the sequences' side of the bill */
+            char each[16];
+            double each_div;
+            const char *each_unit = forge__unit(v->seq_bytes, &each_div);
+            size_t len = strlen(v->message);
+            forge__in_unit(each, sizeof each, v->seq_bytes, each_div);
+            if (v->fits)
+                snprintf(v->message + len, sizeof v->message - len, "; a sequence more costs %s %s", each, each_unit);
+            else
+                snprintf(v->message + len, sizeof v->message - len, "; each sequence costs %s %s, %u fit at %u tokens", each,
+                         each_unit, v->max_seq_that_fits, r.n_ctx);
         }
     }
     forge__ok(error);
@@ -6694,10 +6809,21 @@ struct forge_context {
     void *work;
     float *vec;             /* one norm weight or bias in f32 */
     float rope_factors[FORGE__MAX_HEAD_DIM / 2];
-    uint32_t pos, n_logit_rows;
+    uint32_t pos, n_logit_rows; /* pos: sequence 0's position, where a forge_eval step starts */
     /* the step being evaluated */
     const int32_t *tokens;
     uint32_t n_tokens;
+    /* sequences: one host block taken at creation (bookkeeping, not part of the plan) holds
+       seq_pos[n_seq], seq_row[n_seq] (the logits row of each sequence's last token in the last step,
+       UINT32_MAX when it had none), seq_count[n_seq] (a step's rows per sequence), and for a step of
+       forge_eval_batch row_pos[n_batch], row_seq[n_batch] and logit_src[n_batch] (the rows whose logits
+       are kept, in order). rows is 1 while such a step runs: positions and sequences come from the
+       row tables instead of pos + t and 0. Sequence s's cache is the one-sequence layout at
+       kv + s * kv_seq_bytes (on the GPU, dev_kv + s * kv_seq_bytes). */
+    uint32_t *seq_pos, *seq_row, *seq_count, *row_pos, *row_seq, *logit_src;
+    uint64_t kv_seq_bytes;
+    int rows;
+    uint64_t dev_rows;      /* GPU, n_seq > 1: row_pos then row_seq of a batch step, n_batch each */
     /* GPU backend: one device arena (weights | scratch | logits | attention scratch | token ids | KV cache) */
     uint8_t *dev;
     uint64_t *dev_weight; /* device offset of each tensor of the file, UINT64_MAX when not uploaded */
@@ -6733,6 +6859,7 @@ struct forge_context {
     uint64_t capture_offset[FORGE_MAX_CAPTURES];
     const void *capture_data[FORGE_MAX_CAPTURES];
     uint32_t capture_pos, capture_tokens;
+    int capture_rows;         /* the chunk came from forge_eval_batch: its rows carry sequence and position */
     forge_capture_fn on_capture;
     void *capture_user_data;
 };
@@ -6743,6 +6870,33 @@ static void forge__capture_bind(forge_context *ctx) {
     uint32_t i;
     forge__capture_bytes(&ctx->sched, &ctx->r, ctx->capture_offset);
     for (i = 0; i < ctx->sched.n_captures; i++) ctx->capture_data[i] = ctx->capture + ctx->capture_offset[i];
+}
+
+/* The host tables of the sequences (see struct forge_context), taken once at creation. */
+static forge_result forge__seq_tables(forge_context *ctx, forge_error *error) {
+    const uint64_t words = 3ull * ctx->r.n_seq + 3ull * ctx->r.n_batch;
+    uint32_t s;
+    ctx->seq_pos = (uint32_t *)forge__alloc(&ctx->allocator, (size_t)words * sizeof(uint32_t));
+    if (!ctx->seq_pos)
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the tables of %u sequences (%llu bytes)", ctx->r.n_seq,
+                           (forge__ull)(words * sizeof(uint32_t)));
+    memset(ctx->seq_pos, 0, (size_t)words * sizeof(uint32_t));
+    ctx->seq_row = ctx->seq_pos + ctx->r.n_seq;
+    ctx->seq_count = ctx->seq_row + ctx->r.n_seq;
+    ctx->row_pos = ctx->seq_count + ctx->r.n_seq;
+    ctx->row_seq = ctx->row_pos + ctx->r.n_batch;
+    ctx->logit_src = ctx->row_seq + ctx->r.n_batch;
+    for (s = 0; s < ctx->r.n_seq; s++) ctx->seq_row[s] = UINT32_MAX;
+    return FORGE_OK;
+}
+
+/* one_seq_bytes: the layers' cache laid out for one sequence; the plan counts n_seq of them. */
+static forge_result forge__kv_layout_check(forge_context *ctx, uint64_t one_seq_bytes, forge_error *error) {
+    if (one_seq_bytes * ctx->r.n_seq != ctx->plan.kv_bytes)
+        return forge__fail(error, FORGE_ERR_CONFIG, "the KV cache layout (%u x %llu bytes) differs from the plan (%llu)", ctx->r.n_seq,
+                           (forge__ull)one_seq_bytes, (forge__ull)ctx->plan.kv_bytes);
+    ctx->kv_seq_bytes = one_seq_bytes;
+    return FORGE_OK;
 }
 
 /* >>impl-gpu-context */
@@ -6768,6 +6922,10 @@ static const void *forge__dev_w(forge_context *ctx, const forge_gguf_tensor *t) 
 }
 static float *forge__dev_val(forge_context *ctx, int32_t v) {
     return (float *)(void *)(ctx->dev + ctx->dev_scratch + ctx->sched.values[v].offset);
+}
+/* A batch step's row positions (which 0) or row sequences (which 1) on the device. */
+static const uint32_t *forge__dev_rows(forge_context *ctx, int which) {
+    return (const uint32_t *)(const void *)(ctx->dev + ctx->dev_rows + (which ? forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(uint32_t)) : 0));
 }
 #endif
 
@@ -6938,6 +7096,17 @@ static void forge__gpu_attention_args(forge_context *ctx, const forge__op *op, u
     args->n_cells = ctx->kv_cells[op->layer];
     args->softcap = c->attn_softcap;
     args->counters = at_dev_pos && n == 1 ? (uint32_t *)(ctx->dev + ctx->dev_att_count) : NULL;
+    args->row_pos = NULL;
+    args->row_seq = NULL;
+    args->seq_stride = 0;
+    if (ctx->rows) { /* a step of several sequences: every row its own position and cache */
+        uint32_t t, top = 0;
+        for (t = 0; t < n; t++) top = FORGE__MAX(top, ctx->row_pos[t]);
+        args->pos0 = top;
+        args->row_pos = forge__dev_rows(ctx, 0);
+        args->row_seq = forge__dev_rows(ctx, 1);
+        args->seq_stride = (size_t)ctx->kv_seq_bytes;
+    }
 }
 
 /* Decode (one token) on 8-bit activations: products whose weight type has an integer path read
@@ -7156,7 +7325,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
     q8.angles[0] = q8.angles[1] = 0;
     for (k = 0; k < ctx->sched.n_ops; k++) {
         const forge__op *op = &ctx->sched.ops[k];
-        if (n == 1 && ctx->use_q8) {
+        if (n == 1 && ctx->use_q8 && !ctx->rows) {
             if ((r = forge__gpu_decode_fused(ctx, k, dev_pos, &q8, &consumed, error))) return r;
             if (consumed) {
                 k += consumed - 1;
@@ -7185,7 +7354,10 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
         case FORGE__OP_ROPE: {
             const float base = c->layer_is_swa[op->layer] ? c->rope_freq_base_swa : c->rope_freq_base;
             const float scale = c->layer_is_swa[op->layer] ? c->rope_freq_scale_swa : c->rope_freq_scale;
-            if (dev_pos)
+            if (ctx->rows)
+                FORGE__HIP(forge_hip_rope_rows(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type,
+                                               forge__dev_rows(ctx, 0), base, scale, ctx->dev_rope_factors, ctx->stream, FORGE__MSG));
+            else if (dev_pos)
                 FORGE__HIP(forge_hip_rope_at(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type, dev_pos,
                                              base, scale, ctx->dev_rope_factors, ctx->stream, FORGE__MSG));
             else
@@ -7196,7 +7368,12 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
         case FORGE__OP_KV_STORE: {
             uint8_t *layer = ctx->dev + ctx->dev_kv + ctx->kv_layer_offset[op->layer];
             uint8_t *values = layer + (uint64_t)ctx->kv_cells[op->layer] * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
-            if (dev_pos)
+            if (ctx->rows)
+                FORGE__HIP(forge_hip_kv_store_rows(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
+                                                   forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
+                                                   forge__dev_rows(ctx, 0), forge__dev_rows(ctx, 1), (size_t)ctx->kv_seq_bytes,
+                                                   ctx->kv_cells[op->layer], ctx->stream, FORGE__MSG));
+            else if (dev_pos)
                 FORGE__HIP(forge_hip_kv_store_at(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->src),
                                                  forge__dev_val(ctx, op->src2), layer, values, n, op->n, c->head_dim, c->head_dim_v,
                                                  dev_pos, ctx->kv_cells[op->layer], ctx->stream, FORGE__MSG));
@@ -7225,10 +7402,18 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                         ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_LOGITS: { /* they stay on the device: forge_context_logits copies them on demand */
-            uint32_t rows = FORGE__MIN(ctx->r.n_logits, n);
-            float *dev_logits = (float *)(void *)(ctx->dev + ctx->dev_logits);
-            FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
-                                        forge__dev_val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd, dev_logits, rows, NULL,
+            uint32_t rows = ctx->r.all_logits ? FORGE__MIN(ctx->r.n_logits, n) : 1;
+            float *dev_logits = (float *)(void *)(ctx->dev + ctx->dev_logits), *x = forge__dev_val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd;
+            if (ctx->rows) { /* the kept rows moved to the front, in order, one copy each that moves (none in a decode step) */
+                uint32_t i;
+                x = forge__dev_val(ctx, op->src);
+                rows = ctx->n_logit_rows;
+                for (i = 0; i < rows; i++)
+                    if (ctx->logit_src[i] != i)
+                        FORGE__HIP(forge_hip_copy_device(x + (uint64_t)i * c->n_embd, x + (uint64_t)ctx->logit_src[i] * c->n_embd,
+                                                         c->n_embd * sizeof(float), ctx->stream, FORGE__MSG));
+            }
+            FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], x, dev_logits, rows, NULL,
                                         ctx->stream, FORGE__MSG));
             if (c->final_softcap > 0.0f)
                 FORGE__HIP(forge_hip_softcap(dev_logits, (size_t)rows * op->n, c->final_softcap, ctx->stream, FORGE__MSG));
@@ -7401,6 +7586,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     offset += forge__align_gpu(forge_hip_argmax_scratch_bytes());
     ctx->dev_sample = offset;
     offset += forge__align_gpu(forge_hip_top_k_scratch_bytes(c->n_vocab));
+    ctx->dev_rows = offset;
+    offset += forge__gpu_rows_bytes(&ctx->r);
     {
         const char *off = getenv("FORGE_NO_Q8");
         ctx->use_q8 = !(off && *off && strcmp(off, "0") != 0);
@@ -7442,6 +7629,7 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
         ctx->kv_cells[il] = forge_kv_layer_cells(c, il, ctx->r.n_ctx, ctx->r.n_batch);
         offset += (uint64_t)ctx->kv_cells[il] * c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
     }
+    if ((r = forge__kv_layout_check(ctx, offset, error))) return r;
     FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
     forge__gpu_record_decode(ctx, desc);
     return FORGE_OK;
@@ -7463,7 +7651,13 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
     forge_result r;
     if ((r = forge__gpu_wait(ctx, error))) return r;
     ctx->logits_on_host = 0;
-    if (n == 1) { /* decode: token and position through the step slots, the graph's launches or the same ones plain */
+    if (ctx->rows) { /* several sequences: the tokens, each row's position and sequence, then the batch's launches */
+        const uint64_t half = forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(uint32_t));
+        FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
+        FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows, ctx->row_pos, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
+        FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows + half, ctx->row_seq, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
+        if ((r = forge__gpu_launch_ops(ctx, n, dev_tokens, NULL, error))) return r;
+    } else if (n == 1) { /* decode: token and position through the step slots, the graph's launches or the same ones plain */
         uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
         ctx->step_host[0] = (uint32_t)ctx->tokens[0];
         ctx->step_host[1] = ctx->pos;
@@ -7486,7 +7680,7 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
                                                   (size_t)n * ctx->sched.capture_width[k] * forge_capture_dtype_bytes(ctx->r.capture_dtype),
                                                   ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
-    } else if (n > 1) {
+    } else if (n > 1 || ctx->rows) { /* the host's row tables are read by the copies above */
         FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
     } else {
         ctx->dev_pending = 1;
@@ -7537,6 +7731,7 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     ctx->on_capture = desc->on_capture;
     ctx->capture_user_data = desc->capture_user_data;
     if ((res = forge__resolve_desc(m, desc, &ctx->r, error))) goto fail;
+    if ((res = forge__seq_tables(ctx, error))) goto fail;
     if (desc->captures && desc->n_captures <= FORGE_MAX_CAPTURES)
         memcpy(ctx->captures, desc->captures, desc->n_captures * sizeof *desc->captures);
     if ((res = forge__schedule_build(m, a, &ctx->sched, desc->captures ? ctx->captures : NULL, desc->n_captures, error)))
@@ -7592,6 +7787,7 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
         ctx->kv_cells[il] = forge_kv_layer_cells(ctx->c, il, ctx->r.n_ctx, ctx->r.n_batch);
         offset += (uint64_t)ctx->kv_cells[il] * ctx->c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
     }
+    if ((res = forge__kv_layout_check(ctx, offset, error))) goto fail;
     for (il = 0; il < FORGE__MAX_HEAD_DIM / 2; il++) ctx->rope_factors[il] = 1.0f;
     if (ctx->c->has_rope_freqs) {
         const forge_gguf_tensor *t = forge_gguf_find_tensor(m->gguf, "rope_freqs.weight");
@@ -7628,6 +7824,7 @@ FORGE_API void forge_context_destroy(forge_context *ctx) {
     forge__free(&a, ctx->dev_weight);
     if (ctx->r.backend == FORGE_BACKEND_GPU) forge__free(&a, ctx->capture); /* on the CPU it is in the arena */
     forge__pool_destroy(ctx->pool);
+    forge__free(&a, ctx->seq_pos);
     forge__free(&a, ctx->arena);
     forge__schedule_free(&ctx->sched, &a);
     forge__free(&a, ctx);
@@ -7637,10 +7834,12 @@ FORGE_API const forge_plan *forge_context_plan(const forge_context *ctx) { retur
 FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx) { return ctx ? ctx->arena_bytes : 0; }
 FORGE_API uint32_t forge_context_pos(const forge_context *ctx) { return ctx ? ctx->pos : 0; }
 FORGE_API void forge_context_reset(forge_context *ctx) {
+    uint32_t s;
     if (!ctx) return;
     ctx->pos = 0;
     ctx->n_logit_rows = 0;
     ctx->capture_pos = ctx->capture_tokens = 0;
+    for (s = 0; s < ctx->r.n_seq; s++) ctx->seq_pos[s] = 0, ctx->seq_row[s] = UINT32_MAX;
 }
 
 FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows) {
@@ -7662,18 +7861,27 @@ FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *
     return ctx->logits;
 }
 
+static forge_result forge__argmax_row(forge_context *ctx, uint32_t index, int32_t *out_token, forge_error *error);
+static forge_result forge__sample_row(forge_context *ctx, forge_sampler *sampler, uint32_t index, int32_t *out_token,
+                                      forge_error *error);
+
 FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error) {
-    const float *row;
-    uint32_t v, n_vocab, best = UINT32_MAX;
     if (out_token) *out_token = -1;
     if (!ctx || !out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_context_argmax: null argument");
     if (!ctx->n_logit_rows) return forge__fail(error, FORGE_ERR_ARGUMENT, "no logits: evaluate tokens first");
+    return forge__argmax_row(ctx, ctx->n_logit_rows - 1, out_token, error);
+}
+
+/* Greedy choice from logits row `index` of the last step. */
+static forge_result forge__argmax_row(forge_context *ctx, uint32_t index, int32_t *out_token, forge_error *error) {
+    const float *row;
+    uint32_t v, n_vocab, best = UINT32_MAX;
     n_vocab = ctx->c->n_vocab;
 #ifdef FORGE_HIP
     if (ctx->r.backend == FORGE_BACKEND_GPU && !ctx->logits_on_host) { /* on the device: 4 bytes come back */
         int32_t *slot = (int32_t *)(void *)(ctx->dev + ctx->dev_step) + 2;
         ctx->dev_pending = 0;
-        FORGE__HIP(forge_hip_argmax((const float *)(void *)(ctx->dev + ctx->dev_logits) + (uint64_t)(ctx->n_logit_rows - 1) * n_vocab,
+        FORGE__HIP(forge_hip_argmax((const float *)(void *)(ctx->dev + ctx->dev_logits) + (uint64_t)index * n_vocab,
                                     n_vocab, ctx->dev + ctx->dev_argmax, slot, ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_copy_from_device(ctx->step_host + 2, slot, sizeof(int32_t), ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
@@ -7683,7 +7891,7 @@ FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_tok
     }
 #endif
     /* the first largest value, as the device's reduction and the greedy sampler choose */
-    row = ctx->logits + (uint64_t)(ctx->n_logit_rows - 1) * n_vocab;
+    row = ctx->logits + (uint64_t)index * n_vocab;
     for (v = 0; v < n_vocab; v++)
         if (row[v] == row[v] && (best == UINT32_MAX || row[v] > row[best])) best = v;
     *out_token = best == UINT32_MAX ? 0 : (int32_t)best;
@@ -7692,11 +7900,17 @@ FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_tok
 }
 
 FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error) {
-    const float *logits;
-    uint32_t rows = 0;
     if (out_token) *out_token = -1;
     if (!ctx || !sampler || !out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_context_sample: null argument");
     if (!ctx->n_logit_rows) return forge__fail(error, FORGE_ERR_ARGUMENT, "no logits: evaluate tokens first");
+    return forge__sample_row(ctx, sampler, ctx->n_logit_rows - 1, out_token, error);
+}
+
+/* The sampler's draw from logits row `index` of the last step (see forge_context_sample). */
+static forge_result forge__sample_row(forge_context *ctx, forge_sampler *sampler, uint32_t index, int32_t *out_token,
+                                      forge_error *error) {
+    const float *logits;
+    uint32_t rows = 0;
     if (sampler->n_vocab != ctx->c->n_vocab)
         return forge__fail(error, FORGE_ERR_ARGUMENT, "the sampler was made for %lu tokens, the model has %lu",
                            (unsigned long)sampler->n_vocab, (unsigned long)ctx->c->n_vocab);
@@ -7717,7 +7931,7 @@ FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *s
             forge__candidate *c = sampler->candidates;
             ctx->dev_pending = 0;
             if (n_history) memcpy(history, sampler->history, (size_t)n_history * sizeof(int32_t));
-            FORGE__HIP(forge_hip_top_k((const float *)(void *)(ctx->dev + ctx->dev_logits) + (uint64_t)(ctx->n_logit_rows - 1) * n_vocab,
+            FORGE__HIP(forge_hip_top_k((const float *)(void *)(ctx->dev + ctx->dev_logits) + (uint64_t)index * n_vocab,
                                        n_vocab, want, history, n_history, d->repeat_penalty, scratch, ctx->stream, FORGE__MSG));
             FORGE__HIP(forge_hip_copy_from_device(ctx->sample_host, scratch, 16 + 8 * (size_t)want, ctx->stream, FORGE__MSG));
             FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
@@ -7755,21 +7969,28 @@ FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *s
     }
 #endif
     logits = forge_context_logits(ctx, &rows);
-    if (!logits || !rows) return forge__fail(error, FORGE_ERR_IO, "the logits of the last step could not be read");
-    return forge_sampler_sample(sampler, logits + (size_t)(rows - 1) * ctx->c->n_vocab, out_token, error);
+    if (!logits || index >= rows) return forge__fail(error, FORGE_ERR_IO, "the logits of the last step could not be read");
+    return forge_sampler_sample(sampler, logits + (size_t)index * ctx->c->n_vocab, out_token, error);
 }
 
 static float *forge__val(forge_context *ctx, int32_t v) {
     return (float *)(void *)((uint8_t *)ctx->scratch + ctx->sched.values[v].offset);
 }
 
-/* KV cache rows: keys of layer l, position p, KV head h; values follow all keys of the layer.
-   A sliding-window layer holds fewer rows than positions: position p lives in row p % kv_cells. */
-static uint8_t *forge__k_row(forge_context *ctx, uint32_t l, uint32_t p, uint32_t h) {
-    return ctx->kv + ctx->kv_layer_offset[l] + ((uint64_t)(p % ctx->kv_cells[l]) * ctx->c->layer_n_head_kv[l] + h) * ctx->row_k_bytes;
+/* Row t of the step being evaluated: its position and its sequence. */
+static uint32_t forge__row_pos(const forge_context *ctx, uint32_t t) { return ctx->rows ? ctx->row_pos[t] : ctx->pos + t; }
+static uint32_t forge__row_seq(const forge_context *ctx, uint32_t t) { return ctx->rows ? ctx->row_seq[t] : 0; }
+
+/* KV cache rows of sequence seq: keys of layer l, position p, KV head h; values follow all keys of
+   the layer. A sliding-window layer holds fewer rows than positions: position p lives in row
+   p % kv_cells. */
+static uint8_t *forge__k_row(forge_context *ctx, uint32_t seq, uint32_t l, uint32_t p, uint32_t h) {
+    return ctx->kv + seq * ctx->kv_seq_bytes + ctx->kv_layer_offset[l] +
+           ((uint64_t)(p % ctx->kv_cells[l]) * ctx->c->layer_n_head_kv[l] + h) * ctx->row_k_bytes;
 }
-static uint8_t *forge__v_row(forge_context *ctx, uint32_t l, uint32_t p, uint32_t h) {
-    return ctx->kv + ctx->kv_layer_offset[l] + (uint64_t)ctx->kv_cells[l] * ctx->c->layer_n_head_kv[l] * ctx->row_k_bytes +
+static uint8_t *forge__v_row(forge_context *ctx, uint32_t seq, uint32_t l, uint32_t p, uint32_t h) {
+    return ctx->kv + seq * ctx->kv_seq_bytes + ctx->kv_layer_offset[l] +
+           (uint64_t)ctx->kv_cells[l] * ctx->c->layer_n_head_kv[l] * ctx->row_k_bytes +
            ((uint64_t)(p % ctx->kv_cells[l]) * ctx->c->layer_n_head_kv[l] + h) * ctx->row_v_bytes;
 }
 
@@ -7872,7 +8093,7 @@ static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32
     const forge_config *c = ctx->c;
     uint32_t layer = job->op->layer, n_head = job->op->n, n_kv = c->layer_n_head_kv[layer];
     uint32_t t = task / n_head, h = task % n_head, kv_head = h / (n_head / n_kv), p, i;
-    uint32_t pos = ctx->pos + t, hd = c->head_dim, hdv = c->head_dim_v;
+    uint32_t pos = forge__row_pos(ctx, t), seq = forge__row_seq(ctx, t), hd = c->head_dim, hdv = c->head_dim_v;
     /* a sliding-window layer sees the last n_swa positions, this one included */
     uint32_t first = c->layer_is_swa[layer] && pos >= c->n_swa ? pos - c->n_swa + 1 : 0;
     const double cap = (double)c->attn_softcap;
@@ -7887,7 +8108,7 @@ static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32
     for (i = 0; i < hdv; i++) acc[i] = 0.0;
     for (p = first; p <= pos; p++) {
         double s = 0.0, w;
-        forge_dequantize(kv_type, forge__k_row(ctx, layer, p, kv_head), krow, hd);
+        forge_dequantize(kv_type, forge__k_row(ctx, seq, layer, p, kv_head), krow, hd);
         for (i = 0; i < hd; i++) s += (double)q[i] * krow[i];
         s *= scale;
         if (cap > 0.0) s = cap * tanh(s / cap);
@@ -7899,7 +8120,7 @@ static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32
         }
         w = exp(s - max);
         sum += w;
-        forge_dequantize(kv_type, forge__v_row(ctx, layer, p, kv_head), vrow, hdv);
+        forge_dequantize(kv_type, forge__v_row(ctx, seq, layer, p, kv_head), vrow, hdv);
         for (i = 0; i < hdv; i++) acc[i] += w * vrow[i];
     }
     for (i = 0; i < hdv; i++) out[i] = (float)(acc[i] / sum);
@@ -7913,7 +8134,7 @@ static void forge__rope(forge_context *ctx, float *x, uint32_t n_heads, uint32_t
     const double base = (double)(c->layer_is_swa[layer] ? c->rope_freq_base_swa : c->rope_freq_base);
     const double freq_scale = (double)(c->layer_is_swa[layer] ? c->rope_freq_scale_swa : c->rope_freq_scale);
     for (t = 0; t < ctx->n_tokens; t++) {
-        double pos = (double)(ctx->pos + t);
+        double pos = (double)forge__row_pos(ctx, t);
         for (i = 0; i < half; i++) {
             double theta = pos * freq_scale * pow(base, -2.0 * i / c->n_rot) / (double)ctx->rope_factors[i];
             float cs = (float)cos(theta), sn = (float)sin(theta);
@@ -8042,9 +8263,9 @@ static void forge__run_schedule(forge_context *ctx) {
             for (t = 0; t < n; t++)
                 for (h = 0; h < op->n; h++) {
                     forge__kv_encode(ctx->r.kv_type, kx + ((uint64_t)t * op->n + h) * c->head_dim, c->head_dim,
-                                     forge__k_row(ctx, op->layer, ctx->pos + t, h));
+                                     forge__k_row(ctx, forge__row_seq(ctx, t), op->layer, forge__row_pos(ctx, t), h));
                     forge__kv_encode(ctx->r.kv_type, vx + ((uint64_t)t * op->n + h) * c->head_dim_v, c->head_dim_v,
-                                     forge__v_row(ctx, op->layer, ctx->pos + t, h));
+                                     forge__v_row(ctx, forge__row_seq(ctx, t), op->layer, forge__row_pos(ctx, t), h));
                 }
             break;
         }
@@ -8071,9 +8292,17 @@ static void forge__run_schedule(forge_context *ctx) {
             for (j = 0; j < total; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
             break;
         }
-        case FORGE__OP_LOGITS: {
-            uint32_t rows = FORGE__MIN(ctx->r.n_logits, n);
+        case FORGE__OP_LOGITS: { /* the last row, or every row's with all_logits */
+            uint32_t rows = ctx->r.all_logits ? FORGE__MIN(ctx->r.n_logits, n) : 1;
             const float *x = forge__val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd;
+            if (ctx->rows) { /* the kept rows moved to the front, in order (the final norm is read by nothing after) */
+                float *xs = forge__val(ctx, op->src);
+                rows = ctx->n_logit_rows;
+                for (i = 0; i < rows; i++)
+                    if (ctx->logit_src[i] != i)
+                        memcpy(xs + (uint64_t)i * c->n_embd, xs + (uint64_t)ctx->logit_src[i] * c->n_embd, c->n_embd * sizeof(float));
+                x = xs;
+            }
             forge__matmul(ctx->pool, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n,
                           (uint32_t)op->w->ne[0], x, ctx->logits, rows, ctx->work);
             if (c->final_softcap > 0.0f) {
@@ -8161,6 +8390,24 @@ static void forge__run_schedule(forge_context *ctx) {
     }
 }
 
+/* The chunk just evaluated goes to the capture callback; first_pos: where a forge_eval chunk starts
+   (a batch step's rows carry their own positions). */
+static void forge__deliver_captures(forge_context *ctx, uint32_t first_pos) {
+    forge_capture_chunk chunk;
+    if (!ctx->sched.n_captures) return;
+    ctx->capture_pos = first_pos;
+    ctx->capture_tokens = ctx->n_tokens;
+    ctx->capture_rows = ctx->rows;
+    if (ctx->on_capture && forge_context_captures(ctx, &chunk)) ctx->on_capture(ctx->capture_user_data, &chunk);
+}
+
+/* After a forge_eval: its logits rows are sequence 0's; no other sequence had a row. */
+static void forge__seq_rows_single(forge_context *ctx) {
+    uint32_t s;
+    for (s = 1; s < ctx->r.n_seq; s++) ctx->seq_row[s] = UINT32_MAX;
+    ctx->seq_row[0] = ctx->n_logit_rows ? ctx->n_logit_rows - 1 : UINT32_MAX;
+}
+
 FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error) {
     uint32_t done = 0, i;
     if (!ctx || (!tokens && n_tokens)) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval: null argument");
@@ -8182,17 +8429,124 @@ FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uin
         } else {
             forge__run_schedule(ctx);
         }
-        if (ctx->sched.n_captures) {
-            forge_capture_chunk chunk;
-            ctx->capture_pos = ctx->pos;
-            ctx->capture_tokens = ctx->n_tokens;
-            if (ctx->on_capture && forge_context_captures(ctx, &chunk)) ctx->on_capture(ctx->capture_user_data, &chunk);
-        }
+        forge__deliver_captures(ctx, ctx->pos);
         ctx->pos += ctx->n_tokens;
+        ctx->seq_pos[0] = ctx->pos;
         done += ctx->n_tokens;
     }
+    forge__seq_rows_single(ctx);
     forge__ok(error);
     return FORGE_OK;
+}
+
+FORGE_API forge_result forge_eval_batch(forge_context *ctx, const forge_batch *b, forge_error *error) {
+    uint32_t i, n, rows = 0;
+    forge_result r = FORGE_OK;
+    if (!ctx || !b || (!b->tokens && b->n_tokens)) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval_batch: null argument");
+    n = b->n_tokens;
+    if (n == 0) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval_batch: a step with no rows (no sequence to advance)");
+    if (n > ctx->r.n_batch)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "a step of %u rows is above the context's batch of %u", n, ctx->r.n_batch);
+    for (i = 0; i < n; i++) {
+        const uint32_t s = b->seq ? b->seq[i] : 0;
+        if (s >= ctx->r.n_seq)
+            return forge__fail(error, FORGE_ERR_ARGUMENT, "row %u names sequence %u; the context has %u (0 .. %u)", i, s, ctx->r.n_seq,
+                               ctx->r.n_seq - 1);
+        if (b->tokens[i] < 0 || (uint32_t)b->tokens[i] >= ctx->c->n_vocab)
+            return forge__fail(error, FORGE_ERR_ARGUMENT, "token %d at row %u is outside the vocabulary of %u", (int)b->tokens[i], i,
+                               ctx->c->n_vocab);
+    }
+    for (i = 0; i < n && (!b->seq || b->seq[i] == 0); i++) {}
+    if (i == n) return forge_eval(ctx, b->tokens, n, error); /* sequence 0 alone: the one-sequence path (its decode graph) */
+    for (i = 0; i < n; i++) ctx->seq_count[b->seq ? b->seq[i] : 0] = 0;
+    for (i = 0; i < n; i++) { /* each row's position, the next of its sequence */
+        const uint32_t s = b->seq ? b->seq[i] : 0;
+        ctx->row_seq[i] = s;
+        ctx->row_pos[i] = ctx->seq_pos[s] + ctx->seq_count[s]++;
+    }
+    for (i = 0; i < n; i++) {
+        const uint32_t s = ctx->row_seq[i];
+        if ((uint64_t)ctx->seq_pos[s] + ctx->seq_count[s] > ctx->r.n_ctx)
+            return forge__fail(error, FORGE_ERR_ARGUMENT,
+                               "sequence %u holds %u of its %u positions; %u more do not fit (reset it to go on)", s,
+                               ctx->seq_pos[s], ctx->r.n_ctx, ctx->seq_count[s]);
+    }
+    for (i = 0; i < n; i++) { /* the kept logits: every row's, or each sequence's last row's */
+        const uint32_t s = ctx->row_seq[i];
+        if (ctx->r.all_logits || ctx->row_pos[i] + 1 == ctx->seq_pos[s] + ctx->seq_count[s]) ctx->logit_src[rows++] = i;
+    }
+    ctx->tokens = b->tokens;
+    ctx->n_tokens = n;
+    ctx->n_logit_rows = rows;
+    ctx->rows = 1;
+    if (ctx->r.backend == FORGE_BACKEND_GPU) r = forge__gpu_run_schedule(ctx, error);
+    else forge__run_schedule(ctx);
+    if (r == FORGE_OK) forge__deliver_captures(ctx, 0);
+    ctx->rows = 0;
+    for (i = 0; i < ctx->r.n_seq; i++) ctx->seq_row[i] = UINT32_MAX;
+    if (r) {
+        ctx->n_logit_rows = 0;
+        return r;
+    }
+    for (i = 0; i < rows; i++) ctx->seq_row[ctx->row_seq[ctx->logit_src[i]]] = i; /* a sequence's last kept row is its last token's */
+    for (i = 0; i < n; i++) ctx->seq_pos[ctx->row_seq[i]] = ctx->row_pos[i] + 1;
+    ctx->pos = ctx->seq_pos[0];
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+FORGE_API uint32_t forge_context_n_seq(const forge_context *ctx) { return ctx ? ctx->r.n_seq : 0; }
+FORGE_API uint32_t forge_seq_pos(const forge_context *ctx, uint32_t seq) { return ctx && seq < ctx->r.n_seq ? ctx->seq_pos[seq] : 0; }
+
+FORGE_API forge_result forge_seq_reset(forge_context *ctx, uint32_t seq, forge_error *error) {
+    if (!ctx) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_seq_reset: null context");
+    if (seq >= ctx->r.n_seq)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "sequence %u is unknown; the context has %u (0 .. %u)", seq, ctx->r.n_seq,
+                           ctx->r.n_seq - 1);
+    ctx->seq_pos[seq] = 0;
+    ctx->seq_row[seq] = UINT32_MAX;
+    if (seq == 0) ctx->pos = 0;
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+/* seq's logits row of the last step, or a failure naming why there is none. */
+static forge_result forge__seq_row(const forge_context *ctx, uint32_t seq, uint32_t *row, forge_error *error) {
+    if (!ctx) return forge__fail(error, FORGE_ERR_ARGUMENT, "null context");
+    if (seq >= ctx->r.n_seq)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "sequence %u is unknown; the context has %u (0 .. %u)", seq, ctx->r.n_seq,
+                           ctx->r.n_seq - 1);
+    if (ctx->seq_row[seq] == UINT32_MAX || ctx->seq_row[seq] >= ctx->n_logit_rows)
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "sequence %u had no row in the last step: no logits", seq);
+    *row = ctx->seq_row[seq];
+    return FORGE_OK;
+}
+
+FORGE_API const float *forge_seq_logits(const forge_context *ctx, uint32_t seq) {
+    uint32_t row = 0, rows = 0;
+    const float *all;
+    if (forge__seq_row(ctx, seq, &row, NULL)) return NULL;
+    all = forge_context_logits(ctx, &rows);
+    return all && row < rows ? all + (uint64_t)row * ctx->c->n_vocab : NULL;
+}
+
+FORGE_API forge_result forge_seq_argmax(forge_context *ctx, uint32_t seq, int32_t *out_token, forge_error *error) {
+    uint32_t row = 0;
+    forge_result r;
+    if (out_token) *out_token = -1;
+    if (!out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_seq_argmax: null argument");
+    if ((r = forge__seq_row(ctx, seq, &row, error))) return r;
+    return forge__argmax_row(ctx, row, out_token, error);
+}
+
+FORGE_API forge_result forge_seq_sample(forge_context *ctx, uint32_t seq, forge_sampler *sampler, int32_t *out_token,
+                                        forge_error *error) {
+    uint32_t row = 0;
+    forge_result r;
+    if (out_token) *out_token = -1;
+    if (!sampler || !out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_seq_sample: null argument");
+    if ((r = forge__seq_row(ctx, seq, &row, error))) return r;
+    return forge__sample_row(ctx, sampler, row, out_token, error);
 }
 
 FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chunk *out) {
@@ -8204,6 +8558,8 @@ FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chu
     out->data = ctx->capture_data;
     out->width = ctx->sched.capture_width;
     out->dtype = ctx->r.capture_dtype;
+    out->seq = ctx->capture_rows ? ctx->row_seq : NULL;
+    out->positions = ctx->capture_rows ? ctx->row_pos : NULL;
     return 1;
 }
 

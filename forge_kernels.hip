@@ -1242,6 +1242,56 @@ __global__ void __launch_bounds__(256) forge__k_matvec_fast(const uint8_t *__res
     }
 }
 
+// A few tokens at once (a step of several sequences, a short prompt): the fast decode kernel's
+// readers with FORGE__FEW_TOKENS tokens per pass, so each piece of weights loaded serves every token of
+// the pass (blockIdx.y: the pass, tokens FORGE__FEW_TOKENS y ..). The matrix-unit kernel pays for a tile
+// of 32 or more tokens whatever the count; this one reads the weights once a pass instead. Each token's
+// sums are the fast decode kernel's, in its order: a token's product is the same as alone.
+#define FORGE__FEW_TOKENS 8
+#ifndef FORGE__FEW_MAX
+#define FORGE__FEW_MAX 64 // most tokens of a product taken by the few-token kernel; more go to the matrix units
+#endif
+template <class P>
+__global__ void __launch_bounds__(256) forge__k_matmul_few(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows,
+                                                           uint32_t n_cols, const float *__restrict__ x, float *__restrict__ y,
+                                                           const float *__restrict__ bias, uint32_t n_tokens) {
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, waves_per_block = blockDim.x / wave;
+    const uint32_t r0 = (blockIdx.x * waves_per_block + threadIdx.x / wave) * FORGE__MV_ROWS;
+    const uint32_t t0 = blockIdx.y * FORGE__FEW_TOKENS, nt = min((uint32_t)FORGE__FEW_TOKENS, n_tokens - t0);
+    if (r0 >= n_rows) return; // the whole wave leaves together
+    const uint8_t *rows[FORGE__MV_ROWS];
+#pragma unroll
+    for (int k = 0; k < FORGE__MV_ROWS; k++) rows[k] = w + (size_t)min(r0 + k, n_rows - 1) * row_bytes; // extra rows: re-read, dropped
+    const uint32_t n_pieces = n_cols / 32;
+    float acc[FORGE__FEW_TOKENS][FORGE__MV_ROWS];
+#pragma unroll
+    for (int t = 0; t < FORGE__FEW_TOKENS; t++)
+#pragma unroll
+        for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] = 0.0f;
+    for (uint32_t p = lane; p < n_pieces; p += wave) {
+        typename P::raw raw[FORGE__MV_ROWS];
+#pragma unroll
+        for (int k = 0; k < FORGE__MV_ROWS; k++) P::load(rows[k], p, n_cols, raw[k]);
+#pragma unroll
+        for (int t = 0; t < FORGE__FEW_TOKENS; t++) {
+            if ((uint32_t)t >= nt) break;
+            float xr[32], xs[4];
+            P::load_x(x + (size_t)(t0 + t) * n_cols, p, xr, xs);
+#pragma unroll
+            for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] += P::dot(raw[k], p, xr, xs);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < FORGE__FEW_TOKENS; t++) {
+        if ((uint32_t)t >= nt) break;
+#pragma unroll
+        for (int k = 0; k < FORGE__MV_ROWS; k++) {
+            const float total = forge__wave_sum(acc[t][k]);
+            if (lane == 0 && r0 + k < n_rows) y[(size_t)(t0 + t) * n_rows + r0 + k] = bias ? total + bias[r0 + k] : total;
+        }
+    }
+}
+
 __device__ __forceinline__ float forge__gelu(float x); // defined in >>rows
 
 // ---- decode on 8-bit activations ----
@@ -2566,6 +2616,21 @@ int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
         }
         return forge__hip_launched("matvec launch", message, message_bytes);
     }
+    if (n_tokens <= FORGE__FEW_MAX) { // a few tokens: each pass of the weights serves FORGE__FEW_TOKENS of them
+        const uint32_t fast_rows = FORGE__MATVEC_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MV_ROWS;
+        const dim3 grid((n_rows + fast_rows - 1) / fast_rows, (n_tokens + FORGE__FEW_TOKENS - 1) / FORGE__FEW_TOKENS);
+        switch (forge__hip_kind(type, n_cols)) {
+#define FORGE__LAUNCH_FEW(id, P)                                                                             case id: forge__k_matmul_few<P><<<grid, FORGE__MATVEC_THREADS, 0, s>>>(wb, row_bytes, n_rows, n_cols, x, y, bias, n_tokens);         return forge__hip_launched("matmul launch", message, message_bytes);
+            FORGE__LAUNCH_FEW(FORGE_HIP_Q4_0, forge__p_q4_0)
+            FORGE__LAUNCH_FEW(FORGE_HIP_Q8_0, forge__p_q8_0)
+            FORGE__LAUNCH_FEW(FORGE_HIP_Q4_K, forge__p_q4_k)
+            FORGE__LAUNCH_FEW(FORGE_HIP_Q6_K, forge__p_q6_k)
+            FORGE__LAUNCH_FEW(FORGE__HIP_Q6_K_PACKED, forge__p_q6_k_packed)
+            FORGE__LAUNCH_FEW(FORGE__HIP_Q6_K_PACKED4, forge__p_q6_k_packed4)
+#undef FORGE__LAUNCH_FEW
+        default: break;
+        }
+    }
 #ifdef FORGE__MMA
     if (forge__mma_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s))
         return forge__hip_launched("matmul launch", message, message_bytes);
@@ -2646,12 +2711,13 @@ __device__ __forceinline__ void forge__rope_pair(float x0, float x1, float c, fl
     *y1 = fmaf(x0, s, x1 * c);
 }
 // dev_pos (a decode graph's): the first position is read from device memory instead of pos0.
+// row_pos (a step of several sequences): token t's position is row_pos[t].
 __global__ void forge__k_rope(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int neox, uint32_t pos0,
                               float freq_base, float freq_scale, const float *__restrict__ freq_factors,
-                              const uint32_t *__restrict__ dev_pos = NULL) {
+                              const uint32_t *__restrict__ dev_pos = NULL, const uint32_t *__restrict__ row_pos = NULL) {
     __shared__ float cos_t[FORGE__ROPE_MAX_HALF], sin_t[FORGE__ROPE_MAX_HALF];
     const uint32_t half = n_rot / 2;
-    const double pos = (double)((dev_pos ? *dev_pos : pos0) + blockIdx.x);
+    const double pos = (double)(row_pos ? row_pos[blockIdx.x] : (dev_pos ? *dev_pos : pos0) + blockIdx.x);
     for (uint32_t i = threadIdx.x; i < half; i += blockDim.x)
         forge__rope_cs(pos, freq_scale, forge__rope_freq(freq_base, i, n_rot), freq_factors, freq_factors ? (double)freq_factors[i] : 1.0,
                        &cos_t[i], &sin_t[i]);
@@ -2815,7 +2881,7 @@ int forge_hip_headnorm(float *x, const float *w, uint32_t n_tokens, uint32_t n_h
 // pos * freq_scale * freq_base^(-2i/n_rot) / freq_factors[i] (freq_factors: device f32 [n_rot/2] or NULL).
 static int forge__hip_rope(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
                            uint32_t pos0, const uint32_t *dev_pos, float freq_base, float freq_scale, const float *freq_factors,
-                           void *stream, char *message, size_t message_bytes) {
+                           void *stream, char *message, size_t message_bytes, const uint32_t *row_pos = NULL) {
     if (n_rot % 2 != 0 || n_rot > head_dim || n_rot / 2 > FORGE__ROPE_MAX_HALF || (mode != 0 && mode != 2)) {
         if (message && message_bytes)
             snprintf(message, message_bytes, "rope: n_rot %u (head_dim %u, mode %d) is not even, <= head_dim and <= %d with mode 0 or 2",
@@ -2824,8 +2890,18 @@ static int forge__hip_rope(float *x, uint32_t n_tokens, uint32_t n_heads, uint32
     }
     if (n_tokens == 0 || n_rot == 0) return 0;
     forge__k_rope<<<n_tokens, 256, 0, (hipStream_t)stream>>>(x, n_heads, head_dim, n_rot, mode == 2, pos0, freq_base,
-                                                                freq_scale, freq_factors, dev_pos);
+                                                                freq_scale, freq_factors, dev_pos, row_pos);
     return forge__hip_launched("rope launch", message, message_bytes);
+}
+
+// forge_hip_rope with each token's position read from device memory: token t at row_pos[t] (a step
+// of several sequences, each row at its own sequence's next position).
+int forge_hip_rope_rows(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
+                        const uint32_t *row_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
+                        char *message, size_t message_bytes) {
+    if (!row_pos) return forge__hip_refuse(message, message_bytes, "rope_rows: no row positions");
+    return forge__hip_rope(x, n_tokens, n_heads, head_dim, n_rot, mode, 0, NULL, freq_base, freq_scale, freq_factors, stream,
+                           message, message_bytes, row_pos);
 }
 
 int forge_hip_rope(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
@@ -3013,7 +3089,8 @@ __device__ __forceinline__ void forge__kv_put(const float *__restrict__ x, uint3
 template <int TYPE>
 __global__ void forge__k_kv_store(const float *__restrict__ src, uint8_t *__restrict__ cache, uint32_t n_tokens,
                                   uint32_t n_head_kv, uint32_t dim, uint32_t pos0, uint32_t n_cells, size_t row_bytes,
-                                  const uint32_t *__restrict__ dev_pos = NULL) {
+                                  const uint32_t *__restrict__ dev_pos = NULL, const uint32_t *__restrict__ row_pos = NULL,
+                                  const uint32_t *__restrict__ row_seq = NULL, size_t seq_stride = 0) {
     const uint32_t per_row = (TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16) ? dim : dim / 32;
     const size_t total = (size_t)n_tokens * n_head_kv * per_row;
     const uint32_t first_pos = dev_pos ? *dev_pos : pos0;
@@ -3021,8 +3098,8 @@ __global__ void forge__k_kv_store(const float *__restrict__ src, uint8_t *__rest
         const size_t row = i / per_row; // token * n_head_kv + head
         const uint32_t item = (uint32_t)(i % per_row), t = (uint32_t)(row / n_head_kv), h = (uint32_t)(row % n_head_kv);
         const float *x = src + row * dim;
-        const uint32_t pos = first_pos + t, cell = n_cells ? pos % n_cells : pos;
-        uint8_t *dst = cache + ((size_t)cell * n_head_kv + h) * row_bytes;
+        const uint32_t pos = row_pos ? row_pos[t] : first_pos + t, cell = n_cells ? pos % n_cells : pos;
+        uint8_t *dst = cache + (row_seq ? (size_t)row_seq[t] * seq_stride : 0) + ((size_t)cell * n_head_kv + h) * row_bytes;
         forge__kv_put<TYPE>(x, item, dst, dim);
     }
 }
@@ -3039,16 +3116,17 @@ static size_t forge__hip_kv_row_bytes(uint32_t kv_type, uint32_t dim) {
 }
 
 static int forge__hip_kv_store_one(uint32_t kv_type, const float *src, void *cache, uint32_t n_tokens, uint32_t n_head_kv,
-                                   uint32_t dim, uint32_t pos0, uint32_t n_cells, hipStream_t s, const uint32_t *dev_pos = NULL) {
+                                   uint32_t dim, uint32_t pos0, uint32_t n_cells, hipStream_t s, const uint32_t *dev_pos = NULL,
+                                   const uint32_t *row_pos = NULL, const uint32_t *row_seq = NULL, size_t seq_stride = 0) {
     const size_t row_bytes = forge__hip_kv_row_bytes(kv_type, dim);
     const size_t items = (size_t)n_tokens * n_head_kv * (kv_type == FORGE_HIP_F32 || kv_type == FORGE_HIP_F16 ? dim : dim / 32);
     const unsigned blocks = forge__hip_blocks(items, 128);
     uint8_t *c = (uint8_t *)cache;
     switch (kv_type) {
-    case FORGE_HIP_F32: forge__k_kv_store<FORGE_HIP_F32><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes, dev_pos); break;
-    case FORGE_HIP_F16: forge__k_kv_store<FORGE_HIP_F16><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes, dev_pos); break;
-    case FORGE_HIP_Q8_0: forge__k_kv_store<FORGE_HIP_Q8_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes, dev_pos); break;
-    default: forge__k_kv_store<FORGE_HIP_Q4_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes, dev_pos); break;
+    case FORGE_HIP_F32: forge__k_kv_store<FORGE_HIP_F32><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes, dev_pos, row_pos, row_seq, seq_stride); break;
+    case FORGE_HIP_F16: forge__k_kv_store<FORGE_HIP_F16><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes, dev_pos, row_pos, row_seq, seq_stride); break;
+    case FORGE_HIP_Q8_0: forge__k_kv_store<FORGE_HIP_Q8_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes, dev_pos, row_pos, row_seq, seq_stride); break;
+    default: forge__k_kv_store<FORGE_HIP_Q4_0><<<blocks, 128, 0, s>>>(src, c, n_tokens, n_head_kv, dim, pos0, n_cells, row_bytes, dev_pos, row_pos, row_seq, seq_stride); break;
     }
     return 0;
 }
@@ -3169,6 +3247,13 @@ typedef struct forge_hip_attention_args {
     float softcap;           // 0: none; else each score s becomes softcap * tanh(s / softcap) before the softmax
     uint32_t *counters;      // forge_hip_attention_at: NULL, or n_head * n_tokens uint32 zeros in device memory that
                              // let split decode blocks merge in the same launch (left zero after each launch)
+    // forge_hip_attention only: NULL, or n_tokens device positions, one per query row, whose rows may
+    // belong to different sequences (a step of several sequences); pos0 then holds the largest of
+    // them. row_seq: n_tokens device sequence ids; row t reads the cache at cache_k / cache_v +
+    // row_seq[t] * seq_stride bytes (each sequence's cache laid out as one sequence's).
+    const uint32_t *row_pos;
+    const uint32_t *row_seq;
+    size_t seq_stride;
 } forge_hip_attention_args;
 
 typedef struct forge_hip_rope_args {
@@ -3239,7 +3324,8 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
     const uint32_t wave = warpSize, lane = threadIdx.x % wave, id = threadIdx.x / wave, n_waves = blockDim.x / wave;
     const uint32_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
     const uint32_t kv_head = h / (a.n_head / a.n_head_kv), hd = a.head_dim, hdv = a.head_dim_v;
-    const uint32_t kv_len = (dev_pos ? *dev_pos : a.pos0) + t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
+    const uint32_t kv_len = (a.row_pos ? a.row_pos[t] : (dev_pos ? *dev_pos : a.pos0) + t) + 1;
+    const uint32_t first = a.window && kv_len > a.window ? kv_len - a.window : 0;
     uint32_t n_used = n_split;
     if (dev_pos) { // the grid has the splits of the longest span (a graph's is fixed): use those this position needs
         const uint32_t span = kv_len - first, want = (span + FORGE__ATT_DECODE_CHUNK - 1) / FORGE__ATT_DECODE_CHUNK;
@@ -3253,7 +3339,8 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
     }
     const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
     const float *q = a.q + ((size_t)t * a.n_head + h) * hd;
-    const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
+    const size_t seq_base = a.row_seq ? (size_t)a.row_seq[t] * a.seq_stride : 0;
+    const uint8_t *ck = (const uint8_t *)a.cache_k + seq_base, *cv = (const uint8_t *)a.cache_v + seq_base;
 
     float qv[FORGE__ATT_PER_LANE], o[FORGE__ATT_PER_LANE];
 #pragma unroll
@@ -4117,6 +4204,24 @@ int forge_hip_kv_store_at(uint32_t kv_type, const float *k, const float *v, void
     return forge__hip_launched("kv_store launch", message, message_bytes);
 }
 
+// forge_hip_kv_store for a step of several sequences: token t goes to position row_pos[t] of sequence
+// row_seq[t], whose cache starts seq_stride bytes after the one before (cache_k / cache_v: sequence 0's
+// layer regions). Each sequence has at most n_cells tokens in the step.
+int forge_hip_kv_store_rows(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
+                            uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, const uint32_t *row_pos, const uint32_t *row_seq,
+                            size_t seq_stride, uint32_t n_cells, void *stream, char *message, size_t message_bytes) {
+    if (!row_pos || !row_seq) return forge__hip_refuse(message, message_bytes, "kv_store_rows: no row positions or sequences");
+    if (forge_hip_kv_store(kv_type, k, v, cache_k, cache_v, 0, n_head_kv, head_dim, head_dim_v, 0, n_cells, stream, message,
+                           message_bytes))
+        return -1;
+    if (n_tokens == 0 || n_head_kv == 0) return 0;
+    forge__hip_kv_store_one(kv_type, k, cache_k, n_tokens, n_head_kv, head_dim, 0, n_cells, (hipStream_t)stream, NULL, row_pos, row_seq,
+                            seq_stride);
+    forge__hip_kv_store_one(kv_type, v, cache_v, n_tokens, n_head_kv, head_dim_v, 0, n_cells, (hipStream_t)stream, NULL, row_pos, row_seq,
+                            seq_stride);
+    return forge__hip_launched("kv_store launch", message, message_bytes);
+}
+
 // Scratch that lets forge_hip_attention split a context of up to n_ctx positions for batches of up to
 // n_tokens queries, and forge_hip_attention_at split a one-token step as finely as it can use
 // (flash-decoding); the plan reserves it once. Any smaller scratch (or none) also works: the
@@ -4150,9 +4255,10 @@ int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, siz
                      a.n_tokens);
         return -1;
     }
-    const uint32_t max_len = a.pos0 + a.n_tokens; // one past the last position of the batch
+    // one past the last position of the batch (rows of several sequences: pos0 is the largest row's)
+    const uint32_t max_len = a.row_pos ? a.pos0 + 1 : a.pos0 + a.n_tokens;
     const uint32_t oldest = a.window && a.pos0 + 1 > a.window ? a.pos0 + 1 - a.window : 0; // first position any query reads
-    if (a.n_cells && a.n_cells < max_len - oldest) {
+    if (a.row_pos ? a.n_cells && a.window && a.n_cells < a.window + a.n_tokens - 1 : a.n_cells && a.n_cells < max_len - oldest) {
         if (message && message_bytes)
             snprintf(message, message_bytes, "attention: a ring of %u cells cannot hold positions %u..%u (window %u, %u tokens at %u)",
                      a.n_cells, oldest, max_len - 1, a.window, a.n_tokens, a.pos0);
@@ -4160,7 +4266,7 @@ int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, siz
     }
     if (a.n_tokens == 0) return 0;
     if (a.scale == 0.0f) a.scale = (float)(1.0 / sqrt((double)a.head_dim));
-    if (a.n_tokens > 1 && a.head_dim <= FORGE__ATT_TILE_MAX_DIM && a.head_dim_v <= FORGE__ATT_TILE_MAX_DIM) // prompts: the tiled kernels
+    if (a.n_tokens > 1 && !a.row_pos && a.head_dim <= FORGE__ATT_TILE_MAX_DIM && a.head_dim_v <= FORGE__ATT_TILE_MAX_DIM) // prompts: the tiled kernels
         return forge__hip_attention_prompt(a, row_k_bytes, row_v_bytes, scratch, scratch_bytes, s, message, message_bytes);
     const uint32_t span = a.window && a.window < max_len ? a.window : max_len; // the most positions one query reads
     uint32_t n_split = forge__hip_attention_splits(span);

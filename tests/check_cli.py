@@ -74,7 +74,8 @@ def stderr_on_terminal(forge, args):
 
 def test_help(forge):
     # every verb answers --help on stdout with exit 0 and names every flag it accepts
-    context = ["--ctx", "--kv", "--batch", "--threads", "--mem-fraction", "--headroom", "--on-budget", "--gpu", "--cpu", "--device"]
+    context = ["--ctx", "--kv", "--batch", "--threads", "--mem-fraction", "--headroom", "--on-budget", "--gpu", "--cpu", "--device",
+               "--seqs"]
     sampler = ["--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--seed"]
     verbs = {
         "info": ["--json"],
@@ -127,6 +128,9 @@ def test_numbers(forge, model):
         (["plan", model, "--headroom", "-5"], "--headroom '-5' must be a size"),
         (["plan", model, "--headroom", "2X"], "--headroom '2X' must be a size"),
         (["plan", model, "--on-budget", "maybe"], "--on-budget 'maybe' must be refuse or warn"),
+        (["plan", model, "--seqs", "0"], "--seqs '0' must be an integer in [1, 4096]"),
+        (["bench", "--cpu", "-m", model, "--seqs", "1,99999"], "--seqs '99999' must be an integer in [1, 4096]"),
+        (["bench", "--cpu", "-m", model, "--seqs", "1,2", "-p", "0"], "-p and -n must be above 0"),
         (["eval", "-m", model, "--tokens", "1,2", "--logits", "/dev/null", "--threads", "1e3"], "--threads '1e3' must be an integer in [0, 256]"),
         (["extract", "-m", model, "-p", "hi", "-o", "/tmp/never", "--chunk", "0"], "--chunk '0' must be an integer in [1, 65536]"),
         (["mkmodel", "--shape", "qwen2.5-0.5b", "--type", "q4_0", "--dry-run", "--seed", "18446744073709551616"],

@@ -471,6 +471,29 @@ static int parse_u32_in(const char *text, const char *flag, uint32_t lo, uint32_
     return 1;
 }
 
+/* A comma-separated list of at most `most` integers, each in [lo, hi]. */
+static int parse_u32_list(const char *text, const char *flag, uint32_t lo, uint32_t hi, uint32_t *out, uint32_t most, uint32_t *n_out) {
+    const char *item = text;
+    *n_out = 0;
+    for (;;) {
+        char one[32];
+        size_t len = strcspn(item, ",");
+        if (*n_out == most) {
+            fprintf(stderr, "forge: %s '%s' lists more than %u values\n", flag, text, most);
+            return 0;
+        }
+        if (len >= sizeof one) {
+            fprintf(stderr, "forge: %s '%s': each value must be an integer in [%u, %u]\n", flag, text, lo, hi);
+            return 0;
+        }
+        snprintf(one, sizeof one, "%.*s", (int)len, item);
+        if (!parse_u32_in(one, flag, lo, hi, &out[*n_out])) return 0;
+        (*n_out)++;
+        if (!item[len]) return 1;
+        item += len + 1;
+    }
+}
+
 /* A finite number in [lo, hi], or (lo, hi] when lo_open. */
 static int parse_number_in(const char *text, const char *flag, double lo, double hi, int lo_open, double *out) {
     char *end = NULL;
@@ -570,7 +593,8 @@ static void upload_progress_setup(forge_context_desc *desc, upload_progress *u, 
     "  --headroom SIZE       memory kept free on top of the fraction (e.g. 512M, 2G); default 0\n" \
     "  --on-budget POLICY    refuse (default): a plan over the budget allocates nothing; warn: allocate anyway\n" \
     "  --gpu, --cpu          the backend; default the GPU when this build has one and it answers\n" \
-    "  --device N            GPU index, [0, 255]\n"
+    "  --device N            GPU index, [0, 255]\n" \
+    "  --seqs N              sequence slots, each with its own KV cache, [1, " CLI_STR(FORGE_MAX_SEQ) "]; default 1\n"
 
 /* Options every command that makes a context shares; returns 1 if argv[*i] was one (consuming its value). */
 static int context_option(int argc, char **argv, int *i, forge_context_desc *desc, int *bad) {
@@ -583,7 +607,7 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
     }
     if (strcmp(opt, "--ctx") && strcmp(opt, "-c") && strcmp(opt, "--kv") && strcmp(opt, "--mem-fraction") &&
         strcmp(opt, "--batch") && strcmp(opt, "-b") && strcmp(opt, "--threads") && strcmp(opt, "-t") &&
-        strcmp(opt, "--device") && strcmp(opt, "--headroom") && strcmp(opt, "--on-budget"))
+        strcmp(opt, "--device") && strcmp(opt, "--headroom") && strcmp(opt, "--on-budget") && strcmp(opt, "--seqs"))
         return 0;
     if (!value) {
         fprintf(stderr, "forge: %s needs a value\n", opt);
@@ -595,6 +619,7 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
     else if (!strcmp(opt, "--batch") || !strcmp(opt, "-b")) *bad |= !parse_u32_in(value, "--batch", 0, 65536, &desc->n_batch);
     else if (!strcmp(opt, "--threads") || !strcmp(opt, "-t"))
         *bad |= !parse_u32_in(value, "--threads", 0, FORGE_MAX_THREADS, &desc->n_threads);
+    else if (!strcmp(opt, "--seqs")) *bad |= !parse_u32_in(value, "--seqs", 1, FORGE_MAX_SEQ, &desc->n_seq);
     else if (!strcmp(opt, "--mem-fraction")) *bad |= !parse_fraction(value, &desc->mem_fraction);
     else if (!strcmp(opt, "--headroom")) *bad |= !parse_size(value, "--headroom", &desc->mem_headroom_bytes);
     else if (!strcmp(opt, "--on-budget")) {
@@ -716,6 +741,8 @@ static int cmd_plan(int argc, char **argv) {
         printf(", \"total_bytes\": %llu, \"free_bytes\": %llu, \"reading_adjusted\": %s}", (unsigned long long)v.memory.total_bytes,
                (unsigned long long)v.memory.free_bytes, v.memory.adjusted ? "true" : "false");
         printf(", \"n_ctx\": %u, \"n_batch\": %u, \"kv_type\": \"%s\"", p->n_ctx, p->n_batch, forge_kv_type_name(p->kv_type));
+        printf(", \"n_seq\": %u, \"seq_kv_bytes\": %llu, \"seq_bytes\": %llu, \"max_seq_that_fits\": %u", p->n_seq,
+               (unsigned long long)(p->kv_bytes / p->n_seq), (unsigned long long)v.seq_bytes, v.max_seq_that_fits);
         printf(", \"plan\": {\"weights_bytes\": %llu, \"kv_bytes\": %llu, \"scratch_bytes\": %llu, \"logits_bytes\": %llu, "
                "\"capture_bytes\": %llu, \"reserve_bytes\": %llu, \"total_bytes\": %llu}",
                (unsigned long long)p->weights_bytes, (unsigned long long)p->kv_bytes, (unsigned long long)p->scratch_bytes,
@@ -735,8 +762,10 @@ static int cmd_plan(int argc, char **argv) {
         printf("}\n");
     } else {
         char a[32];
-        printf("plan for %s: %u positions of %s KV cache, batches of %u tokens\n", path, p->n_ctx, forge_kv_type_name(p->kv_type),
+        printf("plan for %s: %u positions of %s KV cache, batches of %u tokens", path, p->n_ctx, forge_kv_type_name(p->kv_type),
                p->n_batch);
+        if (p->n_seq > 1) printf(", %u sequences", p->n_seq);
+        printf("\n");
         human_bytes(a, sizeof a, p->weights_bytes);  printf("  weights   %14llu  %s\n", (unsigned long long)p->weights_bytes, a);
         human_bytes(a, sizeof a, p->kv_bytes);       printf("  KV cache  %14llu  %s\n", (unsigned long long)p->kv_bytes, a);
         human_bytes(a, sizeof a, p->scratch_bytes);  printf("  scratch   %14llu  %s\n", (unsigned long long)p->scratch_bytes, a);
@@ -747,6 +776,9 @@ static int cmd_plan(int argc, char **argv) {
         human_bytes(a, sizeof a, v.budget_bytes);
         printf("  budget    %14llu  %s (%.0f%% of free memory on %s)\n", (unsigned long long)v.budget_bytes, a,
                v.mem_fraction * 100.0, v.memory.device);
+        human_bytes(a, sizeof a, v.seq_bytes);
+        printf("  sequences %14u  up to %u fit; one more costs %llu bytes (%s)\n", p->n_seq, v.max_seq_that_fits,
+               (unsigned long long)v.seq_bytes, a);
         printf("%s: %s\n", v.fits ? "fits" : "does not fit", v.message);
     }
     if (!v.fits) fprintf(stderr, "forge plan: %s\n", v.message);
@@ -1337,9 +1369,135 @@ static uint64_t peak_host_bytes(void) {
     "  -r N                  repetitions, [1, 64]; default 5\n" \
     "  -ctk TYPE, -ctv TYPE  KV cache type (one for keys and values): f32, f16, q8_0, q4_0\n" \
     "  -o FORMAT             md (default), csv or json\n" \
+    "  --seqs LIST           sequence counts, comma-separated, each [1, " CLI_STR(FORGE_MAX_SEQ) "], at most 16: the aggregate\n" \
+    "                        speed of that many sequences decoded together (llama-batched-bench's way); -p and -n\n" \
+    "                        are per sequence and above 0, -d does not apply, -b defaults to 512\n" \
     QUIET_HELP \
     "  (-b/--batch defaults to 2048 here, whatever -p is, as llama-bench's does)\n" CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n"
+
+/* Many sequences at once, in the manner of llama-batched-bench (-npp, -ntg, -npl): for each count B of
+   sequences, a context of B sequences of n_prompt + n_gen positions; PP = the B prompts of n_prompt
+   tokens evaluated together in steps of up to n_batch rows (sequences interleaved), TG = n_gen steps
+   of one token for each sequence (fixed tokens, no sampling, as the peer's tool does); aggregate
+   tokens per second over all sequences, the median of the repetitions, planned and peak bytes. */
+static int bench_seqs(forge_model *model, forge_context_desc desc, const uint32_t *counts, uint32_t n_counts, uint32_t n_prompt,
+                      uint32_t n_gen, uint32_t reps, const char *format, const char *name, int gpu) {
+    const uint32_t n_vocab = forge_model_config(model)->n_vocab;
+    uint32_t ci, r, t, s;
+    forge_error err;
+    int32_t *tokens = NULL;
+    uint32_t *seq = NULL;
+    int status = 1;
+    if (!strcmp(format, "md")) {
+        printf("| model | backend | kv | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | planned bytes | peak bytes |\n");
+        printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    } else if (!strcmp(format, "csv")) {
+        printf("model,backend,kv,pp,tg,b,n_kv,t_pp,s_pp,t_tg,s_tg,repetitions,planned_bytes,peak_bytes\n");
+    } else {
+        printf("[");
+    }
+    for (ci = 0; ci < n_counts; ci++) {
+        const uint32_t b = counts[ci];
+        forge_context *ctx = NULL;
+        forge_memory_reading before, now;
+        uint64_t lowest_free = UINT64_MAX, peak;
+        double pp_s[64], tg_s[64];
+        const forge_plan *p;
+        desc.n_seq = b;
+        if (!desc.n_ctx) desc.n_ctx = n_prompt + n_gen;
+        memset(&before, 0, sizeof before);
+        if (gpu) forge_memory_query_gpu(desc.device, &before, NULL);
+        if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) goto fail;
+        p = forge_context_plan(ctx);
+        free(tokens), free(seq);
+        tokens = (int32_t *)malloc((size_t)p->n_batch * sizeof *tokens);
+        seq = (uint32_t *)malloc((size_t)p->n_batch * sizeof *seq);
+        if (!tokens || !seq) {
+            forge_context_destroy(ctx);
+            fprintf(stderr, "forge bench: out of host memory\n");
+            goto done;
+        }
+        for (r = 0; r <= reps; r++) { /* run 0 warms up */
+            double t0;
+            uint32_t rows_left = b * n_prompt, row = 0;
+            forge_context_reset(ctx);
+            t0 = now_seconds();
+            while (rows_left) { /* every prompt, interleaved: row k of the whole is token k / b of sequence k % b */
+                forge_batch batch;
+                uint32_t n = rows_left < p->n_batch ? rows_left : p->n_batch;
+                for (t = 0; t < n; t++, row++) seq[t] = row % b, tokens[t] = (int32_t)((row / b * 7919u + seq[t] * 31u + 13u) % n_vocab);
+                batch.tokens = tokens, batch.seq = seq, batch.n_tokens = n;
+                if (forge_eval_batch(ctx, &batch, &err) != FORGE_OK) goto fail_ctx;
+                rows_left -= n;
+            }
+            if (forge_seq_logits(ctx, b - 1) == NULL) { /* waits for the device's last step */
+                fprintf(stderr, "forge bench: the logits could not be read\n");
+                forge_context_destroy(ctx);
+                goto done;
+            }
+            if (r) pp_s[r - 1] = now_seconds() - t0;
+            t0 = now_seconds();
+            for (t = 0; t < n_gen; t++) {
+                forge_batch batch;
+                uint32_t done_rows = 0;
+                while (done_rows < b) { /* one token each; more sequences than a batch holds take several steps */
+                    uint32_t n = b - done_rows < p->n_batch ? b - done_rows : p->n_batch;
+                    for (s = 0; s < n; s++) seq[s] = done_rows + s, tokens[s] = (int32_t)(((t + 1) * 104729u + seq[s]) % n_vocab);
+                    batch.tokens = tokens, batch.seq = seq, batch.n_tokens = n;
+                    if (forge_eval_batch(ctx, &batch, &err) != FORGE_OK) goto fail_ctx;
+                    done_rows += n;
+                }
+            }
+            if (forge_seq_logits(ctx, b - 1) == NULL) {
+                fprintf(stderr, "forge bench: the logits could not be read\n");
+                forge_context_destroy(ctx);
+                goto done;
+            }
+            if (r) tg_s[r - 1] = now_seconds() - t0;
+            if (gpu && forge_memory_query_gpu(desc.device, &now, NULL) == FORGE_OK && now.free_bytes < lowest_free) lowest_free = now.free_bytes;
+        }
+        qsort(pp_s, reps, sizeof pp_s[0], cmp_double);
+        qsort(tg_s, reps, sizeof tg_s[0], cmp_double);
+        peak = gpu ? (lowest_free <= before.free_bytes ? before.free_bytes - lowest_free : 0) : peak_host_bytes();
+        {
+            const double tpp = pp_s[reps / 2], ttg = tg_s[reps / 2];
+            const char *backend = p->backend == FORGE_BACKEND_GPU ? "GPU" : "CPU";
+            const uint32_t n_kv = b * (n_prompt + n_gen);
+            if (!strcmp(format, "md"))
+                printf("| %s | %s | %s | %u | %u | %u | %u | %.3f | %.1f | %.3f | %.1f | %llu | %llu |\n", name, backend,
+                       forge_kv_type_name(p->kv_type), n_prompt, n_gen, b, n_kv, tpp, b * n_prompt / tpp, ttg, b * n_gen / ttg,
+                       (unsigned long long)p->total_bytes, (unsigned long long)peak);
+            else if (!strcmp(format, "csv"))
+                printf("%s,%s,%s,%u,%u,%u,%u,%.4f,%.3f,%.4f,%.3f,%u,%llu,%llu\n", name, backend, forge_kv_type_name(p->kv_type), n_prompt,
+                       n_gen, b, n_kv, tpp, b * n_prompt / tpp, ttg, b * n_gen / ttg, reps, (unsigned long long)p->total_bytes,
+                       (unsigned long long)peak);
+            else {
+                printf("%s\n {\"model\": ", ci ? "," : "");
+                json_cstr(stdout, name);
+                printf(", \"backend\": \"%s\", \"kv_type\": \"%s\", \"pp\": %u, \"tg\": %u, \"b\": %u, \"n_kv\": %u, \"t_pp\": %.4f, "
+                       "\"s_pp\": %.3f, \"t_tg\": %.4f, \"s_tg\": %.3f, \"repetitions\": %u, \"planned_bytes\": %llu, \"peak_bytes\": %llu}",
+                       backend, forge_kv_type_name(p->kv_type), n_prompt, n_gen, b, n_kv, tpp, b * n_prompt / tpp, ttg, b * n_gen / ttg,
+                       reps, (unsigned long long)p->total_bytes, (unsigned long long)peak);
+            }
+            fflush(stdout);
+        }
+        forge_context_destroy(ctx);
+        continue;
+    fail_ctx:
+        forge_context_destroy(ctx);
+        goto fail;
+    }
+    if (!strcmp(format, "json")) printf("\n]\n");
+    status = 0;
+    goto done;
+fail:
+    fprintf(stderr, "forge bench: %s\n", err.message);
+done:
+    free(tokens);
+    free(seq);
+    return status;
+}
 
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL, *format = "md";
@@ -1357,12 +1515,17 @@ static int cmd_bench(int argc, char **argv) {
     uint32_t n_rows = 0;
     uint64_t lowest_free = UINT64_MAX;
     forge_kv_type ctk = FORGE_KV_DEFAULT, ctv = FORGE_KV_DEFAULT;
+    uint32_t seq_counts[16], n_seq_counts = 0;
     memset(&desc, 0, sizeof desc);
     if (wants_help(argc, argv)) {
         fputs(BENCH_USAGE, stdout);
         return 0;
     }
     for (i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--seqs") && i + 1 < argc) { /* a list of sequence counts: the batched bench */
+            bad |= !parse_u32_list(argv[++i], "--seqs", 1, FORGE_MAX_SEQ, seq_counts, 16, &n_seq_counts);
+            continue;
+        }
         if (context_option(argc, argv, &i, &desc, &bad)) continue;
         if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) bad |= !parse_u32_in(argv[++i], "-p", 0, 1u << 30, &n_prompt);
@@ -1381,27 +1544,8 @@ static int cmd_bench(int argc, char **argv) {
                 fprintf(stderr, "forge bench: %s\n", err.message);
                 bad = 1;
             }
-        } else if (!strcmp(argv[i], "-d") && i + 1 < argc) { /* a comma-separated list */
-            const char *list = argv[++i];
-            n_depths = 0;
-            for (;;) {
-                char item[32];
-                size_t len = strcspn(list, ",");
-                if (n_depths == 16) {
-                    fprintf(stderr, "forge bench: -d '%s' lists more than 16 depths\n", argv[i]);
-                    bad = 1;
-                    break;
-                }
-                snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item - 1 ? len : sizeof item - 1), list);
-                if (len >= sizeof item || !parse_u32_in(item, "-d", 0, 1u << 30, &depths[n_depths])) {
-                    if (len >= sizeof item) fprintf(stderr, "forge bench: -d '%s' is not a list of depths\n", argv[i]);
-                    bad = 1;
-                    break;
-                }
-                n_depths++;
-                if (!list[len]) break;
-                list += len + 1;
-            }
+        } else if (!strcmp(argv[i], "-d") && i + 1 < argc) {
+            bad |= !parse_u32_list(argv[++i], "-d", 0, 1u << 30, depths, 16, &n_depths);
         } else {
             fprintf(stderr, "forge bench: unexpected '%s'\n", argv[i]);
             bad = 1;
@@ -1417,6 +1561,24 @@ static int cmd_bench(int argc, char **argv) {
     if (n_prompt == 0 && n_gen == 0) {
         fprintf(stderr, "forge bench: -p 0 and -n 0 leave nothing to measure\n");
         return 1;
+    }
+    if (n_seq_counts) { /* the batched bench: -p and -n per sequence, -d does not apply */
+        const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        if (n_depths != 1 || depths[0] != 0) {
+            fprintf(stderr, "forge bench: --seqs measures from an empty context; -d does not apply\n");
+            return 1;
+        }
+        if (n_prompt == 0 || n_gen == 0) {
+            fprintf(stderr, "forge bench: --seqs measures both phases: -p and -n must be above 0\n");
+            return 1;
+        }
+        if (!check_env_fraction("bench")) return 1;
+        if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) goto fail;
+        if (!desc.n_batch) desc.n_batch = 512;
+        gpu = desc.backend == FORGE_BACKEND_GPU || (desc.backend == FORGE_BACKEND_AUTO && forge_gpu_available());
+        status = bench_seqs(model, desc, seq_counts, n_seq_counts, n_prompt, n_gen, reps, format, name, gpu);
+        forge_model_close(model);
+        return status;
     }
     for (di = 0; di < n_depths; di++) max_depth = depths[di] > max_depth ? depths[di] : max_depth;
     /* both terms are at most 2^30, so the sum is exact in 64 bits */
@@ -1554,6 +1716,8 @@ static void usage(FILE *out) {
             "  chat -m FILE         talk with a chat model\n"
             "  bench -m FILE [-p 512] [-n 128] [-d 0,16384] [-r 5] [-ctk TYPE] [-o md|csv|json]\n"
             "                       prompt and generation speed, planned and peak memory\n"
+            "  bench -m FILE --seqs 1,4,16,64 [-p 128] [-n 128]\n"
+            "                       aggregate speed of many sequences decoded together\n"
             "  tokenize -m FILE TEXT  token ids of a text\n"
             "  mkmodel --shape NAME --type MIX -o FILE [--layers N] [--vocab N] [--seed S] [--dry-run]\n"
             "                       a synthetic GGUF with the exact shapes of a real model and random blocks\n"
