@@ -161,6 +161,7 @@ def test_non_finite(forge, model, tmp):
         runs = {
             "eval": ["eval", "-m", bad, "--tokens", "1,300,301", "--logits", os.path.join(tmp, "l.f32"), "--kv", kv],
             "bench": ["bench", "--cpu", "-m", bad, "-p", "4", "-n", "2", "-r", "1", "-ctk", kv],
+            "bench --seqs": ["bench", "--cpu", "-m", bad, "--seqs", "2", "-p", "4", "-n", "2", "-r", "1", "-ctk", kv],
             "extract": ["extract", "-m", bad, "--tokens", "1,300,301", "-o", os.path.join(tmp, "x"), "--layers", "0", "--kv", kv],
             "run": ["run", "-m", bad, "-p", "hello", "-n", "3", "--kv", kv],
             "chat": ["chat", "-m", bad, "-n", "3", "--kv", kv],

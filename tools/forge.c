@@ -1455,6 +1455,19 @@ static int bench_seqs(forge_model *model, forge_context_desc desc, const uint32_
                 goto done;
             }
             if (r) tg_s[r - 1] = now_seconds() - t0;
+            { /* (after the clock) a NaN or an infinity in the last sequence's logits is a failure, as elsewhere */
+                const float *row = forge_seq_logits(ctx, b - 1);
+                uint32_t k;
+                for (k = 0; k < n_vocab && isfinite(row[k]); k++) {
+                }
+                if (k < n_vocab) {
+                    fprintf(stderr, "forge bench: the model produced a non-finite logit (%g at token %u of sequence %u): its weights "
+                                    "or activations hold NaN or infinite values\n",
+                            (double)row[k], k, b - 1);
+                    forge_context_destroy(ctx);
+                    goto done;
+                }
+            }
             if (gpu && forge_memory_query_gpu(desc.device, &now, NULL) == FORGE_OK && now.free_bytes < lowest_free) lowest_free = now.free_bytes;
         }
         qsort(pp_s, reps, sizeof pp_s[0], cmp_double);
