@@ -12,6 +12,18 @@
 
    Every other file includes "forge.h" without the define.
 
+   Compile: cc -std=c99 prog.c -lm -pthread (the CPU backend). For a GPU, compile the file that
+   defines FORGE_IMPLEMENTATION with -DFORGE_HIP and link forge_kernels.hip, built by hipcc (AMD) or
+   by nvcc -x cu (NVIDIA); see README, "Build for AMD and NVIDIA".
+
+   FIRST PROGRAM (>>generate, "the short path")
+      forge_llm_open(path, NULL, &llm, &error)      model + tokenizer + budget-checked context
+      forge_llm_chat(llm, "Hi", on_text, user_data, &error)    streams the reply, piece by piece
+      forge_llm_close(llm)
+   Then the layers, each usable alone: forge_model_open (the file), forge_plan_check (will it fit?),
+   forge_context_create (the memory, after the budget check), forge_tokenizer_create, forge_eval /
+   forge_context_sample (one step), forge_generator_* (bounded steps for a frame loop).
+
    WHAT IT DOES (today)
       - reads GGUF files (versions 2 and 3) from memory or from a read-only mapping, treating
         every byte as hostile: each length is checked against the bytes left, every product and
@@ -22,32 +34,84 @@
         experts, sliding windows) for llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, qwen2moe,
         qwen3moe and glm4 files, and checks that every tensor the configuration implies is present
         with the right shape; no dimension of a derived configuration is ever zero
-      - computes the exact bytes of a KV cache (f32, f16, q8_0, q4_0) and reads host memory as a
-        process can use it, within a container's cgroup limit
+      - plans the exact bytes a context takes (weights, KV cache of f32, f16, q8_0 or q4_0, scratch,
+        logits, captures, the backend's reserve), checks the plan against a budget (70% of free
+        memory by default) before allocating, and refuses with every term and what would fit
+      - runs the forward pass on the CPU (products straight from quantized blocks, a thread pool,
+        bitwise the same for any thread count) or on a GPU through HIP (AMD) or CUDA (NVIDIA) with
+        forge_kernels.hip: one device arena, decode graphs, 8-bit activation products
+      - tokenizes and detokenizes (SentencePiece and byte-level BPE, llama.cpp's pre-tokenizers),
+        streaming whole UTF-8 characters
       - samples tokens: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded
+      - chat formats ChatML, Llama 3 and Gemma, recognized from the file's template
+      - captures hidden states (residual stream, attention and MLP outputs, final norm) per batch
+      - the short path (forge_llm): from a path to a streamed reply in a few calls
 
-   OPTIONS (define before including)
+   OPTIONS (define before including; the FORGE_GGUF_MAX_* and other limits are in the code below)
       FORGE_STATIC        every function gets static linkage (vendoring into one translation unit)
-      FORGE_NO_STDIO      no file loading (forge_gguf_parse and forge_model_from_memory remain)
+      FORGE_API           the linkage of every function (default extern; FORGE_STATIC makes it static)
+      FORGE_NO_STDIO      no file loading (forge_gguf_parse, forge_model_from_memory, forge_llm_open_memory remain)
       FORGE_NO_MMAP       load files with read() into host memory instead of mapping them
+      FORGE_NO_THREADS    the CPU backend runs on the calling thread only: no pthreads, no Win32 threads
+      FORGE_HIP           the GPU backend (link forge_kernels.hip); without it the CPU serves everything
       FORGE_MALLOC/FORGE_FREE  default host allocator (when no forge_allocator is given)
+      FORGE_MAX_THREADS   most threads a CPU pool starts (256)
+      FORGE_POOL_SPINS    polls of an idle pool thread before it sleeps (4000)
+      FORGE_MAX_LAYERS    most layers a configuration holds (512)
+      FORGE_GGUF_MAX_KV, _TENSORS, _STRING_BYTES, _ARRAY_COUNT, _NAME_BYTES, _ALIGNMENT
+                          the reader's limits on what a file may claim
+      FORGE_TOKENIZE_MAX_TEXT_BYTES, FORGE_TOKENIZER_MAX_VOCAB   the tokenizer's limits
 
-   CONTENTS (search for the markers)
-      >>results     result codes and the error record
+   CONTENTS (search for the markers; the implementation's are >>impl-NAME)
+      >>results     result codes, the error record, the allocator callbacks
       >>types       tensor type table and dequantization
-      >>gguf        GGUF reader
+      >>gguf        GGUF reader, files
       >>config      architectures and configuration derivation
+      >>cpu         the CPU backend's thread count and thread policy
+      >>tokenizer   text <-> token ids, the streaming detokenizer
       >>sampler     token sampling
       >>model       model object: file + index + configuration
       >>plan        memory arithmetic: KV cache bytes, host memory
-      >>context     the memory plan, the budget, and a context that evaluates tokens (CPU backend)
-      >>generate    chat formats and the step-by-step generator
-      >>impl        implementation
+      >>context     the memory plan, the budget, captures, a context that evaluates tokens, many
+                    sequences on one model (n_seq, forge_eval_batch); forge_context_desc_apply_env
+      >>generate    chat formats, the step-by-step generator, and the short path (forge_llm)
+      >>impl        implementation: >>impl-results -types -gguf -file -config -cpu -tokenizer -sampler
+                    -model -plan -context -gpu-backend -plan-compute -cpu-backend -gpu-context
+                    -capture -generate -device-scope -env -llm -end
 
-   ERRORS
-      Every fallible function returns forge_result (FORGE_OK == 0) and, when given a forge_error,
-      fills it with the code and a one-line message that names the key or tensor and the numbers.
-      The library never exits, aborts or prints.
+   WHAT A HOST PROGRAM MAY RELY ON
+      - Errors: every fallible function returns forge_result (FORGE_OK == 0) and, when given a
+        forge_error, fills it with the code and a one-line message that names the key or tensor and
+        the numbers. The library never exits, aborts or prints (logging goes to desc.log if given).
+      - Environment: the library reads no environment variable unless the program calls
+        forge_context_desc_apply_env, which applies FORGE_MEM_FRACTION, FORGE_NO_GRAPH, FORGE_NO_Q8,
+        FORGE_NORM_FUSION, FORGE_NO_PDL and FORGE_NO_STAGE to a descriptor (the CLI calls it).
+      - Memory: host memory through the descriptor's forge_allocator (both callbacks or neither: one
+        without the other is refused with FORGE_ERR_ARGUMENT at creation); a context allocates all it
+        needs at create and nothing per token; any failed create frees what it took.
+      - Threads: a CPU context starts desc.n_threads - 1 worker threads at create (the caller is the
+        last participant) and joins them at destroy; n_threads 0 means forge_cpu_default_threads(),
+        half the processors the process may use, so a game keeps the other half. Nothing else starts
+        a thread. Objects serve one thread at a time; separate objects are independent, except that
+        a tokenizer (read-only after create) may serve several threads at once.
+      - GPU device: every call that touches a context's device makes desc.device current for the
+        calling thread and puts back the device the thread had before returning (the queries too).
+      - Process-wide state in forge_kernels.hip (nothing else in forge is global):
+          per-device answers cached once (atomics): whether overlapped launches (PDL) run, the
+            multiprocessor count, whether a staged kernel may take its shared memory;
+          the launch switches of the context being served, thread-local (set around each call);
+          test hooks: the count of device allocations, injected allocation failures, staging forced
+            on or off (forge_hip_set_staging) (atomics);
+          the runtime's own per-thread current device, which forge leaves as it found it.
+        All of it is safe when contexts are created on several threads at once.
+
+   LIFETIMES
+      forge_model          open .. close; it must outlive its contexts (they read its mapping)
+      forge_tokenizer      create .. destroy; copies what it needs, the model may close first
+      forge_context        create .. destroy; the model must outlive it
+      forge_sampler        create .. destroy; independent of the rest
+      forge_generator      create .. destroy; its context and tokenizer must outlive it
+      forge_llm            open .. close; owns the four above
 */
 #ifndef FORGE_H
 #define FORGE_H
@@ -388,9 +452,17 @@ FORGE_API const char *forge_file_type_name(uint32_t file_type);
 #define FORGE_MAX_THREADS 256 /* a CPU thread pool never starts more threads than this */
 #endif
 
-/* Logical processors this process may use (at least 1): the CPU backend's default thread count.
-   On Linux it honours the affinity mask (taskset, containers) when the includer defines _GNU_SOURCE. */
+/* Logical processors this process may use (at least 1). On Linux it honours the affinity mask
+   (taskset, containers) when the includer defines _GNU_SOURCE. */
 FORGE_API uint32_t forge_cpu_count(void);
+/* The CPU backend's thread count when forge_context_desc.n_threads is 0: half of forge_cpu_count(),
+   rounded up (1 on one or two processors, 4 on eight). Why half: a program that embeds forge (a game,
+   an editor) has its own threads to run; a token's work is mostly reading every weight once, so it is
+   bound by memory bandwidth, which half the processors (on SMT parts, about one a core) come close to
+   using up; and a pool with more threads than free processors is slower, not faster, since each
+   product waits for its last thread. A program that owns the machine (the CLI) asks for
+   forge_cpu_count(). The threads are started by forge_context_create and joined by destroy. */
+FORGE_API uint32_t forge_cpu_default_threads(void);
 
 /* end of >>cpu */
 
@@ -718,16 +790,23 @@ typedef struct forge_context_desc {
     uint32_t n_batch;             /* most tokens evaluated in one step; 0 = min(512, n_ctx) */
     forge_kv_type kv_type;        /* 0 = f16 */
     int all_logits;               /* 1: keep the logits of every token of a step, not only the last */
-    uint32_t n_threads;           /* CPU threads; 0 = all cores */
+    uint32_t n_threads;           /* CPU threads, the calling thread included; 0 = forge_cpu_default_threads() */
     uint32_t n_seq;               /* sequence slots sharing the weights, each with its own KV cache of n_ctx
                                      positions (see forge_eval_batch); 0 = 1 */
-    double mem_fraction;          /* share of free memory the plan may take; 0 = $FORGE_MEM_FRACTION or 0.70 */
+    double mem_fraction;          /* share of free memory the plan may take; 0 = 0.70 */
     uint64_t mem_headroom_bytes;  /* kept free on top of the fraction */
     forge_budget_policy policy;
     const forge_memory_reading *memory; /* NULL = query the backend */
     forge_allocator allocator;    /* host allocations of the context */
     void (*log)(void *user_data, forge_log_level level, const char *message);
     void *log_user_data;
+    /* GPU decode switches, 0 = forge's choice (forge_eval says what each path does). forge never reads
+       the environment for them: forge_context_desc_apply_env fills them from FORGE_* variables. */
+    int gpu_no_graph;             /* 1: plain launches instead of recorded graphs (FORGE_NO_GRAPH=1) */
+    int gpu_no_q8;                /* 1: decode products on f32 activations, not 8-bit (FORGE_NO_Q8=1) */
+    int gpu_norm_fusion;          /* 0: where faster; 1: wherever the shapes allow; -1: never (FORGE_NORM_FUSION=1/0) */
+    int gpu_no_pdl;               /* 1: no programmatic dependent launch on NVIDIA sm_90+ (FORGE_NO_PDL=1) */
+    int gpu_no_stage;             /* 1: decode products never stage rows in shared memory (FORGE_NO_STAGE=1) */
     /* hidden-state capture (see forge_capture_parse); the staging is part of the plan */
     const forge_capture *captures;
     uint32_t n_captures;              /* at most FORGE_MAX_CAPTURES */
@@ -818,28 +897,27 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    one-token step (decode) replays a recorded graph and returns once its work is queued; the calls
    that read its results (logits, argmax, the next eval) wait for it. The context records one graph
    for each band of positions (below 128, below 8192, up to n_ctx: the decode attention gives a block
-   fewer query heads while the context is short) and each step replays its position's. Set
-   FORGE_NO_GRAPH=1 in the environment before forge_context_create for plain launches instead of the
-   graphs (sized by the same bands). On NVIDIA
+   fewer query heads while the context is short) and each step replays its position's.
+   desc.gpu_no_graph gives plain launches instead of the graphs (sized by the same bands). On NVIDIA
    compute capability 9.0 and newer (kernels built for it), the decode kernels are launched so that
    each may be placed on the device while the one before it finishes (programmatic dependent
    launch; each waits for the previous kernel's results before it reads any of them, a product
-   loading its first weights, which no kernel writes, before it waits); FORGE_NO_PDL=1 turns that
+   loading its first weights, which no kernel writes, before it waits); desc.gpu_no_pdl turns that
    off. Where a product's lanes would walk its rows in more than one round of loads and its blocks'
    rows fit the multiprocessors' shared memory (Qwen2.5-1.5B's gate/up and down projections, not
    Llama-3-8B's), each block copies its rows into shared memory before it waits, so they stream
    while the kernel before finishes (on-chip memory, not device memory: the plan is unchanged);
-   FORGE_NO_STAGE=1 turns that off.
+   desc.gpu_no_stage turns that off.
    GPU decode precision: one-token products whose weights are Q4_0, Q8_0, Q4_K or Q6_K round their
    input vector to 8 bits per element in groups of 32 (one scale per group, as the reference engine
    does in its quantized products) and multiply on integer dot products; the logits then stand about
    2% (relative L2) from a float64 computation on the fixtures, within their tolerances, against
    0.03% with f32 activations, and a greedy path can part from the CPU backend's where two logits
-   nearly tie. Prompt batches are not affected. FORGE_NO_Q8=1 in the environment before
-   forge_context_create keeps decode on f32 activations (slower: see README, Performance). A
+   nearly tie. Prompt batches are not affected. desc.gpu_no_q8 keeps decode on f32
+   activations (slower: see README, Performance). A
    product that adds into the residual stream also prepares the RMS norm after it where that is
    faster (the residual times the norm weight rounded as above, the norm's factor applied to the
-   readers' sums: the same values up to float rounding); FORGE_NORM_FUSION=0 never does, =1 does
+   readers' sums: the same values up to float rounding); desc.gpu_norm_fusion -1 never does, 1 does
    wherever the shapes allow. */
 FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error);
 /* Logits of the last forge_eval: n_rows rows of n_vocab floats (the last token's, or every token's
@@ -867,6 +945,16 @@ FORGE_API void forge_context_reset(forge_context *ctx); /* forget the sequence *
 /* The captures of the last chunk evaluated (n_tokens 0 before any); returns 0 when the context
    captures nothing. */
 FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chunk *out);
+
+/* The one place forge reads the environment, and only when a program calls it (the CLI does):
+   fills the fields of desc still at zero from these variables, so that values the program set win.
+      FORGE_MEM_FRACTION=F   mem_fraction, F in (0, 1]
+      FORGE_NO_GRAPH=1       gpu_no_graph        FORGE_NO_Q8=1     gpu_no_q8
+      FORGE_NORM_FUSION=0|1  gpu_norm_fusion -1 or 1
+      FORGE_NO_PDL=1         gpu_no_pdl          FORGE_NO_STAGE=1  gpu_no_stage
+   A switch is on when its variable is set to anything but "" or "0". FORGE_ERR_ARGUMENT names a
+   variable whose value cannot be read (FORGE_MEM_FRACTION=abc, =1.5); desc is then unchanged. */
+FORGE_API forge_result forge_context_desc_apply_env(forge_context_desc *desc, forge_error *error);
 
 /* Many sequences on one model. A context made with n_seq = S holds the weights once and S sequence
    slots, each with its own KV cache of n_ctx positions and its own position; the plan counts the
@@ -958,6 +1046,96 @@ FORGE_API forge_result forge_generator_step(forge_generator *gen, forge_step *st
 FORGE_API forge_result forge_generator_commit(forge_generator *gen, int32_t token, forge_error *error);
 FORGE_API void forge_generator_reset(forge_generator *gen); /* empties the context, the queue and the sampler's history */
 
+/* ---- the short path: a model, its tokenizer, a context and a generator behind one object ----
+
+   forge_llm opens a GGUF file, checks the memory plan against the budget (nothing is allocated when
+   it does not fit: FORGE_ERR_BUDGET says what would), and keeps one conversation in its context.
+   Each call streams the reply's text to a callback, piece by piece, as the tokens come:
+
+      static void show(void *user_data, const char *text, size_t len) {
+          (void)user_data;
+          fwrite(text, 1, len, stdout);
+          fflush(stdout);
+      }
+      ...
+      forge_llm *llm;
+      forge_error error;
+      if (forge_llm_open("model.gguf", NULL, &llm, &error) != FORGE_OK ||
+          forge_llm_chat(llm, "Why is the sky blue?", show, NULL, &error) != FORGE_OK)
+          fprintf(stderr, "%s\n", error.message);
+      forge_llm_close(llm);
+
+   Everything it uses stays reachable (forge_llm_model, _tokenizer, _context, _generator), so a
+   program can start here and step down to the layers where it needs to. One forge_llm serves one
+   thread at a time; two of them are independent. */
+typedef struct forge_llm forge_llm;
+
+/* Receives each piece of a reply as it is generated: len bytes of complete UTF-8 characters, not
+   NUL-terminated, valid during the call. */
+typedef void (*forge_text_fn)(void *user_data, const char *text, size_t len);
+
+/* Zero means default everywhere; a NULL desc is all defaults. Clear it with memset (or `= {}` in
+   C++): `= {0}` is C only, C++ compilers warn about the members it leaves out. */
+typedef struct forge_llm_desc {
+    const char *system_prompt;     /* chat: the system turn that opens each conversation; NULL: none (copied) */
+    uint32_t max_tokens;           /* most tokens one reply generates; 0: until the model ends its turn or
+                                      the context is full */
+    const volatile int *cancel;    /* when it points at a non-zero int, a reply stops before its next step
+                                      (a prompt batch or a token); the program sets it, forge only reads it */
+    forge_sampler_desc sampler;    /* temperature 0 (the default): greedy, the most likely token each step;
+                                      temperature > 0: sampled (top_k, top_p, min_p, repeat_penalty, seed) */
+    forge_context_desc context;    /* backend, n_ctx, kv_type, budget, threads, allocator, ... (>>context) */
+} forge_llm_desc;
+
+/* Why a reply ended. */
+typedef enum forge_stop_reason {
+    FORGE_STOP_NONE = 0,        /* no reply yet, or the last one failed */
+    FORGE_STOP_END_OF_TURN,     /* the model produced an end-of-generation token */
+    FORGE_STOP_MAX_TOKENS,      /* desc.max_tokens were generated */
+    FORGE_STOP_CONTEXT_FULL,    /* the context has no position left: forge_llm_reset starts over */
+    FORGE_STOP_CANCELLED        /* *desc.cancel was non-zero */
+} forge_stop_reason;
+
+typedef struct forge_reply {
+    uint32_t prompt_tokens;     /* tokens of the prompt read by this call */
+    uint32_t reply_tokens;      /* tokens generated */
+    forge_stop_reason stop;
+} forge_reply;
+
+/* Opens the model (read-only mapping), builds its tokenizer, plans and checks the budget, then
+   allocates the context. Any failure frees everything taken and leaves *out NULL: FORGE_ERR_ARGUMENT
+   for a NULL path or out, FORGE_ERR_IO for a file that cannot be read, FORGE_ERR_BUDGET when the
+   plan does not fit (the message names every term and what would fit), the reader's codes for a
+   malformed file. */
+#ifndef FORGE_NO_STDIO
+FORGE_API forge_result forge_llm_open(const char *path, const forge_llm_desc *desc, forge_llm **out, forge_error *error);
+#endif
+/* The same over a GGUF image in memory (which must outlive the forge_llm). */
+FORGE_API forge_result forge_llm_open_memory(const void *bytes, size_t size, const forge_llm_desc *desc, forge_llm **out,
+                                             forge_error *error);
+FORGE_API void forge_llm_close(forge_llm *llm);
+/* One turn of the conversation: the message as the user's turn in the model's chat format (the
+   system prompt first on a conversation's first turn; special-token text in it is read as those
+   tokens, as in forge_generator_prompt with parse_special), then the assistant's reply, streamed to
+   on_text (may be NULL). The next call continues the conversation; a reply that stopped before the
+   end of its turn is closed with the end-of-turn token first. A model with no chat format forge
+   knows gets the text as it is. FORGE_ERR_LIMIT when the turn does not fit the context's positions
+   left (forge_llm_reset starts over). */
+FORGE_API forge_result forge_llm_chat(forge_llm *llm, const char *message, forge_text_fn on_text, void *user_data,
+                                      forge_error *error);
+/* Plain continuation, no chat format: the text is appended to the sequence as it is (an empty text
+   continues a reply that stopped at max_tokens or was cancelled), then tokens are generated. */
+FORGE_API forge_result forge_llm_generate(forge_llm *llm, const char *text, forge_text_fn on_text, void *user_data,
+                                          forge_error *error);
+/* What the last forge_llm_chat or forge_llm_generate did (counts and why it stopped). */
+FORGE_API const forge_reply *forge_llm_last_reply(const forge_llm *llm);
+FORGE_API void forge_llm_reset(forge_llm *llm); /* forgets the conversation: the next chat turn is a first one */
+FORGE_API forge_model *forge_llm_model(const forge_llm *llm);
+FORGE_API forge_tokenizer *forge_llm_tokenizer(const forge_llm *llm);
+FORGE_API forge_context *forge_llm_context(const forge_llm *llm);
+FORGE_API forge_generator *forge_llm_generator(const forge_llm *llm);
+FORGE_API forge_chat_format forge_llm_chat_format(const forge_llm *llm);
+
 #ifdef __cplusplus
 }
 #endif
@@ -1043,6 +1221,14 @@ static void forge__free(const forge_allocator *a, void *ptr) {
     if (!ptr) return;
     if (a && a->free) a->free(ptr, a->user_data);
     else FORGE_FREE(ptr);
+}
+
+/* An allocator is both callbacks or neither: memory from one must go back to the other. */
+static forge_result forge__allocator_check(const forge_allocator *a, const char *what, forge_error *error) {
+    if (a && (a->alloc == NULL) != (a->free == NULL))
+        return forge__fail(error, FORGE_ERR_ARGUMENT, "%s has %s but no %s: give both callbacks or neither", what,
+                           a->alloc ? "alloc" : "free", a->alloc ? "free" : "alloc");
+    return FORGE_OK;
 }
 
 /* Little-endian loads that work on any host and any alignment. */
@@ -1843,6 +2029,7 @@ FORGE_API forge_result forge_gguf_parse(const void *bytes, size_t size, const fo
 
     if (out) *out = NULL;
     if (!out || (!bytes && size)) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_gguf_parse: null argument");
+    if ((r = forge__allocator_check(allocator, "forge_gguf_parse: the allocator", error))) return r;
     memset(&probe, 0, sizeof probe);
     probe.bytes = (const uint8_t *)bytes;
     probe.size = size;
@@ -2081,6 +2268,7 @@ static forge_result forge__read_whole(const char *path, const forge_allocator *a
 FORGE_API forge_result forge_file_open(const char *path, const forge_allocator *allocator, forge_file *out,
                                        forge_error *error) {
     if (!out || !path) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_file_open: null argument");
+    if (forge__allocator_check(allocator, "forge_file_open: the allocator", error)) return FORGE_ERR_ARGUMENT;
     memset(out, 0, sizeof *out);
     if (allocator) out->allocator = *allocator;
 #if defined(FORGE__MAP_POSIX)
@@ -2759,6 +2947,8 @@ FORGE_API uint32_t forge_cpu_count(void) {
 #endif
 }
 
+FORGE_API uint32_t forge_cpu_default_threads(void) { return (forge_cpu_count() + 1) / 2; }
+
 /* ---- thread pool ---- */
 
 #if defined(FORGE__THREADS_WIN32) || defined(FORGE__THREADS_POSIX)
@@ -2913,7 +3103,7 @@ static void forge__pool_stop(forge__pool *p, uint32_t n_started) {
 }
 #endif /* FORGE__THREADS */
 
-/* n_threads 0 = all cores (forge_cpu_count()); 1 = run on the caller, no threads created.
+/* n_threads 0 = forge_cpu_default_threads(); 1 = run on the caller, no threads created.
    With FORGE_NO_THREADS, or without a thread API, every pool has one participant. */
 static FORGE__MAYBE_UNUSED forge_result forge__pool_create(uint32_t n_threads, const forge_allocator *a,
                                                            forge__pool **out, forge_error *e) {
@@ -2921,7 +3111,7 @@ static FORGE__MAYBE_UNUSED forge_result forge__pool_create(uint32_t n_threads, c
     size_t bytes = sizeof *p;
     if (!out) return forge__fail(e, FORGE_ERR_ARGUMENT, "forge__pool_create: out is NULL");
     *out = NULL;
-    if (n_threads == 0) n_threads = forge_cpu_count();
+    if (n_threads == 0) n_threads = forge_cpu_default_threads();
     if (n_threads > FORGE_MAX_THREADS) n_threads = FORGE_MAX_THREADS;
 #ifdef FORGE__THREADS
     bytes += (size_t)(n_threads - 1) * sizeof(forge__pool_worker);
@@ -4165,6 +4355,7 @@ FORGE_API forge_result forge_tokenizer_create(const forge_gguf *g, const forge_a
 
     if (out) *out = NULL;
     if (!g || !out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_tokenizer_create: null argument");
+    if ((r = forge__allocator_check(allocator, "forge_tokenizer_create: the allocator", error))) return r;
     model_kv = forge_gguf_find_kv(g, "tokenizer.ggml.model");
     tokens = forge_gguf_find_kv(g, "tokenizer.ggml.tokens");
     if (!model_kv) return forge__fail(error, FORGE_ERR_MISSING_KEY, "required key 'tokenizer.ggml.model' is missing");
@@ -5215,6 +5406,7 @@ FORGE_API forge_result forge_sampler_create(const forge_sampler_desc *desc, uint
     if (!out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_sampler_create: null out");
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
+    if (forge__allocator_check(&d.allocator, "forge_sampler_desc.allocator", error)) return FORGE_ERR_ARGUMENT;
     /* NaN fails every comparison, so each check is written to pass only for good values */
     if (!(d.temperature >= 0.0f && d.temperature <= FLT_MAX))
         return forge__fail(error, FORGE_ERR_ARGUMENT, "sampler temperature %g: must be finite and >= 0",
@@ -5462,6 +5654,7 @@ FORGE_API forge_result forge_model_from_memory(const void *bytes, size_t size, c
                                                forge_model **out, forge_error *error) {
     if (out) *out = NULL;
     if (!out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_model_from_memory: null argument");
+    if (desc && forge__allocator_check(&desc->allocator, "forge_model_desc.allocator", error)) return FORGE_ERR_ARGUMENT;
     return forge__model_init(bytes, size, desc, out, NULL, error);
 }
 
@@ -5472,6 +5665,7 @@ FORGE_API forge_result forge_model_open(const char *path, const forge_model_desc
     forge_result r;
     if (out) *out = NULL;
     if (!out || !path) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_model_open: null argument");
+    if (desc && (r = forge__allocator_check(&desc->allocator, "forge_model_desc.allocator", error))) return r;
     if ((r = forge_file_open(path, desc ? &desc->allocator : NULL, &file, error))) return r;
     if ((r = forge__model_init(file.bytes, (size_t)file.size, desc, out, &file, error))) {
         char prefix[FORGE_ERROR_MESSAGE_BYTES];
@@ -6149,6 +6343,15 @@ typedef struct forge_hip_rope_args {
 extern "C" {
 #endif
 int forge_hip_device_query(int device, forge_hip_device_info *info, char *message, size_t message_bytes);
+typedef struct forge_hip_scope {
+    int device;
+    int switched;
+    unsigned switches;
+} forge_hip_scope;
+#define FORGE_HIP_NO_PDL 1u
+#define FORGE_HIP_NO_STAGE 2u
+int forge_hip_enter(int device, unsigned switches, forge_hip_scope *saved, char *message, size_t message_bytes);
+void forge_hip_leave(const forge_hip_scope *saved);
 int forge_hip_arena_alloc(size_t bytes, void **out, char *message, size_t message_bytes);
 void forge_hip_arena_free(void *arena);
 int forge_hip_copy_to_device(void *dst, const void *src, size_t bytes, void *stream, char *message, size_t message_bytes);
@@ -6405,18 +6608,7 @@ static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_m
 
 /* >>impl-plan-compute */
 
-static double forge__resolve_fraction(double requested) {
-    if (requested > 0.0) return requested;
-    {
-        const char *env = getenv("FORGE_MEM_FRACTION");
-        if (env && *env) {
-            char *end = NULL;
-            double v = strtod(env, &end);
-            if (end && end != env && *end == 0 && v > 0.0 && v <= 1.0) return v;
-        }
-    }
-    return 0.70;
-}
+static double forge__resolve_fraction(double requested) { return requested > 0.0 ? requested : 0.70; }
 
 typedef struct forge__resolved {
     uint32_t n_ctx, n_batch, n_logits, n_threads, n_seq;
@@ -6565,10 +6757,11 @@ FORGE_API forge_result forge_plan_compute(const forge_model *m, const forge_cont
         memset(&zero, 0, sizeof zero);
         desc = &zero;
     }
+    if ((res = forge__allocator_check(&desc->allocator, "forge_context_desc.allocator", error))) return res;
     if ((res = forge__resolve_desc(m, desc, &r, error))) return res;
     if ((res = forge__schedule_build(m, &desc->allocator, &s, desc->captures, desc->n_captures, error))) return res;
     scratch = forge__schedule_pack(&s, r.n_batch);
-    res = forge__plan_with(m, &r, &s, scratch, r.n_threads ? r.n_threads : forge_cpu_count(), out, error);
+    res = forge__plan_with(m, &r, &s, scratch, r.n_threads ? r.n_threads : forge_cpu_default_threads(), out, error);
     forge__schedule_free(&s, &desc->allocator);
     if (res == FORGE_OK) forge__ok(error);
     return res;
@@ -6650,6 +6843,7 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
         memset(&zero, 0, sizeof zero);
         desc = &zero;
     }
+    if ((res = forge__allocator_check(&desc->allocator, "forge_context_desc.allocator", error))) return res;
     memset(v, 0, sizeof *v);
     if ((res = forge__resolve_desc(m, desc, &r, error))) return res;
     if (desc->memory) v->memory = *desc->memory;
@@ -6663,7 +6857,7 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     v->mem_fraction = forge__resolve_fraction(desc->mem_fraction);
     v->mem_headroom_bytes = desc->mem_headroom_bytes;
     v->budget_bytes = forge__budget_of(v->memory.free_bytes, v->mem_fraction, v->mem_headroom_bytes);
-    threads = r.n_threads ? r.n_threads : forge_cpu_count();
+    threads = r.n_threads ? r.n_threads : forge_cpu_default_threads();
 
     if ((res = forge__schedule_build(m, &desc->allocator, &s, desc->captures, desc->n_captures, error))) return res;
     res = forge__plan_with(m, &r, &s, forge__schedule_pack(&s, r.n_batch), threads, &v->plan, error);
@@ -6839,7 +7033,8 @@ struct forge_context {
     uint64_t dev_sample;    /* forge_context_sample's candidate selection */
     uint8_t *sample_host;   /* pinned: the selection's flag and keys, copied back */
     uint32_t n_device_samples; /* draws forge_context_sample finished from device candidates */
-    int use_q8;             /* decode products on 8-bit activations (FORGE_NO_Q8=1 turns them off) */
+    int use_q8;             /* decode products on 8-bit activations (desc.gpu_no_q8 turns them off) */
+    unsigned hip_switches;  /* FORGE_HIP_NO_PDL, FORGE_HIP_NO_STAGE from the desc, set around each call (forge_hip_enter) */
     int fuse_norm;          /* a residual product prepares the RMS norm after it: 0 never, 1 where faster, 2 wherever it can */
     uint32_t norms_prepared; /* how many norms the last decode step's products prepared */
     uint32_t *step_host;    /* their pinned host mirror */
@@ -7480,7 +7675,7 @@ static forge_result forge__gpu_wait(forge_context *ctx, forge_error *error) {
    between those spans, the last up to n_ctx; forge__gpu_decode_band picks the step's. Where
    recording fails, or FORGE_NO_GRAPH is set, the plain launches stay (sized by the same bands). */
 static void forge__gpu_record_decode(forge_context *ctx, const forge_context_desc *desc) {
-    const char *off = getenv("FORGE_NO_GRAPH");
+    const int off = desc->gpu_no_graph;
     uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
     uint32_t limits[FORGE__GPU_GRAPHS], n_limits, i, n = 0;
     char message[256], line[400];
@@ -7492,8 +7687,8 @@ static void forge__gpu_record_decode(forge_context *ctx, const forge_context_des
     ctx->graph_span[n++] = ctx->r.n_ctx;
     ctx->n_bands = n;
     ctx->n_graphs = 0;
-    if (off && *off && strcmp(off, "0") != 0) {
-        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, "decode graph: off (FORGE_NO_GRAPH), plain launches");
+    if (off) {
+        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, "decode graph: off (gpu_no_graph), plain launches");
         return;
     }
     for (i = 0; i < n && r == FORGE_OK; i++) {
@@ -7588,12 +7783,8 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     offset += forge__align_gpu(forge_hip_top_k_scratch_bytes(c->n_vocab));
     ctx->dev_rows = offset;
     offset += forge__gpu_rows_bytes(&ctx->r);
-    {
-        const char *off = getenv("FORGE_NO_Q8");
-        ctx->use_q8 = !(off && *off && strcmp(off, "0") != 0);
-        off = getenv("FORGE_NORM_FUSION"); /* unset: where it is faster; 0: never; 1: wherever the shapes allow */
-        ctx->fuse_norm = !off || !*off ? 1 : strcmp(off, "0") == 0 ? 0 : 2;
-    }
+    ctx->use_q8 = !desc->gpu_no_q8;
+    ctx->fuse_norm = desc->gpu_norm_fusion == 0 ? 1 : desc->gpu_norm_fusion < 0 ? 0 : 2; /* 1: where faster; 0: never; 2: wherever the shapes allow */
     ctx->dev_capture = offset;
     offset += ctx->plan.capture_bytes;
     if (ctx->plan.capture_bytes) { /* the host side of the staging, where the chunks are delivered */
@@ -7692,6 +7883,8 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
 #endif
 }
 
+static forge_result forge__gpu_scoped_init(forge_context *ctx, const forge_context_desc *desc, forge_error *error);
+
 FORGE_API forge_result forge_context_create(const forge_model *m, const forge_context_desc *desc, forge_context **out,
                                             forge_error *error) {
     forge_context_desc zero;
@@ -7741,7 +7934,7 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
         if ((res = forge__plan_with(m, &ctx->r, &ctx->sched, forge__schedule_pack(&ctx->sched, ctx->r.n_batch), 1,
                                     &ctx->plan, error)))
             goto fail;
-        if ((res = forge__gpu_context_init(ctx, desc, error))) goto fail;
+        if ((res = forge__gpu_scoped_init(ctx, desc, error))) goto fail;
         *out = ctx;
         forge__ok(error);
         return FORGE_OK;
@@ -7803,7 +7996,7 @@ fail:
     return res;
 }
 
-FORGE_API void forge_context_destroy(forge_context *ctx) {
+static void forge__context_destroy(forge_context *ctx) {
     forge_allocator a;
     if (!ctx) return;
     a = ctx->allocator;
@@ -7842,7 +8035,7 @@ FORGE_API void forge_context_reset(forge_context *ctx) {
     for (s = 0; s < ctx->r.n_seq; s++) ctx->seq_pos[s] = 0, ctx->seq_row[s] = UINT32_MAX;
 }
 
-FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows) {
+static const float *forge__context_logits(const forge_context *ctx, uint32_t *n_rows) {
     if (n_rows) *n_rows = 0;
     if (!ctx || !ctx->n_logit_rows) return NULL;
 #ifdef FORGE_HIP
@@ -7865,7 +8058,7 @@ static forge_result forge__argmax_row(forge_context *ctx, uint32_t index, int32_
 static forge_result forge__sample_row(forge_context *ctx, forge_sampler *sampler, uint32_t index, int32_t *out_token,
                                       forge_error *error);
 
-FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error) {
+static forge_result forge__context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error) {
     if (out_token) *out_token = -1;
     if (!ctx || !out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_context_argmax: null argument");
     if (!ctx->n_logit_rows) return forge__fail(error, FORGE_ERR_ARGUMENT, "no logits: evaluate tokens first");
@@ -7899,7 +8092,7 @@ static forge_result forge__argmax_row(forge_context *ctx, uint32_t index, int32_
     return FORGE_OK;
 }
 
-FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error) {
+static forge_result forge__context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error) {
     if (out_token) *out_token = -1;
     if (!ctx || !sampler || !out_token) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_context_sample: null argument");
     if (!ctx->n_logit_rows) return forge__fail(error, FORGE_ERR_ARGUMENT, "no logits: evaluate tokens first");
@@ -8408,7 +8601,7 @@ static void forge__seq_rows_single(forge_context *ctx) {
     ctx->seq_row[0] = ctx->n_logit_rows ? ctx->n_logit_rows - 1 : UINT32_MAX;
 }
 
-FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error) {
+static forge_result forge__eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error) {
     uint32_t done = 0, i;
     if (!ctx || (!tokens && n_tokens)) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval: null argument");
     if (n_tokens == 0) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval: no tokens");
@@ -8439,7 +8632,7 @@ FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uin
     return FORGE_OK;
 }
 
-FORGE_API forge_result forge_eval_batch(forge_context *ctx, const forge_batch *b, forge_error *error) {
+static forge_result forge__eval_batch(forge_context *ctx, const forge_batch *b, forge_error *error) {
     uint32_t i, n, rows = 0;
     forge_result r = FORGE_OK;
     if (!ctx || !b || (!b->tokens && b->n_tokens)) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_eval_batch: null argument");
@@ -8530,7 +8723,7 @@ FORGE_API const float *forge_seq_logits(const forge_context *ctx, uint32_t seq) 
     return all && row < rows ? all + (uint64_t)row * ctx->c->n_vocab : NULL;
 }
 
-FORGE_API forge_result forge_seq_argmax(forge_context *ctx, uint32_t seq, int32_t *out_token, forge_error *error) {
+static forge_result forge__seq_argmax(forge_context *ctx, uint32_t seq, int32_t *out_token, forge_error *error) {
     uint32_t row = 0;
     forge_result r;
     if (out_token) *out_token = -1;
@@ -8539,8 +8732,8 @@ FORGE_API forge_result forge_seq_argmax(forge_context *ctx, uint32_t seq, int32_
     return forge__argmax_row(ctx, row, out_token, error);
 }
 
-FORGE_API forge_result forge_seq_sample(forge_context *ctx, uint32_t seq, forge_sampler *sampler, int32_t *out_token,
-                                        forge_error *error) {
+static forge_result forge__seq_sample(forge_context *ctx, uint32_t seq, forge_sampler *sampler, int32_t *out_token,
+                                      forge_error *error) {
     uint32_t row = 0;
     forge_result r;
     if (out_token) *out_token = -1;
@@ -8987,6 +9180,354 @@ FORGE_API forge_result forge_generator_commit(forge_generator *g, int32_t token,
         return FORGE_OK;
     }
 }
+
+/* >>impl-device-scope */
+
+/* The public calls that touch a context's device run inside forge_hip_enter/leave: the context's
+   device is current for the call (and its launch switches set), and the calling thread gets back the
+   device it had. A device that cannot be made current is FORGE_ERR_IO. */
+static forge_result forge__gpu_scoped_init(forge_context *ctx, const forge_context_desc *desc, forge_error *error) {
+#ifdef FORGE_HIP
+    forge_hip_scope scope;
+    char message[256];
+    forge_result r;
+    ctx->hip_switches = (desc->gpu_no_pdl ? FORGE_HIP_NO_PDL : 0u) | (desc->gpu_no_stage ? FORGE_HIP_NO_STAGE : 0u);
+    if (forge_hip_enter(ctx->r.device, ctx->hip_switches, &scope, message, sizeof message) != 0)
+        return forge__fail(error, FORGE_ERR_IO, "GPU %d: %s", ctx->r.device, message);
+    r = forge__gpu_context_init(ctx, desc, error);
+    forge_hip_leave(&scope);
+    return r;
+#else
+    return forge__gpu_context_init(ctx, desc, error);
+#endif
+}
+
+#ifdef FORGE_HIP
+/* Runs `call` (which sets `result`) with the context's device current when it is a GPU context. */
+#define FORGE__DEVICE_CALL(ctx, result, fail_result, call)                                               \
+    do {                                                                                                 \
+        forge_hip_scope scope_;                                                                          \
+        char message_[256];                                                                              \
+        if ((ctx) && (ctx)->r.backend == FORGE_BACKEND_GPU) {                                            \
+            if (forge_hip_enter((ctx)->r.device, (ctx)->hip_switches, &scope_, message_, sizeof message_) != 0) { \
+                result = fail_result;                                                                    \
+            } else {                                                                                     \
+                result = call;                                                                           \
+                forge_hip_leave(&scope_);                                                                \
+            }                                                                                            \
+        } else {                                                                                         \
+            result = call;                                                                               \
+        }                                                                                                \
+    } while (0)
+#else
+#define FORGE__DEVICE_CALL(ctx, result, fail_result, call) (result = call)
+#endif
+
+#define FORGE__DEVICE_FAIL(error, ctx) forge__fail(error, FORGE_ERR_IO, "GPU %d cannot be made current: %s", (ctx)->r.device, message_)
+
+FORGE_API void forge_context_destroy(forge_context *ctx) {
+#ifdef FORGE_HIP
+    if (ctx && ctx->r.backend == FORGE_BACKEND_GPU) {
+        forge_hip_scope scope;
+        char message[256];
+        int entered = forge_hip_enter(ctx->r.device, ctx->hip_switches, &scope, message, sizeof message) == 0;
+        forge__context_destroy(ctx); /* host memory is freed even when the device is gone */
+        if (entered) forge_hip_leave(&scope);
+        return;
+    }
+#endif
+    forge__context_destroy(ctx);
+}
+
+FORGE_API const float *forge_context_logits(const forge_context *ctx, uint32_t *n_rows) {
+    const float *rows;
+    FORGE__DEVICE_CALL(ctx, rows, (n_rows ? (void)(*n_rows = 0) : (void)0, (const float *)NULL), forge__context_logits(ctx, n_rows));
+    return rows;
+}
+
+FORGE_API forge_result forge_context_argmax(forge_context *ctx, int32_t *out_token, forge_error *error) {
+    forge_result r;
+    FORGE__DEVICE_CALL(ctx, r, FORGE__DEVICE_FAIL(error, ctx), forge__context_argmax(ctx, out_token, error));
+    return r;
+}
+
+FORGE_API forge_result forge_context_sample(forge_context *ctx, forge_sampler *sampler, int32_t *out_token, forge_error *error) {
+    forge_result r;
+    FORGE__DEVICE_CALL(ctx, r, FORGE__DEVICE_FAIL(error, ctx), forge__context_sample(ctx, sampler, out_token, error));
+    return r;
+}
+
+FORGE_API forge_result forge_eval(forge_context *ctx, const int32_t *tokens, uint32_t n_tokens, forge_error *error) {
+    forge_result r;
+    FORGE__DEVICE_CALL(ctx, r, FORGE__DEVICE_FAIL(error, ctx), forge__eval(ctx, tokens, n_tokens, error));
+    return r;
+}
+
+FORGE_API forge_result forge_eval_batch(forge_context *ctx, const forge_batch *batch, forge_error *error) {
+    forge_result r;
+    FORGE__DEVICE_CALL(ctx, r, FORGE__DEVICE_FAIL(error, ctx), forge__eval_batch(ctx, batch, error));
+    return r;
+}
+
+FORGE_API forge_result forge_seq_argmax(forge_context *ctx, uint32_t seq, int32_t *out_token, forge_error *error) {
+    forge_result r;
+    FORGE__DEVICE_CALL(ctx, r, FORGE__DEVICE_FAIL(error, ctx), forge__seq_argmax(ctx, seq, out_token, error));
+    return r;
+}
+
+FORGE_API forge_result forge_seq_sample(forge_context *ctx, uint32_t seq, forge_sampler *sampler, int32_t *out_token,
+                                        forge_error *error) {
+    forge_result r;
+    FORGE__DEVICE_CALL(ctx, r, FORGE__DEVICE_FAIL(error, ctx), forge__seq_sample(ctx, seq, sampler, out_token, error));
+    return r;
+}
+
+/* >>impl-env */
+
+static int forge__env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+FORGE_API forge_result forge_context_desc_apply_env(forge_context_desc *desc, forge_error *error) {
+    forge_context_desc d;
+    const char *v;
+    if (!desc) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_context_desc_apply_env: null argument");
+    d = *desc;
+    v = getenv("FORGE_MEM_FRACTION");
+    if (v && *v && d.mem_fraction == 0.0) {
+        char *end = NULL;
+        double f = strtod(v, &end);
+        if (!end || end == v || *end || !(f > 0.0 && f <= 1.0))
+            return forge__fail(error, FORGE_ERR_ARGUMENT, "FORGE_MEM_FRACTION='%.40s': expected a fraction in (0, 1]", v);
+        d.mem_fraction = f;
+    }
+    v = getenv("FORGE_NORM_FUSION");
+    if (v && *v && d.gpu_norm_fusion == 0) {
+        if (strcmp(v, "0") && strcmp(v, "1"))
+            return forge__fail(error, FORGE_ERR_ARGUMENT, "FORGE_NORM_FUSION='%.40s': expected 0 (never) or 1 (wherever the shapes allow)", v);
+        d.gpu_norm_fusion = v[0] == '1' ? 1 : -1;
+    }
+    if (!d.gpu_no_graph) d.gpu_no_graph = forge__env_on("FORGE_NO_GRAPH");
+    if (!d.gpu_no_q8) d.gpu_no_q8 = forge__env_on("FORGE_NO_Q8");
+    if (!d.gpu_no_pdl) d.gpu_no_pdl = forge__env_on("FORGE_NO_PDL");
+    if (!d.gpu_no_stage) d.gpu_no_stage = forge__env_on("FORGE_NO_STAGE");
+    *desc = d;
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+/* >>impl-llm */
+
+struct forge_llm {
+    forge_model *model;
+    forge_tokenizer *tok;
+    forge_context *ctx;
+    forge_generator *gen;
+    forge_chat_format format;
+    forge_allocator allocator;
+    char *system_prompt;        /* the desc's, copied; NULL when none */
+    uint32_t max_tokens;
+    const volatile int *cancel;
+    int32_t close_turn;         /* the token that ends the last reply's turn before the next chat turn; -1: none */
+    forge_reply last;
+};
+
+FORGE_API void forge_llm_close(forge_llm *llm) {
+    forge_allocator a;
+    if (!llm) return;
+    a = llm->allocator;
+    forge_generator_destroy(llm->gen);
+    forge_context_destroy(llm->ctx);
+    forge_tokenizer_destroy(llm->tok);
+    forge_model_close(llm->model);
+    forge__free(&a, llm->system_prompt);
+    forge__free(&a, llm);
+}
+
+/* Everything after the model: tokenizer, context (the budget check), generator. */
+static forge_result forge__llm_finish(forge_llm *llm, const forge_llm_desc *d, forge_llm **out, forge_error *error) {
+    forge_sampler_desc sampler = d->sampler;
+    forge_result r;
+    if (!sampler.allocator.alloc && !sampler.allocator.free) sampler.allocator = d->context.allocator;
+    if ((r = forge_tokenizer_create(forge_model_gguf(llm->model), &llm->allocator, &llm->tok, error)) ||
+        (r = forge_context_create(llm->model, &d->context, &llm->ctx, error)) ||
+        (r = forge_generator_create(llm->ctx, llm->tok, &sampler, &llm->gen, error))) {
+        forge_llm_close(llm);
+        return r;
+    }
+    llm->format = forge_chat_detect(forge_model_gguf(llm->model));
+    *out = llm;
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+/* The forge_llm itself and the desc's scalars; the model is opened by the caller. */
+static forge_result forge__llm_start(const forge_llm_desc *d, forge_llm **llm, forge_error *error) {
+    forge_result r;
+    if ((r = forge__allocator_check(&d->context.allocator, "forge_llm_desc.context.allocator", error)) ||
+        (r = forge__allocator_check(&d->sampler.allocator, "forge_llm_desc.sampler.allocator", error)))
+        return r;
+    *llm = (forge_llm *)forge__alloc(&d->context.allocator, sizeof **llm);
+    if (!*llm) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the forge_llm");
+    memset(*llm, 0, sizeof **llm);
+    (*llm)->allocator = d->context.allocator;
+    (*llm)->max_tokens = d->max_tokens;
+    (*llm)->cancel = d->cancel;
+    (*llm)->close_turn = -1;
+    if (d->system_prompt) {
+        size_t n = strlen(d->system_prompt);
+        (*llm)->system_prompt = (char *)forge__alloc(&d->context.allocator, n + 1);
+        if (!(*llm)->system_prompt) {
+            forge_llm_close(*llm);
+            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot copy the system prompt (%llu bytes)", (forge__ull)n);
+        }
+        memcpy((*llm)->system_prompt, d->system_prompt, n + 1);
+    }
+    return FORGE_OK;
+}
+
+#ifndef FORGE_NO_STDIO
+FORGE_API forge_result forge_llm_open(const char *path, const forge_llm_desc *desc, forge_llm **out, forge_error *error) {
+    forge_llm_desc zero;
+    forge_model_desc md;
+    forge_llm *llm = NULL;
+    forge_result r;
+    if (out) *out = NULL;
+    if (!out) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_llm_open: out is NULL");
+    if (!path) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_llm_open: no model path (path is NULL)");
+    if (!desc) {
+        memset(&zero, 0, sizeof zero);
+        desc = &zero;
+    }
+    if ((r = forge__llm_start(desc, &llm, error))) return r;
+    memset(&md, 0, sizeof md);
+    md.allocator = desc->context.allocator;
+    if ((r = forge_model_open(path, &md, &llm->model, error))) {
+        forge_llm_close(llm);
+        return r;
+    }
+    return forge__llm_finish(llm, desc, out, error);
+}
+#endif
+
+FORGE_API forge_result forge_llm_open_memory(const void *bytes, size_t size, const forge_llm_desc *desc, forge_llm **out,
+                                             forge_error *error) {
+    forge_llm_desc zero;
+    forge_model_desc md;
+    forge_llm *llm = NULL;
+    forge_result r;
+    if (out) *out = NULL;
+    if (!out || !bytes) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_llm_open_memory: null argument");
+    if (!desc) {
+        memset(&zero, 0, sizeof zero);
+        desc = &zero;
+    }
+    if ((r = forge__llm_start(desc, &llm, error))) return r;
+    memset(&md, 0, sizeof md);
+    md.allocator = desc->context.allocator;
+    if ((r = forge_model_from_memory(bytes, size, &md, &llm->model, error))) {
+        forge_llm_close(llm);
+        return r;
+    }
+    return forge__llm_finish(llm, desc, out, error);
+}
+
+/* Steps the generator until the turn ends, max_tokens, a full context or the cancel flag; each
+   step's text goes to on_text. */
+static forge_result forge__llm_reply(forge_llm *llm, forge_text_fn on_text, void *user_data, forge_error *error) {
+    forge_generator *g = llm->gen;
+    forge_result r;
+    forge_step step;
+    for (;;) {
+        uint32_t before = forge_context_pos(llm->ctx);
+        if (llm->cancel && *llm->cancel) {
+            g->queue_pos = g->queue_len; /* a prompt not yet read is dropped where it stood */
+            llm->last.stop = FORGE_STOP_CANCELLED;
+            break;
+        }
+        if (llm->max_tokens && llm->last.reply_tokens >= llm->max_tokens) {
+            llm->last.stop = FORGE_STOP_MAX_TOKENS;
+            break;
+        }
+        if ((r = forge_generator_step(g, &step, error))) return r;
+        if (step.token < 0) {
+            llm->last.prompt_tokens += forge_context_pos(llm->ctx) - before;
+            continue;
+        }
+        llm->last.reply_tokens++;
+        if (step.text_len && on_text) on_text(user_data, step.text, step.text_len);
+        if (step.done) {
+            int eog = forge_tokenizer_is_eog(llm->tok, step.token);
+            llm->last.stop = eog ? FORGE_STOP_END_OF_TURN : FORGE_STOP_CONTEXT_FULL;
+            if (eog) llm->close_turn = step.token; /* generated, not yet in the cache */
+            break;
+        }
+    }
+    forge__ok(error);
+    return FORGE_OK;
+}
+
+FORGE_API forge_result forge_llm_chat(forge_llm *llm, const char *message, forge_text_fn on_text, void *user_data,
+                                      forge_error *error) {
+    forge_chat_message m[2];
+    size_t n = 0, needed = 0, len = 0, offset;
+    char *text;
+    forge_result r;
+    int first;
+    if (!llm || !message) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_llm_chat: null argument");
+    memset(&llm->last, 0, sizeof llm->last);
+    first = forge_context_pos(llm->ctx) == 0 && llm->gen->queue_pos == llm->gen->queue_len;
+    if (!first && llm->close_turn < 0 && llm->format != FORGE_CHAT_NONE) { /* the last reply stopped mid-turn */
+        int32_t end = forge_tokenizer_eot(llm->tok);
+        llm->close_turn = end >= 0 ? end : forge_tokenizer_eos(llm->tok);
+    }
+    if (llm->close_turn >= 0) {
+        int32_t token = llm->close_turn;
+        llm->close_turn = -1;
+        if ((r = forge_generator_commit(llm->gen, token, error))) return r;
+    }
+    if (first && llm->system_prompt) m[n].role = "system", m[n].content = llm->system_prompt, n++;
+    m[n].role = "user", m[n].content = message, n++;
+    /* a later turn follows the end-of-turn token, which these formats follow with a newline */
+    offset = !first && (llm->format == FORGE_CHAT_CHATML || llm->format == FORGE_CHAT_GEMMA) ? 1 : 0;
+    if ((r = forge_chat_render(llm->format, m, n, 1, NULL, 0, &needed, error)) && r != FORGE_ERR_LIMIT) return r;
+    text = (char *)forge__alloc(&llm->allocator, needed + offset + 1);
+    if (!text) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot render a chat turn of %llu bytes", (forge__ull)needed);
+    text[0] = '\n';
+    if (!(r = forge_chat_render(llm->format, m, n, 1, text + offset, needed, &len, error)))
+        r = forge_generator_prompt(llm->gen, text, len + offset, llm->format != FORGE_CHAT_NONE, error);
+    forge__free(&llm->allocator, text);
+    if (r) return r;
+    return forge__llm_reply(llm, on_text, user_data, error);
+}
+
+FORGE_API forge_result forge_llm_generate(forge_llm *llm, const char *text, forge_text_fn on_text, void *user_data,
+                                          forge_error *error) {
+    forge_result r;
+    if (!llm || !text) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_llm_generate: null argument");
+    memset(&llm->last, 0, sizeof llm->last);
+    if (llm->close_turn >= 0) { /* the last reply's end token comes before the new text */
+        int32_t token = llm->close_turn;
+        llm->close_turn = -1;
+        if ((r = forge_generator_commit(llm->gen, token, error))) return r;
+    }
+    if ((r = forge_generator_prompt(llm->gen, text, strlen(text), 0, error))) return r;
+    return forge__llm_reply(llm, on_text, user_data, error);
+}
+
+FORGE_API const forge_reply *forge_llm_last_reply(const forge_llm *llm) { return llm ? &llm->last : NULL; }
+FORGE_API void forge_llm_reset(forge_llm *llm) {
+    if (!llm) return;
+    forge_generator_reset(llm->gen);
+    llm->close_turn = -1;
+    memset(&llm->last, 0, sizeof llm->last);
+}
+FORGE_API forge_model *forge_llm_model(const forge_llm *llm) { return llm ? llm->model : NULL; }
+FORGE_API forge_tokenizer *forge_llm_tokenizer(const forge_llm *llm) { return llm ? llm->tok : NULL; }
+FORGE_API forge_context *forge_llm_context(const forge_llm *llm) { return llm ? llm->ctx : NULL; }
+FORGE_API forge_generator *forge_llm_generator(const forge_llm *llm) { return llm ? llm->gen : NULL; }
+FORGE_API forge_chat_format forge_llm_chat_format(const forge_llm *llm) { return llm ? llm->format : FORGE_CHAT_NONE; }
 
 #endif /* FORGE__IMPLEMENTED */
 #endif /* FORGE_IMPLEMENTATION */

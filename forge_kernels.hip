@@ -122,6 +122,16 @@ static int forge__hip_wave_size(void) {
     return wave;
 }
 
+// ---- the launch switches of the context being served, for the calling thread ----
+//
+// forge.h runs every call that touches a device between forge_hip_enter and forge_hip_leave: enter
+// makes the context's device current for the calling thread and sets the context's switches
+// (FORGE_HIP_NO_PDL, FORGE_HIP_NO_STAGE, from forge_context_desc) for that thread; leave puts both
+// back as they were. Two contexts with different switches, on two threads, never see each other's.
+#define FORGE_HIP_NO_PDL 1u
+#define FORGE_HIP_NO_STAGE 2u
+static thread_local unsigned forge__hip_switches = 0;
+
 // ---- overlapped launches of the decode step ----
 //
 // On NVIDIA sm_90 and newer, the kernels of a decode step are launched with programmatic stream
@@ -134,7 +144,7 @@ static int forge__hip_wave_size(void) {
 // shared memory before it (forge__stage_ok). A kernel launched this way must pass
 // FORGE__GRID_ENTER before it reads or writes anything another kernel writes; forge__launch only
 // asks for it when the kernels were compiled with it (compute capability 9.0 code) and the device
-// runs them; FORGE_NO_PDL=1 in the environment turns it off. Elsewhere it is an ordinary launch.
+// runs them; the context's gpu_no_pdl turns it off (FORGE_HIP_NO_PDL). Elsewhere it is an ordinary launch.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__HIP_PLATFORM_AMD__)
 #define FORGE__GRID_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else
@@ -150,20 +160,25 @@ static void forge__launch_smem(int overlap, void (*kernel)(KArgs...), dim3 grid,
     hipLaunchKernelGGL(kernel, grid, block, smem, s, args...);
 }
 #else
-static int forge__pdl_enabled(void) { // asked once; threads that ask together find the same answer
-    static std::atomic<int> known(-1);
-    int state = known.load(std::memory_order_relaxed);
-    if (state < 0) {
-        const char *off = getenv("FORGE_NO_PDL");
-        int device = 0, major = 0;
+// Whether the current device runs overlapped launches, asked once a device (0: not asked, 1: no,
+// 2: yes; threads that ask together find the same answer), and the calling thread's switch allows them.
+static int forge__pdl_enabled(void) {
+    static std::atomic<int> known[64];
+    int device = 0, state = 1;
+    if (forge__hip_switches & FORGE_HIP_NO_PDL) return 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return (void)cudaGetLastError(), 0;
+    if (device >= 0 && device < 64) state = known[device].load(std::memory_order_relaxed);
+    if (state == 0 || device < 0 || device >= 64) {
+        int major = 0;
         cudaFuncAttributes fa;
-        state = !(off && *off && strcmp(off, "0") != 0) && cudaGetDevice(&device) == cudaSuccess &&
-                cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
-                cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 90;
+        state = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
+                        cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 90
+                    ? 2
+                    : 1;
         (void)cudaGetLastError();
-        known.store(state, std::memory_order_relaxed);
+        if (device >= 0 && device < 64) known[device].store(state, std::memory_order_relaxed);
     }
-    return state;
+    return state == 2;
 }
 
 // overlap 0: the kernel is placed only once the one before it has finished (its FORGE__GRID_ENTER
@@ -207,10 +222,42 @@ typedef struct forge_hip_device_info {
     int bf16;             // bfloat16 arithmetic
 } forge_hip_device_info;
 
-// Fills info for device `device`; returns 0, or writes the runtime's message and returns -1.
+// The calling thread's current device and launch switches, as forge_hip_enter found them.
+typedef struct forge_hip_scope {
+    int device;         // current before enter
+    int switched;       // 1 when enter changed the current device
+    unsigned switches;  // the thread's switches before enter
+} forge_hip_scope;
+
+// Makes `device` current for the calling thread and sets its launch switches (FORGE_HIP_NO_PDL,
+// FORGE_HIP_NO_STAGE); *saved receives what to restore. Returns 0, or -1 with the runtime's message
+// (nothing changed then).
+int forge_hip_enter(int device, unsigned switches, forge_hip_scope *saved, char *message, size_t message_bytes) {
+    hipError_t err;
+    int current = 0;
+    saved->device = 0, saved->switched = 0, saved->switches = forge__hip_switches;
+    if ((err = hipGetDevice(&current)) != hipSuccess) return forge__hip_fail(err, "current device", message, message_bytes);
+    saved->device = current;
+    if (current != device) {
+        if ((err = hipSetDevice(device)) != hipSuccess) return forge__hip_fail(err, "set device", message, message_bytes);
+        saved->switched = 1;
+    }
+    forge__hip_switches = switches;
+    return 0;
+}
+
+// Puts back the device and the switches forge_hip_enter found.
+void forge_hip_leave(const forge_hip_scope *saved) {
+    forge__hip_switches = saved->switches;
+    if (saved->switched) (void)hipSetDevice(saved->device);
+}
+
+// Fills info for device `device`; returns 0, or writes the runtime's message and returns -1. The
+// calling thread's current device is the same after as before.
 int forge_hip_device_query(int device, forge_hip_device_info *info, char *message, size_t message_bytes) {
     hipDeviceProp_t prop;
     hipError_t err;
+    forge_hip_scope scope;
     int count = 0;
     memset(info, 0, sizeof *info);
     if ((err = hipGetDeviceCount(&count)) != hipSuccess || device < 0 || device >= count) {
@@ -218,11 +265,14 @@ int forge_hip_device_query(int device, forge_hip_device_info *info, char *messag
                  err != hipSuccess ? hipGetErrorString(err) : "index out of range");
         return -1;
     }
-    if ((err = hipSetDevice(device)) != hipSuccess || (err = hipGetDeviceProperties(&prop, device)) != hipSuccess ||
+    if (forge_hip_enter(device, forge__hip_switches, &scope, message, message_bytes) != 0) return -1;
+    if ((err = hipGetDeviceProperties(&prop, device)) != hipSuccess ||
         (err = hipMemGetInfo(&info->free_bytes, &info->total_bytes)) != hipSuccess) {
+        forge_hip_leave(&scope);
         snprintf(message, message_bytes, "device %d query failed: %s", device, hipGetErrorString(err));
         return -1;
     }
+    forge_hip_leave(&scope);
     snprintf(info->name, sizeof info->name, "%s", prop.name);
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
     snprintf(info->arch, sizeof info->arch, "%s", prop.gcnArchName);
@@ -243,15 +293,24 @@ int forge_hip_device_query(int device, forge_hip_device_info *info, char *messag
 // The one device allocation forge makes for a context; its size is the memory plan's total.
 // Test hooks, process-wide by nature: how many device allocations forge has made, and an
 // allocation that fails on purpose (the k-th from now; -1: none) to drive the transactional tests.
-static unsigned long forge__hip_allocations = 0;
-static long forge__hip_fail_in = -1;
+// Atomic, so that contexts created on several threads at once count right.
+static std::atomic<unsigned long> forge__hip_allocations(0);
+static std::atomic<long> forge__hip_fail_in(-1);
 
-unsigned long forge_hip_allocation_count(void) { return forge__hip_allocations; }
-void forge_hip_fail_allocation_after(long k) { forge__hip_fail_in = k; }
+unsigned long forge_hip_allocation_count(void) { return forge__hip_allocations.load(); }
+void forge_hip_fail_allocation_after(long k) { forge__hip_fail_in.store(k); }
+
+// One step of a fail-after hook: counts it down while it is >= 0; 1 (fail now) when it was 0.
+static int forge__hip_hook_fires(std::atomic<long> &k) {
+    long v = k.load();
+    while (v >= 0)
+        if (k.compare_exchange_weak(v, v - 1)) return v == 0;
+    return 0;
+}
 
 int forge_hip_arena_alloc(size_t bytes, void **out, char *message, size_t message_bytes) {
     hipError_t err;
-    if (forge__hip_fail_in >= 0 && forge__hip_fail_in-- == 0) {
+    if (forge__hip_hook_fires(forge__hip_fail_in)) {
         *out = NULL;
         snprintf(message, message_bytes, "device allocation of %zu bytes failed: injected by the test hook", bytes);
         return -1;
@@ -315,13 +374,13 @@ void forge_hip_stream_destroy(void *stream) {
 // Pinned (page-locked) host memory: what the copy engine reads without staging, so copies from it
 // overlap the host's work. Host memory, never part of the device plan; a test hook fails the k-th
 // such allocation from now (-1: none).
-static long forge__hip_host_fail_in = -1;
-void forge_hip_fail_host_allocation_after(long k) { forge__hip_host_fail_in = k; }
+static std::atomic<long> forge__hip_host_fail_in(-1);
+void forge_hip_fail_host_allocation_after(long k) { forge__hip_host_fail_in.store(k); }
 
 int forge_hip_host_alloc(size_t bytes, void **out, char *message, size_t message_bytes) {
     hipError_t err;
     *out = NULL;
-    if (forge__hip_host_fail_in >= 0 && forge__hip_host_fail_in-- == 0)
+    if (forge__hip_hook_fires(forge__hip_host_fail_in))
         return forge__hip_refuse(message, message_bytes, "pinned host allocation failed: injected by the test hook");
     err = hipHostMalloc(out, bytes, hipHostMallocDefault);
     if (err != hipSuccess) {
@@ -1273,23 +1332,23 @@ __global__ void __launch_bounds__(256) forge__k_matmul_few(const uint8_t *__rest
 #pragma unroll
         for (int k = 0; k < FORGE__MV_ROWS; k++) P::load(rows[k], p, n_cols, raw[k]);
 #pragma unroll
-        for (int t = 0; t < FORGE__FEW_TOKENS; t++) {
-            if ((uint32_t)t >= nt) break;
-            float xr[32], xs[4];
-            P::load_x(x + (size_t)(t0 + t) * n_cols, p, xr, xs);
+        for (int t = 0; t < FORGE__FEW_TOKENS; t++) // guarded, not cut short: the accumulators keep static indices (registers)
+            if ((uint32_t)t < nt) {
+                float xr[32], xs[4];
+                P::load_x(x + (size_t)(t0 + t) * n_cols, p, xr, xs);
 #pragma unroll
-            for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] += P::dot(raw[k], p, xr, xs);
-        }
+                for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] += P::dot(raw[k], p, xr, xs);
+            }
     }
 #pragma unroll
-    for (int t = 0; t < FORGE__FEW_TOKENS; t++) {
-        if ((uint32_t)t >= nt) break;
+    for (int t = 0; t < FORGE__FEW_TOKENS; t++)
+        if ((uint32_t)t < nt) {
 #pragma unroll
-        for (int k = 0; k < FORGE__MV_ROWS; k++) {
-            const float total = forge__wave_sum(acc[t][k]);
-            if (lane == 0 && r0 + k < n_rows) y[(size_t)(t0 + t) * n_rows + r0 + k] = bias ? total + bias[r0 + k] : total;
+            for (int k = 0; k < FORGE__MV_ROWS; k++) {
+                const float total = forge__wave_sum(acc[t][k]);
+                if (lane == 0 && r0 + k < n_rows) y[(size_t)(t0 + t) * n_rows + r0 + k] = bias ? total + bias[r0 + k] : total;
+            }
         }
-    }
 }
 
 __device__ __forceinline__ float forge__gelu(float x); // defined in >>rows
@@ -1774,16 +1833,14 @@ __global__ void __launch_bounds__(FORGE__MVQ_MAX_THREADS, 2) forge__k_mvq3(forge
                                                                       m.y[2], m.bias[2], 0, 0, NULL, m.norm_eps, NULL);
 }
 
-static int forge__hip_sm_count(void) { // asked once, as forge__pdl_enabled
-    static std::atomic<int> cached(0);
-    int n = cached.load(std::memory_order_relaxed);
-    if (!n) {
-        int device = 0;
-        if (hipGetDevice(&device) != hipSuccess || hipDeviceGetAttribute(&n, hipDeviceAttributeMultiprocessorCount, device) != hipSuccess ||
-            n <= 0)
-            n = 64;
-        cached.store(n, std::memory_order_relaxed);
-    }
+static int forge__hip_sm_count(void) { // the current device's, asked once a device, as forge__pdl_enabled
+    static std::atomic<int> cached[64];
+    int device = 0, n = 0;
+    if (hipGetDevice(&device) != hipSuccess) (void)hipGetLastError(), device = 0;
+    if (device >= 0 && device < 64 && (n = cached[device].load(std::memory_order_relaxed)) > 0) return n;
+    if (hipDeviceGetAttribute(&n, hipDeviceAttributeMultiprocessorCount, device) != hipSuccess || n <= 0)
+        (void)hipGetLastError(), n = 64;
+    if (device >= 0 && device < 64) cached[device].store(n, std::memory_order_relaxed);
     return n;
 }
 
@@ -1801,8 +1858,8 @@ static size_t forge__stage_bytes(size_t row_bytes, uint32_t rows, int copies) { 
 // overlapped launches must be on), more than one round (with one, the weights a lane loads before
 // the wait are all it reads, and the copy only adds its trip through shared memory), the grid in
 // one wave of at most four blocks a multiprocessor, and their rows within FORGE__STAGE_SM_BYTES of a
-// multiprocessor's shared memory. FORGE_NO_STAGE=1 in the environment turns it off.
-// A test hook sets staging off (0), on where the rule allows (1) or back to the environment's (-1).
+// multiprocessor's shared memory. The context's gpu_no_stage turns it off (FORGE_HIP_NO_STAGE).
+// A test hook sets staging off (0), on where the rule allows (1) or back to the context's switch (-1).
 #define FORGE__STAGE_SM_BYTES (200u << 10)
 static std::atomic<int> forge__stage_state(-1);
 extern "C" void forge_hip_set_staging(int on) { forge__stage_state.store(on < 0 ? -1 : on ? 1 : 0); }
@@ -1812,11 +1869,7 @@ static int forge__stage_ok(size_t bytes, uint32_t blocks, uint32_t rounds) {
     return 0;
 #else
     int state = forge__stage_state.load(std::memory_order_relaxed);
-    if (state < 0) {
-        const char *off = getenv("FORGE_NO_STAGE");
-        state = !(off && *off && strcmp(off, "0") != 0);
-        forge__stage_state.store(state, std::memory_order_relaxed);
-    }
+    if (state < 0) state = !(forge__hip_switches & FORGE_HIP_NO_STAGE);
     const uint32_t sms = (uint32_t)forge__hip_sm_count(), per_sm = (blocks + sms - 1) / sms;
     return state && forge__pdl_enabled() && rounds >= 2 && per_sm <= 4 && per_sm * bytes <= FORGE__STAGE_SM_BYTES;
 #endif

@@ -1,7 +1,9 @@
-/* budget.c: will this model fit? Plans a model's memory at a given context and checks the plan
-   against the budget (70% of free memory unless FORGE_MEM_FRACTION says otherwise), without
-   allocating anything for the model. Prints every term and the verdict, and when the model does
-   not fit, the largest context and the KV cache type that would.
+/* budget.c: will this model fit? The layers, one at a time: forge_model_open maps the file,
+   forge_plan_check plans the memory of a context at a given length and checks the plan against the
+   budget, without allocating anything for the model. It prints every term and the verdict, and
+   when the model does not fit, the largest context and the KV cache type that would. The budget is
+   70% of free memory, or what FORGE_MEM_FRACTION=F in the environment says: forge reads no
+   environment variable by itself, so the example asks with forge_context_desc_apply_env.
 
    build: cc -std=c99 -O2 examples/budget.c -o budget -lm -pthread
    run:   ./budget model.gguf 32768        (exit status 0 when it fits, 1 when it does not) */
@@ -27,9 +29,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", error.message);
         return 1;
     }
-    memset(&desc, 0, sizeof desc);
+    memset(&desc, 0, sizeof desc); /* zero means default (`= {0}` would be C only: the first member is an enum) */
     desc.n_ctx = (uint32_t)strtoul(argv[2], NULL, 10);
-    if (forge_plan_check(model, &desc, &verdict, &error) != FORGE_OK) {
+    if (forge_context_desc_apply_env(&desc, &error) != FORGE_OK || forge_plan_check(model, &desc, &verdict, &error) != FORGE_OK) {
         fprintf(stderr, "%s\n", error.message);
         forge_model_close(model);
         return 1;

@@ -5,7 +5,7 @@
    every tensor the configuration needs is present with the right shape. A broken, truncated or
    hostile file is refused with a message that names what is wrong; nothing is left allocated.
 
-   build: cc -std=c99 -O2 examples/inspect.c -o inspect -lm
+   build: cc -std=c99 -O2 examples/inspect.c -o inspect -lm -pthread
    run:   ./inspect model.gguf */
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"

@@ -39,6 +39,8 @@ run tokenizer_san $B/test_tokenizer_san
 run matmul      $B/test_matmul
 run matmul_san  $B/test_matmul_san
 run smollm2     $B/test_smollm2
+run llm         $B/test_llm
+run llm_san     $B/test_llm_san
 run gemma3      $B/test_greedy "${FORGE_GEMMA3:-$HOME/.cache/forge/gemma3/gemma-3-270m-q4_k_m.gguf}" tests/data/gemma3_270m_greedy.txt 32
 run qwen25coder $B/test_greedy "${FORGE_QWEN25CODER:-$HOME/.cache/forge/qwen25coder/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}" tests/data/qwen25coder_1p5b_greedy.txt 32
 run seqs        $B/test_seqs
@@ -46,6 +48,8 @@ run seqs_san    env FORGE_TEST_QUICK=1 $B/test_seqs_san
 run capture     $B/test_capture
 run capture_san $B/test_capture_san
 run builds      sh tests/check_builds.sh
+run readme      sh tests/check_readme.sh
+run side_effects sh tests/check_side_effects.sh
 run mkmodel     sh tests/test_mkmodel.sh
 run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 run kernel_trace $PY tests/check_kernel_trace.py

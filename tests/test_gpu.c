@@ -1,7 +1,7 @@
 /* The GPU backend against the CPU backend, and the memory promises on a real device.
 
    usage: test_gpu FIXTURES_DIR [BIG_MODEL.gguf [DEPTH_MODEL.gguf]]
-   - the recorded decode graph against plain launches (FORGE_NO_GRAPH=1): identical greedy tokens
+   - the recorded decode graph against plain launches (gpu_no_graph): identical greedy tokens
      and logits, after a reset too, with sliding-window rings, soft-caps, MoE, q8_0 caches and
      split attention; forge_context_argmax against the host's argmax; the greedy generator on the
      GPU against the CPU; 10,000 decode steps with free memory and the allocation count unchanged;
@@ -115,6 +115,9 @@ static double vs_reference(const char *dir, const char *name, const float *logit
    by up to a few 1e-3 (llama.cpp's own distance to the float64 reference is 1e-3 to 3e-2). */
 #define GPU_VS_CPU_BOUND 1e-2
 
+/* gpu_norm_fusion for the contexts compare_fixture and graph_vs_plain make (0: forge's choice) */
+static int test_norm_fusion = 0;
+
 static void compare_fixture(const char *dir, const char *name, forge_kv_type kv, uint32_t batch) {
     char path[1024], label[256];
     forge_model *m = NULL;
@@ -135,6 +138,7 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv,
     d.all_logits = 1;
     d.kv_type = kv;
     d.n_batch = batch;
+    d.gpu_norm_fusion = test_norm_fusion;
     d.backend = FORGE_BACKEND_CPU;
     CHECK(forge_context_create(m, &d, &cpu, &e) == FORGE_OK, "cpu: %s", e.message);
     d.backend = FORGE_BACKEND_GPU;
@@ -199,13 +203,13 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv,
             }
             if (same < 24) printf("  %-32s %-5s greedy tokens identical for %d of 24\n", name, forge_kv_type_name(kv), same);
         }
-        if (kv == FORGE_KV_F16) { /* FORGE_NO_Q8=1: decode on f32 activations, the CPU's arithmetic */
+        if (kv == FORGE_KV_F16) { /* gpu_no_q8: decode on f32 activations, the CPU's arithmetic */
             forge_context *exact = NULL;
             int ok;
-            setenv("FORGE_NO_Q8", "1", 1);
+            d.gpu_no_q8 = 1;
             d.backend = FORGE_BACKEND_GPU;
             ok = forge_context_create(m, &d, &exact, &e) == FORGE_OK;
-            unsetenv("FORGE_NO_Q8");
+            d.gpu_no_q8 = 0;
             if (CHECK(ok, "gpu (f32 activations): %s", e.message) && CHECK(greedy(exact, tg, 24, tokens, 8, n_vocab), "greedy run")) {
                 int same = 0;
                 while (same < 24 && tc[same] == tg[same]) same++;
@@ -259,13 +263,12 @@ static void graph_vs_plain(const char *dir, const char *name, forge_kv_type kv, 
     d.n_batch = batch;
     d.kv_type = kv;
     d.log = graph_log;
+    d.gpu_norm_fusion = test_norm_fusion;
     for (k = 0; k < 2; k++) {
-        if (k) setenv("FORGE_NO_GRAPH", "1", 1);
-        else unsetenv("FORGE_NO_GRAPH");
+        d.gpu_no_graph = k;
         d.log_user_data = &recorded[k];
         CHECK(forge_context_create(m, &d, &ctx[k], &e) == FORGE_OK, "create: %s", e.message);
     }
-    unsetenv("FORGE_NO_GRAPH");
     CHECK(recorded[0] == 1 && recorded[1] == 0, "graph recorded %d, plain %d", recorded[0], recorded[1]);
     prompt = (int32_t *)malloc((n_prompt + 1) * sizeof *prompt);
     toks[0] = (int32_t *)malloc((n_steps + 1) * sizeof(int32_t));
@@ -368,9 +371,8 @@ static void generator_greedy(const char *dir, const char *name) {
         memset(&d, 0, sizeof d);
         d.backend = k ? FORGE_BACKEND_CPU : FORGE_BACKEND_GPU;
         d.n_ctx = 64;
-        if (!k) setenv("FORGE_NO_Q8", "1", 1);
+        d.gpu_no_q8 = !k;
         if (!CHECK(forge_context_create(m, &d, &ctx[k], &e) == FORGE_OK, "create: %s", e.message)) goto out;
-        unsetenv("FORGE_NO_Q8");
         if (!CHECK(forge_generator_create(ctx[k], tok, NULL, &gen[k], &e) == FORGE_OK, "generator: %s", e.message)) goto out;
         if (!CHECK(forge_generator_prompt(gen[k], "the quick brown fox", 19, 0, &e) == FORGE_OK, "prompt: %s", e.message)) goto out;
         while (n[k] < 24) {
@@ -658,7 +660,7 @@ static void memory_at_depth(const char *path) {
 
 /* Decode, one token at a time (products on 8-bit activations where the weight type has that path):
    the 32 rows of logits against the fixture's float64 reference within its own tolerance, and,
-   printed beside it, the same decode with f32 activations (FORGE_NO_Q8=1). */
+   printed beside it, the same decode with f32 activations (gpu_no_q8). */
 static void decode_vs_reference(const char *dir, const char *name) {
     char path[1024], label[256];
     forge_model *m = NULL;
@@ -682,9 +684,8 @@ static void decode_vs_reference(const char *dir, const char *name) {
     for (pass = 0; pass < 2 && all; pass++) {
         forge_context *ctx = NULL;
         int ok = 1;
-        if (pass == 1) setenv("FORGE_NO_Q8", "1", 1);
+        d.gpu_no_q8 = pass == 1;
         ok = forge_context_create(m, &d, &ctx, &e) == FORGE_OK;
-        if (pass == 1) unsetenv("FORGE_NO_Q8");
         if (!CHECK(ok, "gpu: %s", e.message)) break;
         for (i = 0; i < 32 && ok; i++) {
             const float *l;
@@ -872,14 +873,57 @@ static void norms_prepared(const char *dir, const char *name) {
         d.backend = FORGE_BACKEND_GPU;
         d.log = prepared_log;
         d.log_user_data = &count;
-        setenv("FORGE_NORM_FUSION", modes[i], 1);
+        d.gpu_norm_fusion = modes[i][0] == '1' ? 1 : -1;
         if (CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "gpu: %s", e.message)) {
             const int want = i ? 2 * (int)forge_model_config(m)->n_layer : 0;
             CHECK(count == want, "FORGE_NORM_FUSION=%s: %d norms prepared, expected %d", modes[i], count, want);
             printf("  %-32s FORGE_NORM_FUSION=%s: %d norms prepared in the decode graph\n", name, modes[i], count);
         }
-        unsetenv("FORGE_NORM_FUSION");
         forge_context_destroy(ctx);
+    }
+    forge_model_close(m);
+}
+
+/* The calling thread's current device, read through forge_hip_enter (which reports what it found). */
+static int current_device(void) {
+    forge_hip_scope scope;
+    char message[128];
+    if (forge_hip_enter(0, 0, &scope, message, sizeof message) != 0) return -1;
+    forge_hip_leave(&scope);
+    return scope.device;
+}
+
+/* The library leaves the calling thread's device as it found it: queries, and a context's whole life
+   (create, eval, argmax, logits, destroy) on another device when there are two. */
+static void device_left_as_found(const char *dir) {
+    char path[512];
+    forge_memory_reading r;
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_context_desc d;
+    forge_error e;
+    int before = current_device(), device;
+    int32_t token = 1;
+    TEST_CASE("the calling thread's current device is left as found");
+    (void)forge_gpu_available();
+    (void)forge_memory_query_gpu(0, &r, NULL);
+    CHECK(current_device() == before, "device %d before the queries, %d after", before, current_device());
+    device = forge_memory_query_gpu(1, &r, NULL) == FORGE_OK ? 1 : 0;
+    if (!device) printf("  one device: the context runs on the current one\n");
+    snprintf(path, sizeof path, "%s/models/tiny-llama-q4_k_m.gguf", dir);
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    memset(&d, 0, sizeof d);
+    d.backend = FORGE_BACKEND_GPU;
+    d.device = device;
+    d.n_ctx = 64;
+    if (CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create on device %d: %s", device, e.message)) {
+        CHECK(current_device() == before, "after create: %d, before %d", current_device(), before);
+        CHECK(forge_eval(ctx, &token, 1, &e) == FORGE_OK && forge_context_argmax(ctx, &token, &e) == FORGE_OK &&
+                  forge_context_logits(ctx, NULL) != NULL,
+              "eval: %s", e.message);
+        CHECK(current_device() == before, "after eval: %d, before %d", current_device(), before);
+        forge_context_destroy(ctx);
+        CHECK(current_device() == before, "after destroy: %d, before %d", current_device(), before);
     }
     forge_model_close(m);
 }
@@ -898,6 +942,7 @@ int main(int argc, char **argv) {
     }
     TEST_CASE("a GPU answers");
     if (!CHECK(forge_gpu_available(), "no GPU")) return test_summary();
+    device_left_as_found(argv[1]);
     for (i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
         compare_fixture(argv[1], fixtures[i], FORGE_KV_F16, 0);
         if (i + 1 < sizeof fixtures / sizeof fixtures[0]) /* the last has heads of 4: no q8_0 cache */
@@ -929,7 +974,7 @@ int main(int argc, char **argv) {
     norms_prepared(argv[1], "tiny-qwen2-q8_0.gguf");
     norms_prepared(argv[1], "tiny-phi3-q4_k_m.gguf");
     norms_prepared(argv[1], "tiny-gemma-q4_k_m.gguf");
-    setenv("FORGE_NORM_FUSION", "1", 1);
+    test_norm_fusion = 1;
     compare_fixture(argv[1], "tiny-gemma-q4_k_m.gguf", FORGE_KV_F16, 0);
     compare_fixture(argv[1], "tiny-llama-q4_k_m.gguf", FORGE_KV_F16, 0);
     compare_fixture(argv[1], "tiny-llama-q4_0.gguf", FORGE_KV_Q8_0, 0);
@@ -937,7 +982,7 @@ int main(int argc, char **argv) {
     compare_fixture(argv[1], "tiny-phi3-q4_k_m.gguf", FORGE_KV_F16, 0);
     graph_vs_plain(argv[1], "tiny-llama-q4_k_m.gguf", FORGE_KV_F16, 0, 256, 20, 200);
     graph_vs_plain(argv[1], "tiny-qwen2-q8_0.gguf", FORGE_KV_Q8_0, 0, 256, 20, 100);
-    unsetenv("FORGE_NORM_FUSION");
+    test_norm_fusion = 0;
     argmax_matches(argv[1], "tiny-llama-q4_k_m.gguf");
     generator_greedy(argv[1], "tiny-llama-q4_k_m.gguf");
     sample_on_device(argv[1], "tiny-llama-q4_k_m.gguf");

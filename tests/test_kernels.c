@@ -1241,7 +1241,7 @@ static int check_q8_vector(const void *dq8, const float *x, size_t n, const char
     return ok;
 }
 
-void forge_hip_set_staging(int on); /* test hook of forge_kernels.hip: 0 off, 1 where the rule allows, -1 as the environment says */
+void forge_hip_set_staging(int on); /* test hook of forge_kernels.hip: 0 off, 1 where the rule allows, -1 as the calling thread's switch says */
 
 /* The decode products stage a block's weight rows in shared memory where the shape allows it
    (sm_90, forge__stage_ok): the same product with staging off must give the same bits, since only

@@ -292,7 +292,7 @@ static void test_pool(void) {
     CHECK(forge_cpu_count() >= 1, "forge_cpu_count() = %u", forge_cpu_count());
     /* (create outside CHECK: its message arguments may be evaluated before its condition) */
     ok = forge__pool_create(0, NULL, &pool, &e) == FORGE_OK;
-    CHECK(ok && forge__pool_size(pool) == (threads_off ? 1 : forge_cpu_count()), "0 threads means all cores: %u",
+    CHECK(ok && forge__pool_size(pool) == (threads_off ? 1 : forge_cpu_default_threads()), "0 threads: the default policy, %u",
           forge__pool_size(pool));
     forge__pool_destroy(pool);
     ok = forge__pool_create(1, NULL, &pool, &e) == FORGE_OK;

@@ -5,7 +5,6 @@
    replaced while the others go on; bad steps are refused whole; 10,000 steps with sequences joining,
    finishing and being replaced allocate nothing (the context's allocator and FORGE_MALLOC counted).
    FORGE_TEST_BACKEND=gpu runs the same checks on the GPU backend (a build with FORGE_HIP). */
-#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stddef.h>
 #include <stdlib.h>
 static long test_heap_calls; /* every FORGE_MALLOC of the library, also those outside a context's allocator */
@@ -65,6 +64,7 @@ static forge_context_desc desc_of(uint32_t n_seq, uint32_t n_ctx, uint32_t n_bat
     d.n_batch = n_batch;
     d.n_threads = 2;
     d.memory = &mem;
+    d.gpu_no_q8 = backend == FORGE_BACKEND_GPU; /* a batch runs the prompt kernels: compare with the f32 decode */
     return d;
 }
 
@@ -465,7 +465,7 @@ int main(void) {
     backend = gpu ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
     /* alone, a one-token step would decode on 8-bit activations (about 2% from float64); a batch runs
        the prompt kernels: compare with the f32 decode instead */
-    if (gpu) setenv("FORGE_NO_Q8", "1", 1);
+    /* (desc_of sets gpu_no_q8 on the GPU) */
     mem = big_reading();
     if (gpu) {
         if (forge_memory_query_gpu(0, &mem, NULL) != FORGE_OK) mem = big_reading();

@@ -134,7 +134,7 @@ int main(void) {
     CHECK(forge_context_arena_bytes(ctx) == forge_context_plan(ctx)->total_bytes - forge_context_plan(ctx)->weights_bytes,
           "the arena changed size while generating");
     if (seconds > 0)
-        printf("generation speed: %ld tokens in %.2f s, %.1f tokens/s (n_ctx 256, f16 KV cache, all cores)\n", tokens,
+        printf("generation speed: %ld tokens in %.2f s, %.1f tokens/s (n_ctx 256, f16 KV cache, the default thread count)\n", tokens,
                seconds, (double)tokens / seconds);
 
 out:

@@ -141,12 +141,12 @@ static int cmd_extract(int argc, char **argv) {
     char file_path[4096], name[96];
     FILE *index = NULL;
 
-    memset(&desc, 0, sizeof desc);
     memset(&st, 0, sizeof st);
     if (wants_help(argc, argv)) {
         fputs(EXTRACT_USAGE, stdout);
         return 0;
     }
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < (uint32_t)argc; i++) {
         int k = (int)i;
         if (context_option(argc, argv, &k, &desc, &bad)) {
@@ -173,7 +173,6 @@ static int cmd_extract(int argc, char **argv) {
         }
     }
     if (bad || !path || !out_dir || (!!text_path + !!text_arg + !!token_arg) != 1) return usage_error("extract", EXTRACT_USAGE);
-    if (!check_env_fraction("extract")) return 1;
     upload_progress_setup(&desc, &upload, quiet);
     if (forge_capture_dtype_parse(dtype_name, &desc.capture_dtype, &err) != FORGE_OK ||
         forge_model_open(path, NULL, &model, &err) != FORGE_OK) {

@@ -530,20 +530,6 @@ static int parse_size(const char *text, const char *flag, uint64_t *out) {
     return 1;
 }
 
-/* The library reads FORGE_MEM_FRACTION when --mem-fraction is not given and falls back to 0.70 on a
-   value it cannot use; the CLI refuses such a value instead of ignoring it. */
-static int check_env_fraction(const char *command) {
-    const char *env = getenv("FORGE_MEM_FRACTION");
-    char *end = NULL;
-    double v;
-    if (!env || !*env) return 1;
-    v = strtod(env, &end);
-    if (end && end != env && !*end && v > 0.0 && v <= 1.0) return 1;
-    fprintf(stderr, "forge %s: FORGE_MEM_FRACTION '%s' must be a number in (0, 1] (the share of free memory a plan may take)\n",
-            command, env);
-    return 0;
-}
-
 static void log_warning(void *user, forge_log_level level, const char *message) {
     (void)user;
     if (level == FORGE_LOG_WARN) fprintf(stderr, "forge: warning: %s\n", message);
@@ -588,13 +574,26 @@ static void upload_progress_setup(forge_context_desc *desc, upload_progress *u, 
     "  -c, --ctx N           positions of the KV cache, [0, 1073741824]; 0 = min(trained context, 4096)\n" \
     "  --kv TYPE             KV cache type: f32, f16 (default), q8_0, q4_0\n" \
     "  -b, --batch N         most tokens per step, [0, 65536]; 0 = 512\n" \
-    "  -t, --threads N       CPU threads, [0, " CLI_STR(FORGE_MAX_THREADS) "]; 0 = all cores\n" \
+    "  -t, --threads N       CPU threads, [0, " CLI_STR(FORGE_MAX_THREADS) "]; default every core; 0 = half of them\n" \
     "  --mem-fraction F      share of free memory the plan may take, in (0, 1]; default $FORGE_MEM_FRACTION or 0.70\n" \
     "  --headroom SIZE       memory kept free on top of the fraction (e.g. 512M, 2G); default 0\n" \
     "  --on-budget POLICY    refuse (default): a plan over the budget allocates nothing; warn: allocate anyway\n" \
     "  --gpu, --cpu          the backend; default the GPU when this build has one and it answers\n" \
     "  --device N            GPU index, [0, 255]\n" \
     "  --seqs N              sequence slots, each with its own KV cache, [1, " CLI_STR(FORGE_MAX_SEQ) "]; default 1\n"
+
+/* A command's context before its flags: forge's defaults, then the FORGE_* environment variables
+   (the library reads none by itself), and every core: the CLI is the only program running it. */
+static int context_defaults(forge_context_desc *desc) {
+    forge_error err;
+    memset(desc, 0, sizeof *desc);
+    if (forge_context_desc_apply_env(desc, &err) != FORGE_OK) {
+        fprintf(stderr, "forge: %s\n", err.message);
+        return 0;
+    }
+    desc->n_threads = forge_cpu_count() < FORGE_MAX_THREADS ? forge_cpu_count() : FORGE_MAX_THREADS;
+    return 1;
+}
 
 /* Options every command that makes a context shares; returns 1 if argv[*i] was one (consuming its value). */
 static int context_option(int argc, char **argv, int *i, forge_context_desc *desc, int *bad) {
@@ -696,11 +695,11 @@ static int cmd_plan(int argc, char **argv) {
     forge_verdict v;
     forge_error err;
     const forge_plan *p = &v.plan;
-    memset(&desc, 0, sizeof desc);
     if (wants_help(argc, argv)) {
         fputs(PLAN_USAGE, stdout);
         return 0;
     }
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (context_option(argc, argv, &i, &desc, &bad)) continue;
         if (!strcmp(argv[i], "--json")) json = 1;
@@ -713,7 +712,6 @@ static int cmd_plan(int argc, char **argv) {
     if (bad || !path) {
         return usage_error("plan", PLAN_USAGE);
     }
-    if (!check_env_fraction("plan")) return 1;
     if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) {
         fprintf(stderr, "forge plan: %s\n", err.message);
         return 1;
@@ -838,11 +836,11 @@ static int cmd_eval(int argc, char **argv) {
     uint32_t n_tokens = 0, done = 0, n_vocab;
     FILE *out = NULL;
     int status = 1;
-    memset(&desc, 0, sizeof desc);
     if (wants_help(argc, argv)) {
         fputs(EVAL_USAGE, stdout);
         return 0;
     }
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (context_option(argc, argv, &i, &desc, &bad)) continue;
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
@@ -857,7 +855,6 @@ static int cmd_eval(int argc, char **argv) {
     if (bad || !path || !token_text || !out_path) {
         return usage_error("eval", EVAL_USAGE);
     }
-    if (!check_env_fraction("eval")) return 1;
     upload_progress_setup(&desc, &upload, quiet);
     { /* the ids, comma-separated */
         size_t n = 0;
@@ -1150,13 +1147,13 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
     forge_error err;
     char *text = NULL;
     const char *command = chat_mode ? "chat" : "run";
-    memset(&desc, 0, sizeof desc);
     memset(&sampler, 0, sizeof sampler);
     sampler.temperature = 0.0f;
     if (wants_help(argc, argv)) {
         fputs(chat_mode ? CHAT_USAGE : RUN_USAGE, stdout);
         return 0;
     }
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (context_option(argc, argv, &i, &desc, &bad) || sampler_option(argc, argv, &i, &sampler, &random_seed, &bad))
             continue;
@@ -1176,7 +1173,6 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
     if (bad || !path || (!chat_mode && !prompt)) {
         return usage_error(command, chat_mode ? CHAT_USAGE : RUN_USAGE);
     }
-    if (!check_env_fraction(command)) return 1;
     upload_progress_setup(&desc, &upload, quiet);
     if (random_seed) {
         sampler.seed = random_seed_value();
@@ -1529,11 +1525,11 @@ static int cmd_bench(int argc, char **argv) {
     uint64_t lowest_free = UINT64_MAX;
     forge_kv_type ctk = FORGE_KV_DEFAULT, ctv = FORGE_KV_DEFAULT;
     uint32_t seq_counts[16], n_seq_counts = 0;
-    memset(&desc, 0, sizeof desc);
     if (wants_help(argc, argv)) {
         fputs(BENCH_USAGE, stdout);
         return 0;
     }
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--seqs") && i + 1 < argc) { /* a list of sequence counts: the batched bench */
             bad |= !parse_u32_list(argv[++i], "--seqs", 1, FORGE_MAX_SEQ, seq_counts, 16, &n_seq_counts);
@@ -1585,7 +1581,6 @@ static int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "forge bench: --seqs measures both phases: -p and -n must be above 0\n");
             return 1;
         }
-        if (!check_env_fraction("bench")) return 1;
         if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) goto fail;
         if (!desc.n_batch) desc.n_batch = 512;
         gpu = desc.backend == FORGE_BACKEND_GPU || (desc.backend == FORGE_BACKEND_AUTO && forge_gpu_available());
@@ -1600,7 +1595,6 @@ static int cmd_bench(int argc, char **argv) {
                 n_prompt > n_gen ? n_prompt : n_gen);
         return 1;
     }
-    if (!check_env_fraction("bench")) return 1;
     progress = !quiet && isatty(fileno(stderr));
     upload_progress_setup(&desc, &upload, quiet);
     if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) goto fail;
