@@ -415,7 +415,8 @@ typedef struct forge_config {
     uint32_t n_ff_exp;            /* width of one routed expert */
     uint32_t n_ff_shexp;          /* width of the shared expert, 0 when none */
     uint32_t n_swa;               /* sliding window size, 0 when every layer attends to the whole context */
-    uint32_t swa_pattern;         /* every swa_pattern-th layer is global; 0 when n_swa is 0 */
+    uint32_t swa_pattern;         /* every swa_pattern-th layer is global; 0 when n_swa is 0, or (with a
+                                     window) when every layer is local; layer_is_swa says per layer */
     float attn_scale;             /* attention scores are q.k * attn_scale: 1/sqrt(head_dim), or the family's rule */
     float attn_softcap;           /* 0 = none */
     float final_softcap;          /* 0 = none */
@@ -1846,6 +1847,10 @@ static forge_result forge__gguf_walk(forge_gguf *g, forge_error *e) {
         uint64_t count = 1, value_pos;
         forge_gguf_kv *kv = fill ? &g->kv[i] : NULL;
         if ((r = forge__read_str(&c, FORGE_GGUF_MAX_NAME_BYTES, "a metadata key", &key, e))) return r;
+        /* as llama.cpp, no empty key; and no NUL inside one, which C-string lookups and printing would cut */
+        if (key.len == 0) return forge__fail(e, FORGE_ERR_LIMIT, "metadata key %llu is empty", (forge__ull)i);
+        if (memchr(key.ptr, 0, (size_t)key.len))
+            return forge__fail(e, FORGE_ERR_LIMIT, "metadata key %llu ('%s...') contains a NUL byte", (forge__ull)i, key.ptr);
         if ((r = forge__need(&c, 4, "a value type", e))) return r;
         type = forge__le32(c.bytes + c.pos);
         c.pos += 4;
@@ -1923,6 +1928,8 @@ static forge_result forge__gguf_walk(forge_gguf *g, forge_error *e) {
         uint64_t ne[FORGE_GGUF_MAX_DIMS] = {1, 1, 1, 1}, n_elements = 1, n_bytes, offset, end;
         const forge_type_traits *traits;
         if ((r = forge__read_str(&c, FORGE_GGUF_MAX_NAME_BYTES, "a tensor name", &name, e))) return r;
+        if (memchr(name.ptr, 0, (size_t)name.len))
+            return forge__fail(e, FORGE_ERR_LIMIT, "tensor %llu's name ('%s...') contains a NUL byte", (forge__ull)i, name.ptr);
         if ((r = forge__need(&c, 4, "a tensor's dimension count", e))) return r;
         n_dims = forge__le32(c.bytes + c.pos);
         c.pos += 4;
@@ -2851,8 +2858,9 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
             c->rope_freq_scale_swa = 1.0f; /* local layers are never rope-scaled */
         }
         if (c->n_swa == 0) c->swa_pattern = 0;
+        /* a pattern of 0 with a window means every layer is local (llama.cpp's rule), not none */
         for (il = 0; il < c->n_layer; il++)
-            c->layer_is_swa[il] = (uint8_t)(c->swa_pattern > 0 && il % c->swa_pattern < c->swa_pattern - 1);
+            c->layer_is_swa[il] = (uint8_t)(c->n_swa > 0 && (c->swa_pattern == 0 || il % c->swa_pattern < c->swa_pattern - 1));
     }
     if (c->arch == FORGE_ARCH_GEMMA2) {
         if ((r = forge__arch_f32(&k, "attn_logit_softcapping", 0, 50.0f, &c->attn_softcap)) ||
@@ -3991,12 +3999,12 @@ static const uint32_t forge__cls_deepseek_letters[174] = {
     0x13F8, 0x13FD, 0x1C90, 0x1CBA, 0x1CBD, 0x1CBF, 0x1D00, 0x1D2B,
     0x1D6B, 0x1D77, 0x1D79, 0x1D9A, 0x1E00, 0x1F15, 0x1F18, 0x1F1D,
     0x1F20, 0x1F45, 0x1F48, 0x1F4D, 0x1F50, 0x1F57, 0x1F59, 0x1F59,
-    0x1F5B, 0x1F5B, 0x1F5D, 0x1F5D, 0x1F5F, 0x3CE, 0x1F80, 0x1FB4,
-    0x1FB6, 0x1FBC, 0x3B9, 0x3B9, 0x1FC2, 0x1FC4, 0x1FC6, 0x1FCC,
-    0x1FD0, 0x390, 0x1FD6, 0x38A, 0x1FE0, 0x1FEC, 0x1FF2, 0x1FF4,
+    0x1F5B, 0x1F5B, 0x1F5D, 0x1F5D, 0x1F5F, 0x1F7D, 0x1F80, 0x1FB4,
+    0x1FB6, 0x1FBC, 0x1FBE, 0x1FBE, 0x1FC2, 0x1FC4, 0x1FC6, 0x1FCC,
+    0x1FD0, 0x1FD3, 0x1FD6, 0x1FDB, 0x1FE0, 0x1FEC, 0x1FF2, 0x1FF4,
     0x1FF6, 0x1FFC, 0x2102, 0x2102, 0x2107, 0x2107, 0x210A, 0x2113,
-    0x2115, 0x2115, 0x2119, 0x211D, 0x2124, 0x2124, 0x3A9, 0x3A9,
-    0x2128, 0x2128, 0x4B, 0x212D, 0x212F, 0x2134, 0x2139, 0x2139,
+    0x2115, 0x2115, 0x2119, 0x211D, 0x2124, 0x2124, 0x2126, 0x2126,
+    0x2128, 0x2128, 0x212A, 0x212D, 0x212F, 0x2134, 0x2139, 0x2139,
     0x213C, 0x213F, 0x2145, 0x2149, 0x214E, 0x214E, 0x2183, 0x2183,
     0x2184, 0x2184, 0x2C00, 0x2C7B, 0x2C7E, 0x2CE4, 0x2CEB, 0x2CEE,
     0x2CF2, 0x2CF2, 0x2CF3, 0x2CF3, 0xA640, 0xA66D, 0xA680, 0xA69B,
@@ -6646,7 +6654,9 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
     if ((unsigned)d->capture_dtype > FORGE_CAPTURE_BF16)
         return forge__fail(e, FORGE_ERR_ARGUMENT, "capture type %d is not a forge_capture_dtype", (int)d->capture_dtype);
     r->n_threads = d->n_threads;
-    if (r->n_threads > 1024) return forge__fail(e, FORGE_ERR_ARGUMENT, "%u threads is above forge's limit of 1024", r->n_threads);
+    if (r->n_threads > FORGE_MAX_THREADS) /* a pool never starts more: the plan would count threads that never run */
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "%u threads is above forge's limit of %d (FORGE_MAX_THREADS)", r->n_threads,
+                           FORGE_MAX_THREADS);
     r->device = d->device;
     if (d->device < 0) return forge__fail(e, FORGE_ERR_ARGUMENT, "GPU index %d is negative", d->device);
     switch (d->backend) {
@@ -6886,9 +6896,9 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     v->fits = v->plan.total_bytes <= v->budget_bytes;
     v->kv_type_that_fits = FORGE_KV_DEFAULT;
     if (!v->fits) {
-        /* largest context (a multiple of 256, up to the requested one) at the requested KV type;
-           the plan grows with the context, so the answer is found by bisection */
-        uint32_t lo = 0, hi = r.n_ctx / 256;
+        /* largest context (a multiple of 256, up to the requested one and, past the trained context,
+           up to that) at the requested KV type; the plan grows with the context: bisection */
+        uint32_t lo = 0, hi = (r.n_ctx > m->config.n_ctx_train && m->config.n_ctx_train >= 256 ? m->config.n_ctx_train : r.n_ctx) / 256;
         forge__resolved t = r;
         forge_plan p;
         while (lo < hi) {
@@ -8214,7 +8224,28 @@ static uint8_t *forge__v_row(forge_context *ctx, uint32_t seq, uint32_t l, uint3
            ((uint64_t)(p % ctx->kv_cells[l]) * ctx->c->layer_n_head_kv[l] + h) * ctx->row_v_bytes;
 }
 
-/* f32 -> the KV cache's storage type (round to nearest; blocks of 32 for the quantized types) */
+/* A quantized KV block of 32 values that holds a NaN or an infinity has no scale that represents it:
+   it is stored as a NaN scale over the codes of zero, so every value reads back as NaN (the damage
+   shows in the logits instead of as a plausible wrong number) and no out-of-range float is ever
+   converted to an integer. The GPU store (forge__kv_put) writes the same bytes. */
+#define FORGE__KV_NAN_SCALE 0x7e00u
+
+static int forge__block_finite(const float *x, uint32_t n) {
+    uint32_t j;
+    for (j = 0; j < n; j++)
+        if (!(fabsf(x[j]) <= FLT_MAX)) return 0;
+    return 1;
+}
+
+/* 1/d, or 0 where that is not a finite number: d = 0, or d so small (below float's normal range)
+   that 1/d overflows; such a d is 0 in f16 anyway, so the codes do not matter, but they stay defined */
+static float forge__kv_inverse_scale(float d) {
+    float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    return fabsf(inv) <= FLT_MAX ? inv : 0.0f;
+}
+
+/* f32 -> the KV cache's storage type (round to nearest; blocks of 32 for the quantized types).
+   Defined for every float input: NaN, infinities and denormals included (see FORGE__KV_NAN_SCALE). */
 static void forge__kv_encode(forge_kv_type type, const float *x, uint32_t n, uint8_t *dst) {
     uint32_t i, j;
     if (type == FORGE_KV_F32) {
@@ -8229,26 +8260,36 @@ static void forge__kv_encode(forge_kv_type type, const float *x, uint32_t n, uin
         for (i = 0; i < n; i += 32, dst += 34) {
             float amax = 0.0f, d, inv;
             uint16_t h;
+            if (!forge__block_finite(x + i, 32)) {
+                dst[0] = (uint8_t)(FORGE__KV_NAN_SCALE & 0xff), dst[1] = (uint8_t)(FORGE__KV_NAN_SCALE >> 8);
+                memset(dst + 2, 0, 32);
+                continue;
+            }
             for (j = 0; j < 32; j++) amax = FORGE__MAX(amax, (float)fabs(x[i + j]));
             d = amax / 127.0f;
-            inv = d > 0.0f ? 1.0f / d : 0.0f;
+            inv = forge__kv_inverse_scale(d);
             h = forge_f32_to_f16(d);
             dst[0] = (uint8_t)(h & 0xff);
             dst[1] = (uint8_t)(h >> 8);
-            for (j = 0; j < 32; j++) dst[2 + j] = (uint8_t)(int8_t)lrintf(x[i + j] * inv);
+            for (j = 0; j < 32; j++) dst[2 + j] = (uint8_t)(int8_t)lrintf(x[i + j] * inv); /* |x * inv| <= 127 */
         }
     } else { /* Q4_0: the value of largest magnitude maps to -8 */
         for (i = 0; i < n; i += 32, dst += 18) {
             float max = 0.0f, amax = 0.0f, d, inv;
             uint16_t h;
+            if (!forge__block_finite(x + i, 32)) {
+                dst[0] = (uint8_t)(FORGE__KV_NAN_SCALE & 0xff), dst[1] = (uint8_t)(FORGE__KV_NAN_SCALE >> 8);
+                memset(dst + 2, 0x88, 16);
+                continue;
+            }
             for (j = 0; j < 32; j++)
                 if (fabs(x[i + j]) > amax) amax = (float)fabs(x[i + j]), max = x[i + j];
             d = max / -8.0f;
-            inv = d != 0.0f ? 1.0f / d : 0.0f;
+            inv = forge__kv_inverse_scale(d);
             h = forge_f32_to_f16(d);
             dst[0] = (uint8_t)(h & 0xff);
             dst[1] = (uint8_t)(h >> 8);
-            for (j = 0; j < 16; j++) {
+            for (j = 0; j < 16; j++) { /* x * inv is about [-8, 8]: the sums stay near [0.5, 16.5] */
                 int lo = (int)(x[i + j] * inv + 8.5f), hi = (int)(x[i + 16 + j] * inv + 8.5f);
                 lo = lo < 0 ? 0 : lo > 15 ? 15 : lo;
                 hi = hi < 0 ? 0 : hi > 15 ? 15 : hi;

@@ -3142,6 +3142,18 @@ template <int TYPE> __device__ __forceinline__ uint32_t forge__kv_soff(uint32_t 
     return (TYPE == FORGE_HIP_Q8_0 ? dim : dim / 2) + 2 * block;
 }
 
+// forge.h's forge__block_finite and forge__kv_inverse_scale: a block holding a NaN or an infinity
+// is stored as a NaN scale; 1/d that is not finite (d = 0, or d below float's normal range) is 0.
+__device__ __forceinline__ bool forge__kv_block_finite(const float *v) {
+    for (int j = 0; j < 32; j++)
+        if ((__float_as_uint(v[j]) & 0x7f800000u) == 0x7f800000u) return false;
+    return true;
+}
+__device__ __forceinline__ float forge__kv_inverse_scale(float d) {
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    return (__float_as_uint(inv) & 0x7f800000u) == 0x7f800000u ? 0.0f : inv;
+}
+
 // Item `item` of one cache row of `dim` values: element `item` (F32, F16) or 32-element block `item`
 // (Q8_0, Q4_0) of the row x, encoded into the cache row dst.
 template <int TYPE>
@@ -3153,19 +3165,29 @@ __device__ __forceinline__ void forge__kv_put(const float *__restrict__ x, uint3
     } else if (TYPE == FORGE_HIP_Q8_0) {
         const float *v = x + 32 * item;
         uint8_t *b = dst + forge__kv_qoff<TYPE>(item), *sc = dst + forge__kv_soff<TYPE>(dim, item);
+        if (!forge__kv_block_finite(v)) { // forge.h's FORGE__KV_NAN_SCALE: a NaN scale over the codes of zero
+            sc[0] = 0x00u, sc[1] = 0x7eu;
+            for (int j = 0; j < 32; j++) b[j] = 0;
+            return;
+        }
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
-        const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+        const float d = amax / 127.0f, inv = forge__kv_inverse_scale(d);
         const uint32_t h16 = forge__to_f16(d);
         sc[0] = (uint8_t)(h16 & 0xffu), sc[1] = (uint8_t)(h16 >> 8);
         for (int j = 0; j < 32; j++) b[j] = (uint8_t)(int8_t)(int)rintf(__fmul_rn(v[j], inv));
     } else { // Q4_0: the value of largest magnitude maps to -8
         const float *v = x + 32 * item;
         uint8_t *b = dst + forge__kv_qoff<TYPE>(item), *sc = dst + forge__kv_soff<TYPE>(dim, item);
+        if (!forge__kv_block_finite(v)) {
+            sc[0] = 0x00u, sc[1] = 0x7eu;
+            for (int j = 0; j < 16; j++) b[j] = 0x88u;
+            return;
+        }
         float max = 0.0f, amax = 0.0f;
         for (int j = 0; j < 32; j++)
             if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j];
-        const float d = max / -8.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = max / -8.0f, inv = forge__kv_inverse_scale(d);
         const uint32_t h16 = forge__to_f16(d);
         sc[0] = (uint8_t)(h16 & 0xffu), sc[1] = (uint8_t)(h16 >> 8);
         for (int j = 0; j < 16; j++) {

@@ -543,7 +543,7 @@ def check_plan_cli(tally, forge, models_dir):
     # forge bench: every (test, depth) row, and the bytes it reports planned are the plan's
     proc = subprocess.run([forge, "bench", "-m", path, "--cpu", "-p", "16", "-n", "4", "-r", "2", "-d", "0,32",
                            "-o", "json", "-ctk", "q8_0"], capture_output=True, text=True, timeout=120)
-    plan = subprocess.run([forge, "plan", path, "--ctx", "48", "--batch", "16", "--kv", "q8_0", "--json"],
+    plan = subprocess.run([forge, "plan", path, "--ctx", "48", "--batch", "2048", "--kv", "q8_0", "--json"],
                           capture_output=True, text=True, timeout=60)
     try:
         rows = json.loads(proc.stdout)

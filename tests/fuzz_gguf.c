@@ -1,4 +1,5 @@
-/* fuzz_gguf.c - libFuzzer target for forge's GGUF reader and configuration derivation.
+/* fuzz_gguf.c - libFuzzer target for forge's GGUF reader, configuration derivation, tokenizer and
+   one step of evaluation with each KV cache type.
 
    Each input is copied into an exactly-sized heap block (so AddressSanitizer sees any read past
    its end) and parsed. When the parse succeeds, every accessor is exercised: each kv through
@@ -64,6 +65,42 @@ static void walk_tensor(const forge_gguf_tensor *tensor) {
     free(row);
 }
 
+/* A tokenizer built from the file: texts that reach every pre-tokenizer path (markup, TeX, code,
+   scripts, emoji, spaces, a bad UTF-8 byte) tokenized with and without special tokens, the ids
+   turned back into text, and ids taken from the input itself (any int32) detokenized. */
+static void walk_tokenizer(const forge_gguf *gguf, const uint8_t *data, size_t size) {
+    static const char *const texts[] = {
+        "Hello world! It's 2024.", "<|im_start|>user\nhi<|im_end|>\n", "$$\\int_0^1 x^2\\,dx$$",
+        "def f(x):\n\treturn x  # ok\n\n", "\xe4\xbd\xa0\xe5\xa5\xbd \xd0\x96 \xf0\x9f\x98\x80\xe2\x80\x8d \xe3\x80\x80x",
+        "   \r\n\t!!!???...", "bad \xff\xfe utf-8 \xc3", ""};
+    forge_tokenizer *tok = NULL;
+    forge_error error;
+    int32_t ids[256];
+    char out[2048];
+    size_t t, n, k, n_bytes;
+    if (forge_tokenizer_create(gguf, NULL, &tok, &error) != FORGE_OK) return;
+    for (t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        int special;
+        for (special = 0; special <= 1; special++) {
+            if (forge_tokenize(tok, texts[t], strlen(texts[t]), special, special, ids, 256, &n, &error) != FORGE_OK) continue;
+            for (k = 0; k < n; k++) {
+                const char *piece;
+                size_t len;
+                if (forge_token_to_piece(tok, ids[k], special, &piece, &len, &error) == FORGE_OK && len) fuzz_sink += (uint8_t)piece[len - 1];
+            }
+            if (forge_detokenize(tok, ids, n, special, out, sizeof out, &n_bytes, &error) == FORGE_OK) fuzz_sink += n_bytes;
+        }
+    }
+    /* ids from the input's last bytes: negative, past the vocabulary, anything */
+    for (k = 0, n = 0; k + 4 <= size && n < 16; k += 4, n++) {
+        uint32_t bits = (uint32_t)data[size - k - 1] | (uint32_t)data[size - k - 2] << 8 | (uint32_t)data[size - k - 3] << 16 |
+                        (uint32_t)data[size - k - 4] << 24;
+        ids[n] = (int32_t)bits;
+    }
+    if (forge_detokenize(tok, ids, n, 1, out, sizeof out, &n_bytes, &error) == FORGE_OK) fuzz_sink += n_bytes;
+    forge_tokenizer_destroy(tok);
+}
+
 #ifdef __cplusplus
 extern "C"
 #endif
@@ -81,6 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fuzz_sink += forge_gguf_version(gguf) + forge_gguf_alignment(gguf) + forge_gguf_data_offset(gguf);
         for (i = 0; i < forge_gguf_kv_count(gguf); i++) walk_kv(forge_gguf_kv_at(gguf, i));
         for (i = 0; i < forge_gguf_tensor_count(gguf); i++) walk_tensor(forge_gguf_tensor_at(gguf, i));
+        walk_tokenizer(gguf, copy, size);
         if (config) {
             fuzz_sink += (uint64_t)forge_config_derive(gguf, config, &error);
             free(config);
@@ -99,13 +137,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             desc.n_threads = 1;
             if (forge_plan_compute(model, &desc, &plan, &error) == FORGE_OK && plan.total_bytes < (64u << 20)) {
                 int32_t tokens[2] = {0, 1};
+                static const forge_kv_type kv_types[3] = {FORGE_KV_F16, FORGE_KV_Q8_0, FORGE_KV_Q4_0};
+                int kv;
                 memset(&memory, 0, sizeof memory);
                 memory.total_bytes = memory.free_bytes = 1u << 30;
                 desc.memory = &memory;
-                if (forge_context_create(model, &desc, &ctx, &error) == FORGE_OK) {
-                    uint32_t n_vocab = forge_model_config(model)->n_vocab;
-                    fuzz_sink += (uint64_t)forge_eval(ctx, tokens, n_vocab > 1 ? 2 : 1, &error);
-                    forge_context_destroy(ctx);
+                /* every cache type: the quantized stores take whatever the hostile weights produce
+                   (NaN, infinities, denormals) and must stay defined */
+                for (kv = 0; kv < 3; kv++) {
+                    desc.kv_type = kv_types[kv];
+                    if (forge_context_create(model, &desc, &ctx, &error) == FORGE_OK) {
+                        uint32_t n_vocab = forge_model_config(model)->n_vocab;
+                        fuzz_sink += (uint64_t)forge_eval(ctx, tokens, n_vocab > 1 ? 2 : 1, &error);
+                        forge_context_destroy(ctx);
+                        ctx = NULL;
+                    }
                 }
             }
             forge_model_close(model);

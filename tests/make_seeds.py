@@ -27,7 +27,9 @@ def tensor(w, name, shape, qtype):
 
 
 def model(path, arch, qtype, n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=256, n_vocab=64,
-          key_length=None, rope_dims=True, biases=False, qk_norm=False, tied=False):
+          key_length=None, rope_dims=True, biases=False, qk_norm=False, tied=False, poison=None):
+    """poison: a value (NaN, inf) written into layer 0's attention norm, so every activation after it
+    and the KV cache see non-finite numbers"""
     w = gguf.GGUFWriter(path, arch)
     head_dim = key_length or n_embd // n_head
     w.add_uint32(f"{arch}.block_count", n_layer)
@@ -55,7 +57,12 @@ def model(path, arch, qtype, n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=
     if not tied:
         tensor(w, "output.weight", [n_embd, n_vocab], qtype)
     for i in range(n_layer):
-        tensor(w, f"blk.{i}.attn_norm.weight", [n_embd], T.F32)
+        if poison is not None and i == 0:
+            norm = rng.standard_normal(n_embd).astype(np.float32)
+            norm[0] = poison
+            w.add_tensor(f"blk.{i}.attn_norm.weight", norm)
+        else:
+            tensor(w, f"blk.{i}.attn_norm.weight", [n_embd], T.F32)
         tensor(w, f"blk.{i}.attn_q.weight", [n_embd, q], qtype)
         tensor(w, f"blk.{i}.attn_k.weight", [n_embd, kv], qtype)
         tensor(w, f"blk.{i}.attn_v.weight", [n_embd, kv], qtype)
@@ -77,6 +84,29 @@ def model(path, arch, qtype, n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=
     w.close()
 
 
+def vocab_bpe(path, pre):
+    """A vocabulary-only byte-level BPE file: the 256 byte characters, a few merges, two specials."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = [], 0
+    for b in range(256):
+        chars.append(chr(b) if b in printable else chr(256 + extra))
+        extra += b not in printable
+    merges = ["\u0120 t", "\u0120 a", "h e", "i n", "\u0120t he", "e r", "o n", "| >", "< |"]
+    tokens = chars + [m.replace(" ", "") for m in merges] + ["<|im_start|>", "<|im_end|>"]
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", pre)
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * (len(tokens) - 2) + [3, 3])
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.bos_token_id", len(tokens) - 2)
+    w.add_uint32("tokenizer.ggml.eos_token_id", len(tokens) - 1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -88,6 +118,15 @@ def main():
     for qtype in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL):
         model(os.path.join(out, f"llama-{qtype.name.lower()}.gguf"), "llama", qtype, n_embd=32,
               n_ff=64, n_vocab=32, n_layer=1)
+    # head size 32, so the q8_0 and q4_0 caches can be made; and the same with NaN and inf activations
+    model(os.path.join(out, "llama-hd32-f32.gguf"), "llama", T.F32, n_embd=64, n_head=2, n_head_kv=1, n_ff=64, n_vocab=32,
+          n_layer=1)
+    model(os.path.join(out, "llama-hd32-nan.gguf"), "llama", T.F32, n_embd=64, n_head=2, n_head_kv=1, n_ff=64, n_vocab=32,
+          n_layer=1, poison=np.nan)
+    model(os.path.join(out, "llama-hd32-inf.gguf"), "llama", T.F32, n_embd=64, n_head=2, n_head_kv=1, n_ff=64, n_vocab=32,
+          n_layer=1, poison=np.inf)
+    for pre in ("deepseek-llm", "llama3", "default"):
+        vocab_bpe(os.path.join(out, f"vocab-bpe-{pre}.gguf"), pre)
     # 256-element blocks make whole models large; a few bare tensors keep these seeds small
     w = gguf.GGUFWriter(os.path.join(out, "tensors-k.gguf"), "llama")
     for qtype in (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS, T.BF16):

@@ -53,6 +53,10 @@ run side_effects sh tests/check_side_effects.sh
 run mkmodel     sh tests/test_mkmodel.sh
 run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 run kernel_trace $PY tests/check_kernel_trace.py
+run cli         $PY tests/check_cli.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
+# llama.cpp's source (its pre-tokenizer expressions and Unicode tables) is the reference when present
+PEER=${FORGE_PEER:-../shared/peer/llama.cpp-d32676d.tar.gz}
+[ -f "$PEER" ] && run pretokenizer $PY tests/check_pretokenizer.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}" --peer "$PEER"
 run extract     $PY tests/check_extract.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 [ -n "$broken" ] && echo "suites with failures:$broken"
 echo "$total_passed passed, $total_failed failed"

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FORGE__TEST_STR_(x) #x
+#define FORGE__TEST_STR(x) FORGE__TEST_STR_(x)
+
 static const int32_t fixture_tokens[32] = {1,  300, 301, 512, 777, 1000, 5,   42,  259, 260, 1023,
                                            3,  999, 100, 200, 17,  18,   19,  400, 401, 402, 650,
                                            651, 652, 653, 10, 11,  12,   900, 901, 902, 1020};
@@ -122,6 +125,15 @@ static void test_budget(forge_model *m) {
     d.mem_fraction = 1.5;
     CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_ERR_ARGUMENT, "fraction above 1 refused");
     d.mem_fraction = 1.0;
+    { /* a thread count the pool would cap is refused, and the message names the cap */
+        uint32_t threads = d.n_threads;
+        d.n_threads = FORGE_MAX_THREADS + 1;
+        CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_ERR_ARGUMENT && strstr(e.message, "limit of " FORGE__TEST_STR(FORGE_MAX_THREADS)),
+              "%u threads: %s", d.n_threads, e.message);
+        d.n_threads = FORGE_MAX_THREADS;
+        CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK, "%u threads: %s", d.n_threads, e.message);
+        d.n_threads = threads;
+    }
 
     TEST_CASE("budget: what would fit, against a brute-force search");
     r = reading(total - total / 8);
@@ -141,6 +153,17 @@ static void test_budget(forge_model *m) {
     CHECK((int)v.kv_type_that_fits == expected_kv && expected_kv != FORGE_KV_DEFAULT, "KV type %s, expected %s",
           forge_kv_type_name(v.kv_type_that_fits), forge_kv_type_name((forge_kv_type)expected_kv));
     CHECK(strstr(v.message, "fits: --ctx") != NULL && strstr(v.message, "--kv") != NULL, "message: %s", v.message);
+    { /* past the trained context (4096), the suggestion stops there, however much more would fit */
+        forge_context_desc t = d;
+        int ok;
+        t.n_ctx = 16384;
+        CHECK(forge_plan_compute(m, &t, &p, NULL) == FORGE_OK, "plan at 16384");
+        r = reading(p.total_bytes);
+        t.n_ctx = 65536;
+        ok = forge_plan_check(m, &t, &v, &e) == FORGE_OK; /* (outside CHECK: its arguments may be read first) */
+        CHECK(ok && !v.fits && v.max_ctx_that_fits == forge_model_config(m)->n_ctx_train,
+              "65536 asked, 16384 would fit: suggested %u (trained %u)", v.max_ctx_that_fits, forge_model_config(m)->n_ctx_train);
+    }
     r = reading(1024);
     CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && !v.fits && v.max_ctx_that_fits == 0 &&
               v.kv_type_that_fits == FORGE_KV_DEFAULT && strstr(v.message, "nothing fits"),
@@ -380,8 +403,64 @@ static void test_context_sample(forge_model *m) {
     forge_context_destroy(ctx);
 }
 
+/* The quantized cache stores are defined for every float: a block with a NaN or an infinity becomes
+   a NaN scale over the codes of zero (so it reads back as NaN), a block whose scale is below float's
+   normal range (denormal inputs) becomes zeros, and a finite block reads back close to its values. */
+static void test_kv_encode_special(void) {
+    static const forge_kv_type kinds[2] = {FORGE_KV_Q8_0, FORGE_KV_Q4_0};
+    const float denormal = 1e-40f, nan_value = (float)NAN, inf_value = (float)INFINITY;
+    float x[7 * 32], back[7 * 32];
+    uint8_t row[7 * 34];
+    uint32_t k, b, j;
+    TEST_CASE("kv cache: quantized stores of NaN, infinities and denormals are defined");
+    for (j = 0; j < 7 * 32; j++) x[j] = (float)((int)(j % 13) - 6) * 0.25f;
+    x[0 * 32 + 5] = nan_value;              /* block 0: one NaN */
+    x[1 * 32 + 31] = inf_value;             /* block 1: +inf */
+    x[2 * 32 + 0] = -inf_value;             /* block 2: -inf */
+    for (j = 0; j < 32; j++) x[3 * 32 + j] = (float)((int)j - 16) * denormal; /* block 3: denormals and a zero */
+    for (j = 0; j < 32; j++) x[4 * 32 + j] = j == 3 ? denormal : 0.0f;          /* block 4: one denormal */
+    for (j = 0; j < 32; j++) x[5 * 32 + j] = (float)((int)j - 16) * 1e-30f;     /* block 5: small but normal */
+    /* block 6: ordinary values */
+    for (k = 0; k < 2; k++) {
+        const forge_type_traits *t = forge_type_info(forge__kv_storage_type(kinds[k]));
+        const uint32_t bb = t->block_bytes;
+        const uint8_t zero_code = kinds[k] == FORGE_KV_Q8_0 ? 0x00 : 0x88;
+        memset(row, 0xAB, sizeof row);
+        forge__kv_encode(kinds[k], x, 7 * 32, row);
+        t->dequantize(row, back, 7);
+        for (b = 0; b < 3; b++) {
+            int codes_zero = 1, all_nan = 1;
+            for (j = 2; j < bb; j++) codes_zero &= row[b * bb + j] == zero_code;
+            for (j = 0; j < 32; j++) all_nan &= isnan(back[b * 32 + j]) != 0;
+            CHECK(row[b * bb] == 0x00 && row[b * bb + 1] == 0x7e && codes_zero,
+                  "%s block %u (non-finite): scale %02x%02x, codes all %02x: %d", t->name, b, row[b * bb + 1], row[b * bb],
+                  zero_code, codes_zero);
+            CHECK(all_nan, "%s block %u reads back as NaN", t->name, b);
+        }
+        for (b = 3; b < 5; b++) {
+            int codes_zero = 1;
+            for (j = 2; j < bb; j++) codes_zero &= row[b * bb + j] == zero_code;
+            CHECK(row[b * bb] == 0 && (row[b * bb + 1] & 0x7f) == 0 && codes_zero, "%s block %u (denormal, a zero scale of either sign): scale %02x%02x, codes zero %d",
+                  t->name, b, row[b * bb + 1], row[b * bb], codes_zero);
+            for (j = 0; j < 32; j++) CHECK(back[b * 32 + j] == 0.0f, "%s block %u value %u reads back %g", t->name, b, j, (double)back[b * 32 + j]);
+        }
+        for (b = 5; b < 7; b++) {
+            double worst = 0.0, amax = 0.0;
+            for (j = 0; j < 32; j++) amax = fabs(x[b * 32 + j]) > amax ? fabs(x[b * 32 + j]) : amax;
+            for (j = 0; j < 32; j++) worst = fabs(back[b * 32 + j] - x[b * 32 + j]) > worst ? fabs(back[b * 32 + j] - x[b * 32 + j]) : worst;
+            if (b == 5) { /* a scale below f16's range: the block is zeros, never infinities */
+                for (j = 0; j < 32; j++) CHECK(back[b * 32 + j] == 0.0f, "%s block 5 value %u reads back %g", t->name, j, (double)back[b * 32 + j]);
+            } else {
+                CHECK(worst <= amax / (kinds[k] == FORGE_KV_Q8_0 ? 127.0 : 8.0), "%s block %u: error %g of a largest value %g", t->name, b,
+                      worst, amax);
+            }
+        }
+    }
+}
+
 int main(void) {
     test_monitor();
+    test_kv_encode_special();
     forge_model *llama = test_open_fixture("tiny-llama-q4_0.gguf");
     forge_model *qwen3 = test_open_fixture("tiny-qwen3-q8_0.gguf");
     if (llama) {

@@ -960,7 +960,8 @@ static void test_duplicates(void) {
     gw_zeros(&file, 96);
     expect_reject("duplicates: tensor name", &file, FORGE_ERR_DUPLICATE_TENSOR, "blk.0.twice.weight", NULL);
 
-    /* keys differing only after an embedded NUL are distinct keys */
+    /* a key with an embedded NUL prints and looks up as its prefix: refused (two such keys would
+       otherwise be distinct keys that read the same) */
     gw_init(&file);
     gw_header(&file, 3, 0, 2);
     gw_str_claiming(&file, 3, "a\0b", 3);
@@ -969,7 +970,26 @@ static void test_duplicates(void) {
     gw_str_claiming(&file, 3, "a\0c", 3);
     gw_u32(&file, GW_U32);
     gw_u32(&file, 2);
-    expect_accept("duplicates: keys differing after an embedded NUL are distinct", &file);
+    expect_reject("keys: an embedded NUL", &file, FORGE_ERR_LIMIT, "NUL", NULL);
+
+    gw_init(&file);
+    gw_header(&file, 3, 0, 2);
+    gw_kv_u32(&file, "test.first", 1);
+    gw_str_claiming(&file, 0, "", 0);
+    gw_u32(&file, GW_U32);
+    gw_u32(&file, 2);
+    expect_reject("keys: an empty key (llama.cpp refuses it too)", &file, FORGE_ERR_LIMIT, "key 1 is empty", NULL);
+
+    gw_init(&file);
+    gw_header(&file, 3, 1, 0);
+    gw_str_claiming(&file, 9, "blk.0\0.x", 9);
+    gw_u32(&file, 1);
+    gw_u64(&file, 8);
+    gw_u32(&file, GW_TYPE_F32);
+    gw_u64(&file, 0);
+    gw_pad(&file, 32);
+    gw_zeros(&file, 32);
+    expect_reject("tensors: a name with an embedded NUL", &file, FORGE_ERR_LIMIT, "NUL", NULL);
 
     gw_init(&file);
     gw_header(&file, 3, 0, 20000);

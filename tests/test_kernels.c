@@ -402,6 +402,11 @@ static void check_kv_store(forge_kv_type kv, uint32_t n_cells) {
     random_floats(v, (size_t)n_tokens * n_kv * hdv, -3.0f, 3.0f);
     k[5] = 0.0f, v[7] = -3.0f; /* a zero and an exact extreme */
     for (j = 0; j < 32; j++) k[hd + j] = 0.0f; /* an all-zero block: d = 0 */
+    /* the inputs forge__kv_encode defines for any float: NaN, +inf, -inf, denormals (token 1) */
+    k[(size_t)n_kv * hd + 3] = NAN, k[(size_t)n_kv * hd + 32 + 31] = INFINITY, k[(size_t)n_kv * hd + 64] = -INFINITY;
+    for (j = 0; j < 32; j++) k[(size_t)n_kv * hd + 96 + j] = (float)((int)j - 16) * 1e-40f;
+    v[(size_t)n_kv * hdv + 1] = NAN;
+    for (j = 0; j < 32; j++) v[(size_t)n_kv * hdv + 32 + j] = j == 5 ? 1e-41f : 0.0f;
     memset(ek, 0xAB, kbytes), memset(ev, 0xAB, vbytes);
     for (tok = 0; tok < n_tokens; tok++)
         for (h = 0; h < n_kv; h++) {

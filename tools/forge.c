@@ -13,11 +13,13 @@
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h> /* isatty */
 
 /* ---- output helpers ------------------------------------------------------------------------- */
 
@@ -227,9 +229,12 @@ static void print_config_text(FILE *out, const forge_gguf *g, const forge_config
     if (c->n_expert)
         fprintf(out, "  experts %u (%u used), expert ff %u, shared expert ff %u\n", c->n_expert, c->n_expert_used,
                 c->n_ff_exp, c->n_ff_shexp);
-    if (c->n_swa)
-        fprintf(out, "  sliding window %u on %u of every %u layers, local rope base %g\n", c->n_swa, c->swa_pattern - 1,
-                c->swa_pattern, (double)c->rope_freq_base_swa);
+    if (c->n_swa) {
+        uint32_t il, local = 0;
+        for (il = 0; il < c->n_layer; il++) local += c->layer_is_swa[il] != 0;
+        fprintf(out, "  sliding window %u on %u of %u layers, local rope base %g\n", c->n_swa, local, c->n_layer,
+                (double)c->rope_freq_base_swa);
+    }
     if (c->attn_softcap > 0 || c->final_softcap > 0)
         fprintf(out, "  soft-caps: attention %g, final %g\n", (double)c->attn_softcap, (double)c->final_softcap);
     text = token_text(g, c->bos_id, &len);
@@ -238,23 +243,37 @@ static void print_config_text(FILE *out, const forge_gguf *g, const forge_config
     fprintf(out, ", eos %d '%.*s', add bos %s\n", (int)c->eos_id, (int)len, text, c->add_bos ? "yes" : "no");
 }
 
+#define INFO_USAGE \
+    "usage: forge info FILE [--json]\n" \
+    "  what a GGUF file holds: metadata, the configuration forge derives from it, the tensor table and totals;\n" \
+    "  exit 1 when the file is neither a model nor a vocabulary forge can use\n" \
+    "  --json                one JSON object instead of text\n" \
+    "  -h, --help            this text\n"
+
+static int wants_help(int argc, char **argv);
+static int usage_error(const char *command, const char *usage);
+
 static int cmd_info(int argc, char **argv) {
     const char *path = NULL;
-    int json = 0, i, config_ok = 0, vocab_only;
+    int json = 0, i, config_ok = 0, vocab_only, model_ok = 1;
     forge_file file;
     forge_gguf *g = NULL;
     forge_config *config;
-    forge_error err, config_err;
+    forge_error err, config_err, model_err;
     forge_result r;
     type_total totals[FORGE_TYPE_ID_LIMIT];
     uint64_t total_bytes = 0, n;
     FILE *out = stdout;
 
+    if (wants_help(argc, argv)) {
+        fputs(INFO_USAGE, stdout);
+        return 0;
+    }
     for (i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) json = 1;
         else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "forge info: unknown option '%s'\nusage: forge info FILE [--json]\n", argv[i]);
-            return 1;
+            fprintf(stderr, "forge info: unknown option '%s'\n", argv[i]);
+            return usage_error("info", INFO_USAGE);
         } else if (!path) path = argv[i];
         else {
             fprintf(stderr, "forge info: one file at a time ('%s' and '%s')\n", path, argv[i]);
@@ -262,8 +281,7 @@ static int cmd_info(int argc, char **argv) {
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: forge info FILE [--json]\n");
-        return 1;
+        return usage_error("info", INFO_USAGE);
     }
     if ((r = forge_file_open(path, NULL, &file, &err))) {
         fprintf(stderr, "forge info: %s\n", err.message);
@@ -284,7 +302,18 @@ static int cmd_info(int argc, char **argv) {
     vocab_only = forge_gguf_tensor_count(g) == 0;
     config_err.result = FORGE_OK;
     config_err.message[0] = 0;
-    if (!vocab_only) config_ok = forge_config_derive(g, config, &config_err) == FORGE_OK;
+    if (!vocab_only) {
+        /* what every other verb does: the configuration, then the model (tensors, their shapes, every
+           one read by the schedule); info shows what it can and fails where they would */
+        forge_model *model = NULL;
+        config_ok = forge_config_derive(g, config, &config_err) == FORGE_OK;
+        if (config_ok && forge_model_from_memory(file.bytes, (size_t)file.size, NULL, &model, &model_err) != FORGE_OK) model_ok = 0;
+        forge_model_close(model);
+    } else { /* no tensors: usable only as a vocabulary */
+        forge_tokenizer *tok = NULL;
+        if (forge_tokenizer_create(g, NULL, &tok, &model_err) != FORGE_OK) model_ok = 0;
+        forge_tokenizer_destroy(tok);
+    }
 
     memset(totals, 0, sizeof totals);
     n = forge_gguf_tensor_count(g);
@@ -321,6 +350,10 @@ static int cmd_info(int argc, char **argv) {
         else fputs("null", out);
         fprintf(out, ",\n \"config_error\": ");
         if (config_err.result) json_cstr(out, config_err.message);
+        else fputs("null", out);
+        fprintf(out, ",\n \"usable\": %s, \"refusal\": ", config_ok || vocab_only ? model_ok ? "true" : "false" : "false");
+        if (config_err.result) json_cstr(out, config_err.message);
+        else if (!model_ok) json_cstr(out, model_err.message);
         else fputs("null", out);
         fprintf(out, ",\n \"tensors\": [");
         for (k = 0; k < n; k++) {
@@ -372,9 +405,11 @@ static int cmd_info(int argc, char **argv) {
                 fputc('\n', out);
             }
         }
-        if (vocab_only) fprintf(out, "config\n  vocabulary-only file: no tensors, no model configuration\n");
+        if (vocab_only && model_ok) fprintf(out, "config\n  vocabulary-only file: no tensors, no model configuration\n");
+        else if (vocab_only) fprintf(out, "config\n  no tensors, and not a vocabulary: %s\n", model_err.message);
         else if (config_ok) print_config_text(out, g, config);
         else fprintf(out, "config\n  not derivable: %s\n", config_err.message);
+        if (config_ok && !model_ok) fprintf(out, "  not usable as a model: %s\n", model_err.message);
         fprintf(out, "tensors\n  %-40s %-7s %-26s %12s\n", "name", "type", "shape", "bytes");
         for (k = 0; k < n; k++) {
             const forge_gguf_tensor *t = forge_gguf_tensor_at(g, k);
@@ -399,6 +434,8 @@ static int cmd_info(int argc, char **argv) {
     }
     if (!config_ok && !vocab_only)
         fprintf(stderr, "forge info: %s: %s (%s)\n", path, config_err.message, forge_result_name(config_err.result));
+    else if (!model_ok)
+        fprintf(stderr, "forge info: %s: %s (%s)\n", path, model_err.message, forge_result_name(model_err.result));
     free(config);
     forge_gguf_free(g);
     forge_file_close(&file);
@@ -406,32 +443,144 @@ static int cmd_info(int argc, char **argv) {
         fprintf(stderr, "forge info: could not write the output\n");
         return 1;
     }
-    return config_ok || vocab_only ? 0 : 1;
+    return (config_ok || vocab_only) && model_ok ? 0 : 1;
 }
 
 /* ---- shared option parsing -------------------------------------------------------------------- */
 
-static int parse_u32(const char *text, const char *what, uint32_t *out) {
+/* Every numeric flag is read here, whole and strictly (no sign where none is allowed, no trailing
+   text, no NaN, nothing out of range), and a refusal names the flag, the text and the range. */
+static int parse_uint_in(const char *text, const char *flag, uint64_t lo, uint64_t hi, uint64_t *out) {
     char *end = NULL;
-    unsigned long v = strtoul(text, &end, 10);
-    if (!end || end == text || *end || v > 0xffffffffUL || text[0] == '-') {
-        fprintf(stderr, "forge: %s '%s' is not a non-negative integer\n", what, text);
+    unsigned long long v = 0;
+    errno = 0;
+    if (text[0] >= '0' && text[0] <= '9') v = strtoull(text, &end, 10);
+    if (!end || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "forge: %s '%s' must be an integer in [%llu, %llu]\n", flag, text, (unsigned long long)lo,
+                (unsigned long long)hi);
         return 0;
     }
+    *out = (uint64_t)v;
+    return 1;
+}
+
+static int parse_u32_in(const char *text, const char *flag, uint32_t lo, uint32_t hi, uint32_t *out) {
+    uint64_t v;
+    if (!parse_uint_in(text, flag, lo, hi, &v)) return 0;
     *out = (uint32_t)v;
     return 1;
 }
 
-static int parse_fraction(const char *text, double *out) {
+/* A comma-separated list of at most `most` integers, each in [lo, hi]. */
+static int parse_u32_list(const char *text, const char *flag, uint32_t lo, uint32_t hi, uint32_t *out, uint32_t most, uint32_t *n_out) {
+    const char *item = text;
+    *n_out = 0;
+    for (;;) {
+        char one[32];
+        size_t len = strcspn(item, ",");
+        if (*n_out == most) {
+            fprintf(stderr, "forge: %s '%s' lists more than %u values\n", flag, text, most);
+            return 0;
+        }
+        if (len >= sizeof one) {
+            fprintf(stderr, "forge: %s '%s': each value must be an integer in [%u, %u]\n", flag, text, lo, hi);
+            return 0;
+        }
+        snprintf(one, sizeof one, "%.*s", (int)len, item);
+        if (!parse_u32_in(one, flag, lo, hi, &out[*n_out])) return 0;
+        (*n_out)++;
+        if (!item[len]) return 1;
+        item += len + 1;
+    }
+}
+
+/* A finite number in [lo, hi], or (lo, hi] when lo_open. */
+static int parse_number_in(const char *text, const char *flag, double lo, double hi, int lo_open, double *out) {
     char *end = NULL;
     double v = strtod(text, &end);
-    if (!end || end == text || *end || !(v > 0.0 && v <= 1.0)) {
-        fprintf(stderr, "forge: --mem-fraction '%s' must be a number in (0, 1]\n", text);
+    if (!end || end == text || *end || !isfinite(v) || (lo_open ? !(v > lo) : !(v >= lo)) || !(v <= hi)) {
+        fprintf(stderr, "forge: %s '%s' must be a number in %c%g, %g]\n", flag, text, lo_open ? '(' : '[', lo, hi);
         return 0;
     }
     *out = v;
     return 1;
 }
+
+static int parse_fraction(const char *text, double *out) { return parse_number_in(text, "--mem-fraction", 0.0, 1.0, 1, out); }
+
+/* A size in bytes: a number with an optional binary unit (K, M, G, T, P; "KiB", "MB" and "G" all
+   mean powers of 1024), at most 1 PiB. */
+static int parse_size(const char *text, const char *flag, uint64_t *out) {
+    char *end = NULL;
+    double v = text[0] >= '0' && text[0] <= '9' ? strtod(text, &end) : -1.0, unit = 1.0;
+    if (end && *end) {
+        const char *units = "KMGTP", *at = strchr(units, end[0] & ~0x20);
+        if (at && end[0]) {
+            unit = (double)(1ull << (10 * (at - units + 1)));
+            end++;
+            if (*end == 'i') end++;
+            if (*end == 'B') end++;
+        } else if (*end == 'B') end++;
+    }
+    if (!end || *end || !(v >= 0.0) || !(v * unit <= (double)(1ull << 50))) {
+        fprintf(stderr, "forge: %s '%s' must be a size such as 0, 512M or 2G, at most 1P\n", flag, text);
+        return 0;
+    }
+    *out = (uint64_t)(v * unit);
+    return 1;
+}
+
+static void log_warning(void *user, forge_log_level level, const char *message) {
+    (void)user;
+    if (level == FORGE_LOG_WARN) fprintf(stderr, "forge: warning: %s\n", message);
+}
+
+/* Weight upload progress (the GPU streams the weights into its arena): bytes and percent on one
+   stderr line, redrawn at most ten times a second, only on a terminal and without --quiet. On the
+   CPU the weights stay in the mapped file and the library reports one finished call: nothing shows. */
+typedef struct upload_progress {
+    int shown;
+    struct timespec last;
+} upload_progress;
+
+static void upload_progress_print(void *user, uint64_t done_bytes, uint64_t total_bytes) {
+    upload_progress *u = (upload_progress *)user;
+    struct timespec now;
+    char done_text[32], total_text[32];
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!u->shown && done_bytes >= total_bytes) return; /* finished at the first report: nothing was streamed */
+    if (u->shown && done_bytes < total_bytes &&
+        (double)(now.tv_sec - u->last.tv_sec) + (double)(now.tv_nsec - u->last.tv_nsec) * 1e-9 < 0.1)
+        return;
+    u->shown = 1, u->last = now;
+    human_bytes(done_text, sizeof done_text, done_bytes);
+    human_bytes(total_text, sizeof total_text, total_bytes);
+    fprintf(stderr, "\rforge: uploading the weights: %s of %s (%.0f%%)%s", done_text, total_text,
+            total_bytes ? 100.0 * (double)done_bytes / (double)total_bytes : 100.0, done_bytes >= total_bytes ? "\n" : "");
+}
+
+static void upload_progress_setup(forge_context_desc *desc, upload_progress *u, int quiet) {
+    memset(u, 0, sizeof *u);
+    if (quiet || !isatty(fileno(stderr))) return;
+    desc->on_progress = upload_progress_print;
+    desc->progress_user_data = u;
+}
+
+#define QUIET_HELP "  --quiet               no progress on stderr (shown only when stderr is a terminal)\n"
+
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
+#define CONTEXT_OPTIONS_HELP \
+    "  -c, --ctx N           positions of the KV cache, [0, 1073741824]; 0 = min(trained context, 4096)\n" \
+    "  --kv TYPE             KV cache type: f32, f16 (default), q8_0, q4_0\n" \
+    "  -b, --batch N         most tokens per step, [0, 65536]; 0 = 512\n" \
+    "  -t, --threads N       CPU threads, [0, " CLI_STR(FORGE_MAX_THREADS) "]; default every core; 0 = half of them\n" \
+    "  --mem-fraction F      share of free memory the plan may take, in (0, 1]; default $FORGE_MEM_FRACTION or 0.70\n" \
+    "  --headroom SIZE       memory kept free on top of the fraction (e.g. 512M, 2G); default 0\n" \
+    "  --on-budget POLICY    refuse (default): a plan over the budget allocates nothing; warn: allocate anyway\n" \
+    "  --gpu, --cpu          the backend; default the GPU when this build has one and it answers\n" \
+    "  --device N            GPU index, [0, 255]\n" \
+    "  --seqs N              sequence slots, each with its own KV cache, [1, " CLI_STR(FORGE_MAX_SEQ) "]; default 1\n"
 
 /* A command's context before its flags: forge's defaults, then the FORGE_* environment variables
    (the library reads none by itself), and every core: the CLI is the only program running it. */
@@ -442,7 +591,7 @@ static int context_defaults(forge_context_desc *desc) {
         fprintf(stderr, "forge: %s\n", err.message);
         return 0;
     }
-    desc->n_threads = forge_cpu_count();
+    desc->n_threads = forge_cpu_count() < FORGE_MAX_THREADS ? forge_cpu_count() : FORGE_MAX_THREADS;
     return 1;
 }
 
@@ -455,9 +604,9 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
         desc->backend = !strcmp(opt, "--gpu") ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
         return 1;
     }
-    if (strcmp(opt, "--ctx") && strcmp(opt, "-c") && strcmp(opt, "--kv") &&
-        strcmp(opt, "--mem-fraction") && strcmp(opt, "--batch") && strcmp(opt, "-b") && strcmp(opt, "--threads") &&
-        strcmp(opt, "-t") && strcmp(opt, "--device") && strcmp(opt, "--seqs"))
+    if (strcmp(opt, "--ctx") && strcmp(opt, "-c") && strcmp(opt, "--kv") && strcmp(opt, "--mem-fraction") &&
+        strcmp(opt, "--batch") && strcmp(opt, "-b") && strcmp(opt, "--threads") && strcmp(opt, "-t") &&
+        strcmp(opt, "--device") && strcmp(opt, "--headroom") && strcmp(opt, "--on-budget") && strcmp(opt, "--seqs"))
         return 0;
     if (!value) {
         fprintf(stderr, "forge: %s needs a value\n", opt);
@@ -465,14 +614,24 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
         return 1;
     }
     (*i)++;
-    if (!strcmp(opt, "--ctx") || !strcmp(opt, "-c")) *bad |= !parse_u32(value, "--ctx", &desc->n_ctx);
-    else if (!strcmp(opt, "--batch") || !strcmp(opt, "-b")) *bad |= !parse_u32(value, "--batch", &desc->n_batch);
-    else if (!strcmp(opt, "--threads") || !strcmp(opt, "-t")) *bad |= !parse_u32(value, "--threads", &desc->n_threads);
-    else if (!strcmp(opt, "--seqs")) *bad |= !parse_u32(value, "--seqs", &desc->n_seq);
+    if (!strcmp(opt, "--ctx") || !strcmp(opt, "-c")) *bad |= !parse_u32_in(value, "--ctx", 0, 1u << 30, &desc->n_ctx);
+    else if (!strcmp(opt, "--batch") || !strcmp(opt, "-b")) *bad |= !parse_u32_in(value, "--batch", 0, 65536, &desc->n_batch);
+    else if (!strcmp(opt, "--threads") || !strcmp(opt, "-t"))
+        *bad |= !parse_u32_in(value, "--threads", 0, FORGE_MAX_THREADS, &desc->n_threads);
+    else if (!strcmp(opt, "--seqs")) *bad |= !parse_u32_in(value, "--seqs", 1, FORGE_MAX_SEQ, &desc->n_seq);
     else if (!strcmp(opt, "--mem-fraction")) *bad |= !parse_fraction(value, &desc->mem_fraction);
-    else if (!strcmp(opt, "--device")) {
+    else if (!strcmp(opt, "--headroom")) *bad |= !parse_size(value, "--headroom", &desc->mem_headroom_bytes);
+    else if (!strcmp(opt, "--on-budget")) {
+        if (!strcmp(value, "refuse")) desc->policy = FORGE_BUDGET_REFUSE;
+        else if (!strcmp(value, "warn")) desc->policy = FORGE_BUDGET_WARN;
+        else {
+            fprintf(stderr, "forge: --on-budget '%s' must be refuse or warn\n", value);
+            *bad = 1;
+        }
+        desc->log = log_warning;
+    } else if (!strcmp(opt, "--device")) {
         uint32_t device = 0;
-        *bad |= !parse_u32(value, "--device", &device);
+        *bad |= !parse_u32_in(value, "--device", 0, 255, &device);
         desc->device = (int)device;
     } else if (forge_kv_type_parse(value, &desc->kv_type, &err) != FORGE_OK) {
         fprintf(stderr, "forge: %s\n", err.message);
@@ -481,7 +640,52 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
     return 1;
 }
 
+/* A context longer than the model was trained for is allowed (forge plans and runs it), but said. */
+static void warn_ctx(const forge_model *model, uint32_t n_ctx, const char *command) {
+    uint32_t trained = forge_model_config(model)->n_ctx_train;
+    if (trained && n_ctx > trained)
+        fprintf(stderr, "forge %s: warning: a context of %u positions is above the %u the model was trained on; "
+                        "expect its output to degrade past %u\n",
+                command, n_ctx, trained, trained);
+}
+
+/* A command's arguments were wrong: its usage line, and where the rest is. */
+static int usage_error(const char *command, const char *usage) {
+    fprintf(stderr, "%.*s  (forge %s --help lists every option)\n", (int)strcspn(usage, "\n"), usage, command);
+    return 1;
+}
+
+/* -h or --help anywhere among a command's arguments */
+static int wants_help(int argc, char **argv) {
+    int i;
+    for (i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
+    return 0;
+}
+
+/* Non-finite logits mean the weights or the arithmetic went wrong (NaN weights, an infinite scale);
+   every command that evaluates reports them as a failure instead of passing them on. */
+static int logits_finite(const forge_context *ctx, uint32_t n_vocab, const char *command) {
+    uint32_t rows = 0;
+    const float *logits = forge_context_logits(ctx, &rows);
+    uint64_t i, n = (uint64_t)rows * n_vocab;
+    for (i = 0; logits && i < n; i++)
+        if (!isfinite(logits[i])) {
+            fprintf(stderr, "forge %s: the model produced a non-finite logit (%g at row %llu, token %llu): its weights or "
+                            "activations hold NaN or infinite values\n",
+                    command, (double)logits[i], (unsigned long long)(i / n_vocab), (unsigned long long)(i % n_vocab));
+            return 0;
+        }
+    return 1;
+}
+
 /* ---- forge plan ----------------------------------------------------------------------------- */
+
+#define PLAN_USAGE \
+    "usage: forge plan FILE [options]\n" \
+    "  the memory bill of a context and whether it fits the budget (exit 1 when it does not)\n" \
+    "  --json                the plan and the verdict as one JSON object\n" CONTEXT_OPTIONS_HELP \
+    "  -h, --help            this text\n"
 
 static int cmd_plan(int argc, char **argv) {
     const char *path = NULL;
@@ -491,6 +695,10 @@ static int cmd_plan(int argc, char **argv) {
     forge_verdict v;
     forge_error err;
     const forge_plan *p = &v.plan;
+    if (wants_help(argc, argv)) {
+        fputs(PLAN_USAGE, stdout);
+        return 0;
+    }
     if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (context_option(argc, argv, &i, &desc, &bad)) continue;
@@ -502,14 +710,13 @@ static int cmd_plan(int argc, char **argv) {
         else bad = 1;
     }
     if (bad || !path) {
-        fprintf(stderr, "usage: forge plan FILE [--ctx N] [--seqs N] [--kv f32|f16|q8_0|q4_0] [--batch N] [--mem-fraction F] [--device N] "
-                        "[--json]\n");
-        return 1;
+        return usage_error("plan", PLAN_USAGE);
     }
     if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) {
         fprintf(stderr, "forge plan: %s\n", err.message);
         return 1;
     }
+    warn_ctx(model, desc.n_ctx, "plan");
     if (forge_plan_check(model, &desc, &v, &err) != FORGE_OK) {
         fprintf(stderr, "forge plan: %s\n", err.message);
         forge_model_close(model);
@@ -608,9 +815,19 @@ static int cli_parse_ids(const char *who, const char *text, int32_t **ids, size_
 
 /* ---- forge eval ----------------------------------------------------------------------------- */
 
+#define EVAL_USAGE \
+    "usage: forge eval -m FILE --tokens IDS --logits OUT.f32 [options]\n" \
+    "  the logits of every position of a token sequence, written as float32 [n_tokens][n_vocab];\n" \
+    "  exit 1 when any logit is NaN or infinite\n" \
+    "  -m, --model FILE      the GGUF model\n" \
+    "  --tokens IDS          comma-separated token ids, each in [0, 2147483647] and below the vocabulary size\n" \
+    "  --logits OUT.f32      where the logits go\n" QUIET_HELP CONTEXT_OPTIONS_HELP \
+    "  -h, --help            this text\n"
+
 static int cmd_eval(int argc, char **argv) {
     const char *path = NULL, *token_text = NULL, *out_path = NULL;
-    int bad = 0, i;
+    int bad = 0, i, quiet = 0;
+    upload_progress upload;
     forge_context_desc desc;
     forge_model *model = NULL;
     forge_context *ctx = NULL;
@@ -619,21 +836,26 @@ static int cmd_eval(int argc, char **argv) {
     uint32_t n_tokens = 0, done = 0, n_vocab;
     FILE *out = NULL;
     int status = 1;
+    if (wants_help(argc, argv)) {
+        fputs(EVAL_USAGE, stdout);
+        return 0;
+    }
     if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (context_option(argc, argv, &i, &desc, &bad)) continue;
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) token_text = argv[++i];
         else if (!strcmp(argv[i], "--logits") && i + 1 < argc) out_path = argv[++i];
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else {
             fprintf(stderr, "forge eval: unexpected '%s'\n", argv[i]);
             bad = 1;
         }
     }
     if (bad || !path || !token_text || !out_path) {
-        fprintf(stderr, "usage: forge eval -m FILE --tokens 1,300,301,... --logits OUT.f32 [--cpu] [--ctx N] [--kv TYPE]\n");
-        return 1;
+        return usage_error("eval", EVAL_USAGE);
     }
+    upload_progress_setup(&desc, &upload, quiet);
     { /* the ids, comma-separated */
         size_t n = 0;
         if (cli_parse_ids("forge eval", token_text, &tokens, &n)) goto done;
@@ -653,6 +875,7 @@ static int cmd_eval(int argc, char **argv) {
     }
     desc.all_logits = 1;
     if (!desc.n_ctx) desc.n_ctx = n_tokens < 256 ? 256 : n_tokens;
+    warn_ctx(model, desc.n_ctx, "eval");
     if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) {
         fprintf(stderr, "forge eval: %s\n", err.message);
         goto done;
@@ -672,6 +895,7 @@ static int cmd_eval(int argc, char **argv) {
             fprintf(stderr, "forge eval: %s\n", err.message);
             goto done;
         }
+        if (!logits_finite(ctx, n_vocab, "eval")) goto done;
         logits = forge_context_logits(ctx, &rows);
         if (rows != step || fwrite(logits, sizeof(float), (size_t)rows * n_vocab, out) != (size_t)rows * n_vocab) {
             fprintf(stderr, "forge eval: could not write the logits\n");
@@ -703,12 +927,55 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* --monitor: long-running commands poll the memory of the device their context is on (the GPU's
+   own reading, not the host's) and warn once each time its use crosses the threshold upwards. */
+typedef struct cli_monitor {
+    forge_monitor monitor; /* threshold 0: off */
+    int gpu, device;
+    double last_poll_s;
+    const char *command;
+} cli_monitor;
+
+#define MONITOR_HELP "  --monitor F           warn when the device's memory in use crosses F of its total, in [0, 1]; default 0.85; 0 = off\n"
+
+static void monitor_warn(void *user, const forge_memory_reading *reading, double used) {
+    const cli_monitor *m = (const cli_monitor *)user;
+    char used_text[32], total_text[32];
+    human_bytes(used_text, sizeof used_text, reading->total_bytes - reading->free_bytes);
+    human_bytes(total_text, sizeof total_text, reading->total_bytes);
+    fprintf(stderr, "forge %s: warning: %.1f%% of the memory of %s is in use (%s of %s), above the --monitor threshold of %.3g%%\n",
+            m->command, used * 100.0, reading->device, used_text, total_text, m->monitor.threshold * 100.0);
+}
+
+static void monitor_start(cli_monitor *m, double threshold, const forge_context *ctx, int device, const char *command) {
+    memset(m, 0, sizeof *m);
+    m->monitor.threshold = threshold;
+    m->monitor.warn = monitor_warn;
+    m->monitor.user_data = m;
+    m->gpu = forge_context_plan(ctx)->backend == FORGE_BACKEND_GPU;
+    m->device = device;
+    m->last_poll_s = -1.0;
+    m->command = command;
+}
+
+/* At most four readings a second: a step can be much shorter than a query. */
+static void monitor_poll(cli_monitor *m) {
+    forge_memory_reading reading;
+    double t = now_seconds();
+    if (m->monitor.threshold <= 0.0 || (m->last_poll_s >= 0.0 && t - m->last_poll_s < 0.25)) return;
+    m->last_poll_s = t;
+    if ((m->gpu ? forge_memory_query_gpu(m->device, &reading, NULL) : forge_memory_query_cpu(&reading, NULL)) == FORGE_OK)
+        forge_monitor_poll(&m->monitor, &reading, NULL, NULL);
+}
+
 typedef struct session {
     forge_model *model;
     forge_tokenizer *tok;
     forge_context *ctx;
     forge_generator *gen;
     forge_chat_format format;
+    int line_open; /* the text written to stdout so far does not end with a newline */
+    cli_monitor monitor;
 } session;
 
 static void session_close(session *s) {
@@ -723,8 +990,8 @@ static int session_open(session *s, const char *path, const forge_context_desc *
                         const char *command) {
     forge_error err;
     memset(s, 0, sizeof *s);
-    if (forge_model_open(path, NULL, &s->model, &err) != FORGE_OK ||
-        forge_tokenizer_create(forge_model_gguf(s->model), NULL, &s->tok, &err) != FORGE_OK ||
+    if (forge_model_open(path, NULL, &s->model, &err) == FORGE_OK) warn_ctx(s->model, desc->n_ctx, command);
+    if (!s->model || forge_tokenizer_create(forge_model_gguf(s->model), NULL, &s->tok, &err) != FORGE_OK ||
         forge_context_create(s->model, desc, &s->ctx, &err) != FORGE_OK ||
         forge_generator_create(s->ctx, s->tok, sampler, &s->gen, &err) != FORGE_OK) {
         fprintf(stderr, "forge %s: %s\n", command, err.message);
@@ -735,11 +1002,20 @@ static int session_open(session *s, const char *path, const forge_context_desc *
     return 1;
 }
 
-/* Options of the sampler; returns 1 if argv[*i] was one. */
-static int sampler_option(int argc, char **argv, int *i, forge_sampler_desc *d, int *bad) {
+#define SAMPLER_OPTIONS_HELP \
+    "  --temp T              temperature, [0, 100]; 0 = greedy (the default)\n" \
+    "  --top-k K             keep the K likeliest tokens, [0, 2147483647]; 0 = off\n" \
+    "  --top-p P             nucleus mass, [0, 1]; 0 or 1 = off\n" \
+    "  --min-p P             drop tokens below P times the likeliest one's probability, [0, 1]; 0 = off\n" \
+    "  --repeat-penalty R    [0, 100]; 0 or 1 = off, above 1 discourages repeats\n" \
+    "  --repeat-last-n N     recent tokens the penalty looks at, [0, 1048576]; 0 = 64\n" \
+    "  --seed S              the sampler's seed, [0, 18446744073709551615]; -1 = a random one, printed on stderr\n"
+
+/* Options of the sampler; returns 1 if argv[*i] was one. *random_seed is set by --seed -1. */
+static int sampler_option(int argc, char **argv, int *i, forge_sampler_desc *d, int *random_seed, int *bad) {
     const char *opt = argv[*i], *value = *i + 1 < argc ? argv[*i + 1] : NULL;
-    char *end = NULL;
-    double v;
+    double v = 0.0;
+    uint64_t n = 0;
     if (strcmp(opt, "--temp") && strcmp(opt, "--top-k") && strcmp(opt, "--top-p") && strcmp(opt, "--min-p") &&
         strcmp(opt, "--repeat-penalty") && strcmp(opt, "--repeat-last-n") && strcmp(opt, "--seed"))
         return 0;
@@ -749,36 +1025,60 @@ static int sampler_option(int argc, char **argv, int *i, forge_sampler_desc *d, 
         return 1;
     }
     (*i)++;
-    v = strtod(value, &end);
-    if (!end || end == value || *end) {
-        fprintf(stderr, "forge: %s '%s' is not a number\n", opt, value);
+    if (!strcmp(opt, "--temp")) {
+        if (parse_number_in(value, opt, 0.0, 100.0, 0, &v)) d->temperature = (float)v;
+        else *bad = 1;
+    } else if (!strcmp(opt, "--top-p") || !strcmp(opt, "--min-p")) {
+        if (parse_number_in(value, opt, 0.0, 1.0, 0, &v)) *(!strcmp(opt, "--top-p") ? &d->top_p : &d->min_p) = (float)v;
+        else *bad = 1;
+    } else if (!strcmp(opt, "--repeat-penalty")) {
+        if (parse_number_in(value, opt, 0.0, 100.0, 0, &v)) d->repeat_penalty = (float)v;
+        else *bad = 1;
+    } else if (!strcmp(opt, "--top-k")) {
+        if (parse_uint_in(value, opt, 0, INT32_MAX, &n)) d->top_k = (int32_t)n;
+        else *bad = 1;
+    } else if (!strcmp(opt, "--repeat-last-n")) {
+        if (parse_uint_in(value, opt, 0, 1u << 20, &n)) d->repeat_last_n = (int32_t)n;
+        else *bad = 1;
+    } else if (!strcmp(value, "-1")) { /* llama.cpp's habit: a random seed */
+        *random_seed = 1;
+    } else if (parse_uint_in(value, opt, 0, UINT64_MAX, &n)) {
+        d->seed = n, *random_seed = 0;
+    } else {
+        fprintf(stderr, "forge: (--seed -1 picks a random seed)\n");
         *bad = 1;
-        return 1;
     }
-    if (!strcmp(opt, "--temp")) d->temperature = (float)v;
-    else if (!strcmp(opt, "--top-k")) d->top_k = (int32_t)v;
-    else if (!strcmp(opt, "--top-p")) d->top_p = (float)v;
-    else if (!strcmp(opt, "--min-p")) d->min_p = (float)v;
-    else if (!strcmp(opt, "--repeat-penalty")) d->repeat_penalty = (float)v;
-    else if (!strcmp(opt, "--repeat-last-n")) d->repeat_last_n = (int32_t)v;
-    else d->seed = (uint64_t)v;
     return 1;
 }
 
-/* Generates until the end of the turn or n_predict tokens; streams the text to stdout. */
+/* A seed for --seed -1 from the clock and the process, mixed so that close clocks give far seeds. */
+static uint64_t random_seed_value(void) {
+    struct timespec ts;
+    uint64_t x;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)clock() << 32);
+    x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ull, x ^= x >> 27, x *= 0x94d049bb133111ebull, x ^= x >> 31;
+    return x;
+}
+
+/* Generates until the end of the turn or n_predict tokens (0: reads the prompt only); streams the
+   text to stdout and ends it with a newline, so piped turns and the summary never share a line. */
 static int generate(session *s, uint32_t n_predict, uint32_t *n_prompt, uint32_t *n_generated, double *prompt_s,
-                    double *gen_s, int32_t *last_token) {
+                    double *gen_s, int32_t *last_token, const char *command) {
     forge_step step;
     forge_error err;
     double t0 = now_seconds(), t1 = t0;
     int reading = 1;
+    const uint32_t n_vocab = forge_model_config(s->model)->n_vocab;
     *n_generated = 0;
     *last_token = -1;
     *n_prompt = 0;
     for (;;) {
         uint32_t before = forge_context_pos(s->ctx);
+        monitor_poll(&s->monitor);
         if (forge_generator_step(s->gen, &step, &err) != FORGE_OK) {
-            fprintf(stderr, "\nforge: %s\n", err.message);
+            if (s->line_open) fputc('\n', stdout), s->line_open = 0;
+            fprintf(stderr, "forge %s: %s\n", command, err.message);
             return 0;
         }
         if (step.token < 0) {
@@ -788,8 +1088,11 @@ static int generate(session *s, uint32_t n_predict, uint32_t *n_prompt, uint32_t
         if (reading) {
             t1 = now_seconds();
             reading = 0;
+            if (!logits_finite(s->ctx, n_vocab, command)) return 0;
         }
+        if (*n_generated >= n_predict) break; /* -n 0: the prompt is read, nothing is generated */
         fwrite(step.text, 1, step.text_len, stdout);
+        if (step.text_len) s->line_open = step.text[step.text_len - 1] != '\n';
         fflush(stdout);
         *last_token = step.token;
         (*n_generated)++;
@@ -797,7 +1100,9 @@ static int generate(session *s, uint32_t n_predict, uint32_t *n_prompt, uint32_t
     }
     *prompt_s = t1 - t0;
     *gen_s = now_seconds() - t1;
-    return 1;
+    if (s->line_open) fputc('\n', stdout), s->line_open = 0;
+    fflush(stdout);
+    return logits_finite(s->ctx, n_vocab, command);
 }
 
 static void print_summary(session *s, uint32_t n_prompt, uint32_t n_gen, double prompt_s, double gen_s) {
@@ -805,43 +1110,76 @@ static void print_summary(session *s, uint32_t n_prompt, uint32_t n_gen, double 
     char total[32], arena[32];
     human_bytes(total, sizeof total, p->total_bytes);
     human_bytes(arena, sizeof arena, forge_context_arena_bytes(s->ctx));
-    fprintf(stderr, "\n[prompt %u tokens, %.1f t/s | generation %u tokens, %.1f t/s | memory %s planned (arena %s, "
+    fprintf(stderr, "[prompt %u tokens, %.1f t/s | generation %u tokens, %.1f t/s | memory %s planned (arena %s, "
                     "weights mapped)]\n",
-            n_prompt, prompt_s > 0 ? n_prompt / prompt_s : 0.0, n_gen, gen_s > 0 ? n_gen / gen_s : 0.0, total, arena);
+            n_prompt, prompt_s > 0 ? n_prompt / prompt_s : 0.0, n_gen, gen_s > 0 && n_gen ? n_gen / gen_s : 0.0, total, arena);
 }
+
+#define RUN_USAGE \
+    "usage: forge run -m FILE -p PROMPT [options]\n" \
+    "  generates text from a prompt and streams it to stdout (greedy unless sampling options are given);\n" \
+    "  a summary line goes to stderr\n" \
+    "  -m, --model FILE      the GGUF model\n" \
+    "  -p, --prompt TEXT     the prompt\n" \
+    "  -n, --n-predict N     most tokens to generate, [0, 1073741824]; default 256; 0 = read the prompt only\n" \
+    "  --chat                send the prompt as a user turn in the model's chat format\n" \
+    "  --system TEXT         a system message before it (with --chat)\n" MONITOR_HELP QUIET_HELP SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
+    "  -h, --help            this text\n"
+
+#define CHAT_USAGE \
+    "usage: forge chat -m FILE [options]\n" \
+    "  talks with a chat model: each line of stdin is a user turn, each reply goes to stdout;\n" \
+    "  an empty line or the end of input quits\n" \
+    "  -m, --model FILE      the GGUF model\n" \
+    "  -n, --n-predict N     most tokens of each reply, [0, 1073741824]; default 256\n" \
+    "  --system TEXT         a system message before the first turn\n" MONITOR_HELP QUIET_HELP SAMPLER_OPTIONS_HELP CONTEXT_OPTIONS_HELP \
+    "  -h, --help            this text\n"
 
 static int cmd_run(int argc, char **argv, int chat_mode) {
     const char *path = NULL, *prompt = NULL, *system = NULL;
-    int bad = 0, i, use_chat = chat_mode, status = 1;
+    int bad = 0, i, use_chat = chat_mode, status = 1, random_seed = 0, quiet = 0;
     uint32_t n_predict = 256;
+    double monitor = 0.85;
+    upload_progress upload;
     forge_context_desc desc;
     forge_sampler_desc sampler;
     session s;
     forge_error err;
     char *text = NULL;
-    if (!context_defaults(&desc)) return 1;
+    const char *command = chat_mode ? "chat" : "run";
     memset(&sampler, 0, sizeof sampler);
     sampler.temperature = 0.0f;
+    if (wants_help(argc, argv)) {
+        fputs(chat_mode ? CHAT_USAGE : RUN_USAGE, stdout);
+        return 0;
+    }
+    if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
-        if (context_option(argc, argv, &i, &desc, &bad) || sampler_option(argc, argv, &i, &sampler, &bad)) continue;
+        if (context_option(argc, argv, &i, &desc, &bad) || sampler_option(argc, argv, &i, &sampler, &random_seed, &bad))
+            continue;
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
-        else if ((!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) && i + 1 < argc) prompt = argv[++i];
-        else if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-predict")) && i + 1 < argc) bad |= !parse_u32(argv[++i], "-n", &n_predict);
+        else if (!chat_mode && (!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) && i + 1 < argc) prompt = argv[++i];
+        else if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-predict")) && i + 1 < argc)
+            bad |= !parse_u32_in(argv[++i], "-n", 0, 1u << 30, &n_predict);
         else if (!strcmp(argv[i], "--system") && i + 1 < argc) system = argv[++i];
-        else if (!strcmp(argv[i], "--chat")) use_chat = 1;
+        else if (!strcmp(argv[i], "--monitor") && i + 1 < argc) bad |= !parse_number_in(argv[++i], "--monitor", 0.0, 1.0, 0, &monitor);
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
+        else if (!chat_mode && !strcmp(argv[i], "--chat")) use_chat = 1;
         else {
-            fprintf(stderr, "forge %s: unexpected '%s'\n", chat_mode ? "chat" : "run", argv[i]);
+            fprintf(stderr, "forge %s: unexpected '%s'\n", command, argv[i]);
             bad = 1;
         }
     }
     if (bad || !path || (!chat_mode && !prompt)) {
-        fprintf(stderr, chat_mode ? "usage: forge chat -m FILE [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] "
-                                    "[--min-p P] [--repeat-penalty R] [--seed S] [--ctx N] [--kv TYPE]\n"
-                                  : "usage: forge run -m FILE -p PROMPT [--chat] [--system TEXT] [-n N] [--temp T] [--top-k K] "
-                                    "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--ctx N] [--kv TYPE]\n");
-        return 1;
+        return usage_error(command, chat_mode ? CHAT_USAGE : RUN_USAGE);
     }
-    if (!session_open(&s, path, &desc, &sampler, chat_mode ? "chat" : "run")) return 1;
+    upload_progress_setup(&desc, &upload, quiet);
+    if (random_seed) {
+        sampler.seed = random_seed_value();
+        fprintf(stderr, "forge %s: seed %llu\n", command, (unsigned long long)sampler.seed);
+    }
+    if (!session_open(&s, path, &desc, &sampler, command)) return 1;
+    monitor_start(&s.monitor, monitor, s.ctx, desc.device, command);
     if (!chat_mode) {
         uint32_t n_prompt, n_gen;
         double ps, gs;
@@ -862,7 +1200,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
             fprintf(stderr, "forge run: %s\n", err.message);
             goto done;
         }
-        if (!generate(&s, n_predict, &n_prompt, &n_gen, &ps, &gs, &last)) goto done;
+        if (!generate(&s, n_predict, &n_prompt, &n_gen, &ps, &gs, &last, command)) goto done;
         print_summary(&s, n_prompt, n_gen, ps, gs);
         status = 0;
     } else {
@@ -894,7 +1232,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
                 fprintf(stderr, "forge chat: %s\n", err.message);
                 goto done;
             }
-            if (!generate(&s, n_predict, &n_prompt, &n_gen, &ps, &gs, &last)) goto done;
+            if (!generate(&s, n_predict, &n_prompt, &n_gen, &ps, &gs, &last, command)) goto done;
             print_summary(&s, n_prompt, n_gen, ps, gs);
             if (last >= 0 && forge_tokenizer_is_eog(s.tok, last) && forge_generator_commit(s.gen, last, &err) != FORGE_OK) {
                 fprintf(stderr, "forge chat: %s\n", err.message);
@@ -910,15 +1248,29 @@ done:
     return status;
 }
 
+#define TOKENIZE_USAGE \
+    "usage: forge tokenize -m FILE TEXT [options]\n" \
+    "  the token ids of a text, on one line; a vocabulary-only GGUF (no tensors) is enough\n" \
+    "  -m, --model FILE      the GGUF model or vocabulary\n" \
+    "  --special             parse special tokens written in the text (\"<|im_start|>\")\n" \
+    "  --bos, --no-bos       add the beginning-of-sequence token or not; default the model's choice\n" \
+    "  --pieces              one token a line: its id and its text\n" \
+    "  -h, --help            this text\n"
+
 static int cmd_tokenize(int argc, char **argv) {
     const char *path = NULL, *text = NULL;
-    int special = 0, bos = -1, pieces = 0, i;
-    forge_model *model = NULL;
+    int special = 0, bos = -1, pieces = 0, i, bad = 0;
+    forge_file file;
+    forge_gguf *g = NULL;
     forge_tokenizer *tok = NULL;
     forge_error err;
     int32_t *ids = NULL;
     size_t n = 0, k;
-    int status = 1;
+    int status = 1, file_open = 0;
+    if (wants_help(argc, argv)) {
+        fputs(TOKENIZE_USAGE, stdout);
+        return 0;
+    }
     for (i = 0; i < argc; i++) {
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--special")) special = 1;
@@ -926,15 +1278,21 @@ static int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(argv[i], "--bos")) bos = 1;
         else if (!strcmp(argv[i], "--pieces")) pieces = 1;
         else if (!text) text = argv[i];
-        else path = NULL, i = argc;
+        else {
+            fprintf(stderr, "forge tokenize: one text at a time (quote it): unexpected '%s'\n", argv[i]);
+            bad = 1;
+        }
     }
-    if (!path || !text) {
-        fprintf(stderr, "usage: forge tokenize -m FILE TEXT [--special] [--bos|--no-bos] [--pieces]\n");
+    if (bad || !path || !text) return usage_error("tokenize", TOKENIZE_USAGE);
+    /* the file and its tokenizer only: a vocabulary-only GGUF has no tensors for a model */
+    if (forge_file_open(path, NULL, &file, &err) != FORGE_OK) {
+        fprintf(stderr, "forge tokenize: %s\n", err.message);
         return 1;
     }
-    if (forge_model_open(path, NULL, &model, &err) != FORGE_OK ||
-        forge_tokenizer_create(forge_model_gguf(model), NULL, &tok, &err) != FORGE_OK) {
-        fprintf(stderr, "forge tokenize: %s\n", err.message);
+    file_open = 1;
+    if (forge_gguf_parse(file.bytes, (size_t)file.size, NULL, &g, &err) != FORGE_OK ||
+        forge_tokenizer_create(g, NULL, &tok, &err) != FORGE_OK) {
+        fprintf(stderr, "forge tokenize: %s: %s\n", path, err.message);
         goto done;
     }
     if (bos < 0) bos = forge_tokenizer_add_bos(tok);
@@ -961,7 +1319,8 @@ static int cmd_tokenize(int argc, char **argv) {
 done:
     free(ids);
     forge_tokenizer_destroy(tok);
-    forge_model_close(model);
+    forge_gguf_free(g);
+    if (file_open) forge_file_close(&file);
     return status;
 }
 
@@ -993,6 +1352,25 @@ static uint64_t peak_host_bytes(void) {
     if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
     return (uint64_t)u.ru_maxrss * 1024; /* Linux reports KiB */
 }
+
+#define BENCH_USAGE \
+    "usage: forge bench -m FILE [options]\n" \
+    "  prompt (pp) and generation (tg) speed in the manner of llama-bench: a warm-up run, then the median of\n" \
+    "  the repetitions and their range, with the bytes the plan promised and the peak the process took\n" \
+    "  -m FILE               the GGUF model\n" \
+    "  -p N                  prompt tokens of the pp test, [0, 1073741824]; default 512; 0 = no pp test\n" \
+    "  -n N                  generated tokens of the tg test, [0, 1073741824]; default 128; 0 = no tg test\n" \
+    "  -d LIST               depths (tokens already in the context), comma-separated, at most 16, each\n" \
+    "                        [0, 1073741824]; default 0; depth + the larger of -p and -n at most 1073741824\n" \
+    "  -r N                  repetitions, [1, 64]; default 5\n" \
+    "  -ctk TYPE, -ctv TYPE  KV cache type (one for keys and values): f32, f16, q8_0, q4_0\n" \
+    "  -o FORMAT             md (default), csv or json\n" \
+    "  --seqs LIST           sequence counts, comma-separated, each [1, " CLI_STR(FORGE_MAX_SEQ) "], at most 16: the aggregate\n" \
+    "                        speed of that many sequences decoded together (llama-batched-bench's way); -p and -n\n" \
+    "                        are per sequence and above 0, -d does not apply, -b defaults to 512\n" \
+    QUIET_HELP \
+    "  (-b/--batch defaults to 2048 here, whatever -p is, as llama-bench's does)\n" CONTEXT_OPTIONS_HELP \
+    "  -h, --help            this text\n"
 
 /* Many sequences at once, in the manner of llama-batched-bench (-npp, -ntg, -npl): for each count B of
    sequences, a context of B sequences of n_prompt + n_gen positions; PP = the B prompts of n_prompt
@@ -1073,6 +1451,19 @@ static int bench_seqs(forge_model *model, forge_context_desc desc, const uint32_
                 goto done;
             }
             if (r) tg_s[r - 1] = now_seconds() - t0;
+            { /* (after the clock) a NaN or an infinity in the last sequence's logits is a failure, as elsewhere */
+                const float *row = forge_seq_logits(ctx, b - 1);
+                uint32_t k;
+                for (k = 0; k < n_vocab && isfinite(row[k]); k++) {
+                }
+                if (k < n_vocab) {
+                    fprintf(stderr, "forge bench: the model produced a non-finite logit (%g at token %u of sequence %u): its weights "
+                                    "or activations hold NaN or infinite values\n",
+                            (double)row[k], k, b - 1);
+                    forge_context_destroy(ctx);
+                    goto done;
+                }
+            }
             if (gpu && forge_memory_query_gpu(desc.device, &now, NULL) == FORGE_OK && now.free_bytes < lowest_free) lowest_free = now.free_bytes;
         }
         qsort(pp_s, reps, sizeof pp_s[0], cmp_double);
@@ -1119,8 +1510,9 @@ done:
 
 static int cmd_bench(int argc, char **argv) {
     const char *path = NULL, *format = "md";
-    uint32_t n_prompt = 512, n_gen = 128, reps = 5, depths[16] = {0}, n_depths = 1, r, t, di, max_depth = 0;
-    int bad = 0, i, status = 1, gpu;
+    uint32_t n_prompt = 512, n_gen = 128, reps = 5, depths[16] = {0}, n_depths = 1, r, t, di, max_depth = 0, n_vocab;
+    int bad = 0, i, status = 1, gpu, quiet = 0, progress;
+    upload_progress upload;
     forge_context_desc desc;
     forge_model *model = NULL;
     forge_context *ctx = NULL;
@@ -1133,49 +1525,40 @@ static int cmd_bench(int argc, char **argv) {
     uint64_t lowest_free = UINT64_MAX;
     forge_kv_type ctk = FORGE_KV_DEFAULT, ctv = FORGE_KV_DEFAULT;
     uint32_t seq_counts[16], n_seq_counts = 0;
+    if (wants_help(argc, argv)) {
+        fputs(BENCH_USAGE, stdout);
+        return 0;
+    }
     if (!context_defaults(&desc)) return 1;
     for (i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--seqs") && i + 1 < argc) { /* a list of sequence counts: the batched bench */
-            char *list = argv[++i], *end;
-            while (*list && n_seq_counts < 16) {
-                unsigned long v = strtoul(list, &end, 10);
-                if (end == list || v == 0 || v > FORGE_MAX_SEQ || list[0] == '-') {
-                    fprintf(stderr, "forge bench: --seqs takes counts from 1 to %u, comma-separated ('%s')\n", (unsigned)FORGE_MAX_SEQ, argv[i]);
-                    bad = 1;
-                    break;
-                }
-                seq_counts[n_seq_counts++] = (uint32_t)v;
-                list = *end == ',' ? end + 1 : end;
-                if (*end && *end != ',') bad = 1;
-            }
+            bad |= !parse_u32_list(argv[++i], "--seqs", 1, FORGE_MAX_SEQ, seq_counts, 16, &n_seq_counts);
             continue;
         }
         if (context_option(argc, argv, &i, &desc, &bad)) continue;
         if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
-        else if (!strcmp(argv[i], "-p") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-p", &n_prompt);
-        else if (!strcmp(argv[i], "-n") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-n", &n_gen);
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc) bad |= !parse_u32(argv[++i], "-r", &reps);
-        else if (!strcmp(argv[i], "-o") && i + 1 < argc) format = argv[++i];
+        else if (!strcmp(argv[i], "-p") && i + 1 < argc) bad |= !parse_u32_in(argv[++i], "-p", 0, 1u << 30, &n_prompt);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc) bad |= !parse_u32_in(argv[++i], "-n", 0, 1u << 30, &n_gen);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) bad |= !parse_u32_in(argv[++i], "-r", 1, 64, &reps);
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+            format = argv[++i];
+            if (strcmp(format, "md") && strcmp(format, "csv") && strcmp(format, "json")) {
+                fprintf(stderr, "forge bench: -o '%s' must be md, csv or json\n", format);
+                bad = 1;
+            }
+        } else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else if ((!strcmp(argv[i], "-ctk") || !strcmp(argv[i], "-ctv")) && i + 1 < argc) {
             forge_kv_type *dst = !strcmp(argv[i], "-ctk") ? &ctk : &ctv;
             if (forge_kv_type_parse(argv[++i], dst, &err) != FORGE_OK) {
                 fprintf(stderr, "forge bench: %s\n", err.message);
                 bad = 1;
             }
-        } else if (!strcmp(argv[i], "-d") && i + 1 < argc) { /* a comma-separated list */
-            char *list = argv[++i], *end;
-            n_depths = 0;
-            while (*list && n_depths < 16) {
-                unsigned long v = strtoul(list, &end, 10);
-                if (end == list || v > 0x40000000UL) {
-                    bad = 1;
-                    break;
-                }
-                depths[n_depths++] = (uint32_t)v;
-                list = *end == ',' ? end + 1 : end;
-                if (*end && *end != ',') bad = 1;
-            }
-        } else bad = 1;
+        } else if (!strcmp(argv[i], "-d") && i + 1 < argc) {
+            bad |= !parse_u32_list(argv[++i], "-d", 0, 1u << 30, depths, 16, &n_depths);
+        } else {
+            fprintf(stderr, "forge bench: unexpected '%s'\n", argv[i]);
+            bad = 1;
+        }
     }
     if (ctk != FORGE_KV_DEFAULT && ctv != FORGE_KV_DEFAULT && ctk != ctv) {
         fprintf(stderr, "forge bench: forge keeps keys and values in one KV type (-ctk %s, -ctv %s)\n", forge_kv_type_name(ctk),
@@ -1183,17 +1566,19 @@ static int cmd_bench(int argc, char **argv) {
         return 1;
     }
     if (ctk != FORGE_KV_DEFAULT || ctv != FORGE_KV_DEFAULT) desc.kv_type = ctk != FORGE_KV_DEFAULT ? ctk : ctv;
-    if (strcmp(format, "md") && strcmp(format, "csv") && strcmp(format, "json")) bad = 1;
-    if (bad || !path || reps == 0 || reps > 64 || n_prompt == 0 || n_depths == 0) {
-        fprintf(stderr, "usage: forge bench -m FILE [-p 512] [-n 128] [-d 0,16384,65536] [-r 5] [-ctk TYPE] [-ctv TYPE] "
-                        "[-o md|csv|json] [--gpu|--cpu] [--device N]\n"
-                        "       forge bench -m FILE --seqs 1,4,16,64 [-p 128] [-n 128] [-r 5] [-b 512] ...   (many sequences at once)\n");
+    if (bad || !path) return usage_error("bench", BENCH_USAGE);
+    if (n_prompt == 0 && n_gen == 0) {
+        fprintf(stderr, "forge bench: -p 0 and -n 0 leave nothing to measure\n");
         return 1;
     }
     if (n_seq_counts) { /* the batched bench: -p and -n per sequence, -d does not apply */
         const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         if (n_depths != 1 || depths[0] != 0) {
             fprintf(stderr, "forge bench: --seqs measures from an empty context; -d does not apply\n");
+            return 1;
+        }
+        if (n_prompt == 0 || n_gen == 0) {
+            fprintf(stderr, "forge bench: --seqs measures both phases: -p and -n must be above 0\n");
             return 1;
         }
         if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) goto fail;
@@ -1204,49 +1589,80 @@ static int cmd_bench(int argc, char **argv) {
         return status;
     }
     for (di = 0; di < n_depths; di++) max_depth = depths[di] > max_depth ? depths[di] : max_depth;
+    /* both terms are at most 2^30, so the sum is exact in 64 bits */
+    if ((uint64_t)max_depth + (n_prompt > n_gen ? n_prompt : n_gen) > (1u << 30)) {
+        fprintf(stderr, "forge bench: depth %u + %u tokens is above forge's largest context, 1073741824 positions\n", max_depth,
+                n_prompt > n_gen ? n_prompt : n_gen);
+        return 1;
+    }
+    progress = !quiet && isatty(fileno(stderr));
+    upload_progress_setup(&desc, &upload, quiet);
     if (forge_model_open(path, NULL, &model, &err) != FORGE_OK) goto fail;
+    n_vocab = forge_model_config(model)->n_vocab;
     if (!desc.n_ctx) desc.n_ctx = max_depth + (n_prompt > n_gen ? n_prompt : n_gen);
-    if (!desc.n_batch) desc.n_batch = n_prompt;
+    if (!desc.n_batch) desc.n_batch = 2048; /* llama-bench's default; the library caps it at the context */
+    warn_ctx(model, desc.n_ctx, "bench");
     memset(&before, 0, sizeof before);
     gpu = desc.backend == FORGE_BACKEND_GPU || (desc.backend == FORGE_BACKEND_AUTO && forge_gpu_available());
     if (gpu) forge_memory_query_gpu(desc.device, &before, NULL);
     if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) goto fail;
-    tokens = (int32_t *)malloc((size_t)(max_depth + n_prompt) * sizeof *tokens);
-    if (!tokens) goto done;
-    for (t = 0; t < max_depth + n_prompt; t++) tokens[t] = (int32_t)((t * 7919u + 13u) % forge_model_config(model)->n_vocab);
+    if ((uint64_t)max_depth + n_prompt + 1 > forge_context_plan(ctx)->n_ctx + 1ull) {
+        fprintf(stderr, "forge bench: depth %u + %u prompt tokens do not fit a context of %u positions\n", max_depth, n_prompt,
+                forge_context_plan(ctx)->n_ctx);
+        goto done;
+    }
+    tokens = (int32_t *)malloc(((size_t)max_depth + n_prompt + 1) * sizeof *tokens);
+    if (!tokens) {
+        fprintf(stderr, "forge bench: out of memory for %llu tokens\n", (unsigned long long)max_depth + n_prompt + 1);
+        goto done;
+    }
+    for (t = 0; t < max_depth + n_prompt + 1; t++) tokens[t] = (int32_t)((t * 7919u + 13u) % n_vocab);
     for (di = 0; di < n_depths; di++) {
         uint32_t depth = depths[di];
         for (r = 0; r <= reps; r++) { /* run 0 warms up */
             double t0, t1;
-            forge_context_reset(ctx);
-            if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
-            t0 = now_seconds();
-            if (forge_eval(ctx, tokens + depth, n_prompt, &err) != FORGE_OK) goto fail;
-            t1 = now_seconds();
-            if (r) pp[r - 1] = n_prompt / (t1 - t0);
-            forge_context_reset(ctx);
-            if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
-            t0 = now_seconds();
-            { /* greedy decode: each token is the argmax of the step before (on the GPU the vocabulary stays there) */
-                int32_t next = tokens[depth];
-                for (t = 0; t < n_gen; t++)
-                    if (forge_eval(ctx, &next, 1, &err) != FORGE_OK || forge_context_argmax(ctx, &next, &err) != FORGE_OK) goto fail;
+            if (n_prompt) {
+                forge_context_reset(ctx);
+                if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
+                t0 = now_seconds();
+                if (forge_eval(ctx, tokens + depth, n_prompt, &err) != FORGE_OK) goto fail;
+                t1 = now_seconds();
+                if (r) pp[r - 1] = n_prompt / (t1 - t0);
+                if (!logits_finite(ctx, n_vocab, "bench")) goto done;
             }
-            t1 = now_seconds();
-            if (r) tg[r - 1] = n_gen / (t1 - t0);
+            if (n_gen) {
+                forge_context_reset(ctx);
+                if (depth && forge_eval(ctx, tokens, depth, &err) != FORGE_OK) goto fail;
+                t0 = now_seconds();
+                { /* greedy decode: each token is the argmax of the step before (on the GPU the vocabulary stays there) */
+                    int32_t next = tokens[depth];
+                    for (t = 0; t < n_gen; t++)
+                        if (forge_eval(ctx, &next, 1, &err) != FORGE_OK || forge_context_argmax(ctx, &next, &err) != FORGE_OK)
+                            goto fail;
+                }
+                t1 = now_seconds();
+                if (r) tg[r - 1] = n_gen / (t1 - t0);
+                if (!logits_finite(ctx, n_vocab, "bench")) goto done;
+            }
             if (gpu && forge_memory_query_gpu(desc.device, &now, NULL) == FORGE_OK && now.free_bytes < lowest_free)
                 lowest_free = now.free_bytes;
         }
-        qsort(pp, reps, sizeof pp[0], cmp_double);
-        qsort(tg, reps, sizeof tg[0], cmp_double);
-        snprintf(rows[n_rows].test, sizeof rows[n_rows].test, "pp%u", n_prompt);
-        rows[n_rows].depth = depth, rows[n_rows].median = pp[reps / 2], rows[n_rows].lo = pp[0], rows[n_rows].hi = pp[reps - 1];
-        n_rows++;
+        if (n_prompt) {
+            qsort(pp, reps, sizeof pp[0], cmp_double);
+            snprintf(rows[n_rows].test, sizeof rows[n_rows].test, "pp%u", n_prompt);
+            rows[n_rows].depth = depth, rows[n_rows].median = pp[reps / 2], rows[n_rows].lo = pp[0], rows[n_rows].hi = pp[reps - 1];
+            n_rows++;
+        }
         if (n_gen) {
+            qsort(tg, reps, sizeof tg[0], cmp_double);
             snprintf(rows[n_rows].test, sizeof rows[n_rows].test, "tg%u", n_gen);
             rows[n_rows].depth = depth, rows[n_rows].median = tg[reps / 2], rows[n_rows].lo = tg[0], rows[n_rows].hi = tg[reps - 1];
             n_rows++;
         }
+        if (progress) /* each depth's rows as they finish; the table follows on stdout */
+            for (t = n_rows - (n_prompt ? 1u : 0u) - (n_gen ? 1u : 0u); t < n_rows; t++)
+                fprintf(stderr, "forge bench: %s @ d%u: %.1f t/s (%.1f .. %.1f), depth %u of %u\n", rows[t].test, rows[t].depth,
+                        rows[t].median, rows[t].lo, rows[t].hi, di + 1, n_depths);
     }
     {
         const forge_plan *p = forge_context_plan(ctx);
@@ -1258,7 +1674,7 @@ static int cmd_bench(int argc, char **argv) {
             printf("| model | backend | kv | test | t/s | min .. max | planned bytes | peak bytes |\n");
             printf("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
         } else if (!strcmp(format, "csv")) {
-            printf("model,backend,kv,test,depth,t_s,min,max,repetitions,planned_bytes,peak_bytes\n");
+            printf("model,backend,kv,test,depth,t_s,min,max,repetitions,planned_bytes,peak_bytes,n_batch\n");
         } else {
             printf("[");
         }
@@ -1268,15 +1684,15 @@ static int cmd_bench(int argc, char **argv) {
                 printf("| %s | %s | %s | %s @ d%u | %.1f | %.1f .. %.1f | %llu | %llu |\n", name, backend, forge_kv_type_name(p->kv_type),
                        b->test, b->depth, b->median, b->lo, b->hi, (unsigned long long)p->total_bytes, (unsigned long long)peak);
             else if (!strcmp(format, "csv"))
-                printf("%s,%s,%s,%s,%u,%.3f,%.3f,%.3f,%u,%llu,%llu\n", name, backend, forge_kv_type_name(p->kv_type), b->test, b->depth,
-                       b->median, b->lo, b->hi, reps, (unsigned long long)p->total_bytes, (unsigned long long)peak);
+                printf("%s,%s,%s,%s,%u,%.3f,%.3f,%.3f,%u,%llu,%llu,%u\n", name, backend, forge_kv_type_name(p->kv_type), b->test,
+                       b->depth, b->median, b->lo, b->hi, reps, (unsigned long long)p->total_bytes, (unsigned long long)peak, p->n_batch);
             else {
                 printf("%s\n {\"model\": ", t ? "," : "");
                 json_cstr(stdout, name);
                 printf(", \"backend\": \"%s\", \"kv_type\": \"%s\", \"test\": \"%s\", \"depth\": %u, \"t_s\": %.3f, \"min\": %.3f, "
-                       "\"max\": %.3f, \"repetitions\": %u, \"planned_bytes\": %llu, \"peak_bytes\": %llu}",
+                       "\"max\": %.3f, \"repetitions\": %u, \"planned_bytes\": %llu, \"peak_bytes\": %llu, \"n_batch\": %u}",
                        backend, forge_kv_type_name(p->kv_type), b->test, b->depth, b->median, b->lo, b->hi, reps,
-                       (unsigned long long)p->total_bytes, (unsigned long long)peak);
+                       (unsigned long long)p->total_bytes, (unsigned long long)peak, p->n_batch);
             }
         }
         if (!strcmp(format, "json")) printf("\n]\n");
@@ -1298,9 +1714,9 @@ static void usage(FILE *out) {
     fprintf(out,
             "forge %s: run GGUF language models within a known memory budget\n"
             "\n"
-            "usage: forge COMMAND [ARGS]\n"
+            "usage: forge COMMAND [ARGS]   (forge COMMAND --help lists every option of a command)\n"
             "  info FILE [--json]   metadata, derived configuration, tensor table and totals of a GGUF file\n"
-            "  plan FILE [--ctx N] [--kv TYPE] [--mem-fraction F] [--json]\n"
+            "  plan FILE [--ctx N] [--kv TYPE] [--mem-fraction F] [--headroom SIZE] [--json]\n"
             "                       the memory bill and whether it fits the budget (exit 1 when not)\n"
             "  run -m FILE -p PROMPT [--chat] [-n N] [--temp T] ...\n"
             "                       generate text (greedy unless sampling options are given)\n"

@@ -20,8 +20,11 @@ WHITESPACE = set(range(0x09, 0x0E)) | {0x20, 0x85, 0xA0, 0x1680} | set(range(0x2
     {0x2028, 0x2029, 0x202F, 0x205F, 0x3000}
 
 # character classes used by the deepseek pre-tokenizers (llama.cpp's llama-vocab.cpp lists them as regex classes)
+# Six of its characters are canonically equivalent to others and turn into them when the text is
+# normalized (NFC), as copying through some editors does: U+1F7D, U+1FBE, U+1FD3, U+1FDB, U+2126 and
+# U+212A are written as escapes so they stay what llama.cpp's source has (tests/check_pretokenizer.py).
 DEEPSEEK_LLM_LETTERS = ("A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-"
-                        "ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-"
+                        "ὗὙὛὝὟ-\u1f7dᾀ-ᾴᾶ-ᾼ\u1fbeῂ-ῄῆ-ῌῐ-\u1fd3ῖ-\u1fdbῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u2126ℨ\u212a-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-"
                         "ﬗＡ-Ｚａ-ｚ\U00010400-\U0001044f𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃")
 DEEPSEEK_LLM_PUNCT = "!-/:-~！-／：-～‘-‟　-。"
 DEEPSEEK_CJK = "一-龥ࠀ-一가-퟿"
@@ -75,6 +78,7 @@ def main():
     for name, cls in (("forge__cls_deepseek_letters", DEEPSEEK_LLM_LETTERS),
                       ("forge__cls_deepseek_punct", DEEPSEEK_LLM_PUNCT), ("forge__cls_deepseek_cjk", DEEPSEEK_CJK)):
         pairs = parse_class(cls)
+        assert all(first <= last for first, last in pairs), "%s: a range runs backwards" % name
         flat = [v for p in pairs for v in p]
         emit_u32(name, flat, 8)
 

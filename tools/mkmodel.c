@@ -567,9 +567,10 @@ static int mk_parse_u64(const char *text, const char *what, uint64_t *out) {
         fprintf(stderr, "forge mkmodel: %s needs a non-negative integer\n", what);
         return 0;
     }
+    errno = 0;
     v = strtoull(text, &end, 0);
-    if (!end || *end) {
-        fprintf(stderr, "forge mkmodel: %s '%s' is not a non-negative integer\n", what, text);
+    if (!end || *end || errno || text[0] < '0' || text[0] > '9') {
+        fprintf(stderr, "forge mkmodel: %s '%s' is not an integer in [0, 18446744073709551615]\n", what, text);
         return 0;
     }
     *out = (uint64_t)v;
