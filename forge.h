@@ -6679,7 +6679,7 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
 #define FORGE__GPU_SPLIT_TOKENS 64u
 
 /* Rows of the widest product of the schedule but the output head (which has blocks enough). */
-static uint32_t forge__schedule_max_product_rows(const forge__schedule *s) {
+static FORGE__MAYBE_UNUSED uint32_t forge__schedule_max_product_rows(const forge__schedule *s) {
     uint32_t k, rows = 0;
     for (k = 0; k < s->n_ops; k++)
         if (s->ops[k].kind == FORGE__OP_MATMUL) rows = FORGE__MAX(rows, s->ops[k].n);

@@ -1301,56 +1301,8 @@ __global__ void __launch_bounds__(256) forge__k_matvec_fast(const uint8_t *__res
     }
 }
 
-// A few tokens at once (a step of several sequences, a short prompt): the fast decode kernel's
-// readers with FORGE__FEW_TOKENS tokens per pass, so each piece of weights loaded serves every token of
-// the pass (blockIdx.y: the pass, tokens FORGE__FEW_TOKENS y ..). The matrix-unit kernel pays for a tile
-// of 32 or more tokens whatever the count; this one reads the weights once a pass instead. Each token's
-// sums are the fast decode kernel's, in its order: a token's product is the same as alone.
-#define FORGE__FEW_TOKENS 8
-#define FORGE__MMA_MAX_SPLIT 8 // the matrix-unit products' most parts of the columns (forge_hip_matmul_split)
-#ifndef FORGE__FEW_MAX
-#define FORGE__FEW_MAX 64 // most tokens of a product taken by the few-token kernel; more go to the matrix units
-#endif
-template <class P>
-__global__ void __launch_bounds__(256) forge__k_matmul_few(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows,
-                                                           uint32_t n_cols, const float *__restrict__ x, float *__restrict__ y,
-                                                           const float *__restrict__ bias, uint32_t n_tokens) {
-    const uint32_t wave = warpSize, lane = threadIdx.x % wave, waves_per_block = blockDim.x / wave;
-    const uint32_t r0 = (blockIdx.x * waves_per_block + threadIdx.x / wave) * FORGE__MV_ROWS;
-    const uint32_t t0 = blockIdx.y * FORGE__FEW_TOKENS, nt = min((uint32_t)FORGE__FEW_TOKENS, n_tokens - t0);
-    if (r0 >= n_rows) return; // the whole wave leaves together
-    const uint8_t *rows[FORGE__MV_ROWS];
-#pragma unroll
-    for (int k = 0; k < FORGE__MV_ROWS; k++) rows[k] = w + (size_t)min(r0 + k, n_rows - 1) * row_bytes; // extra rows: re-read, dropped
-    const uint32_t n_pieces = n_cols / 32;
-    float acc[FORGE__FEW_TOKENS][FORGE__MV_ROWS];
-#pragma unroll
-    for (int t = 0; t < FORGE__FEW_TOKENS; t++)
-#pragma unroll
-        for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] = 0.0f;
-    for (uint32_t p = lane; p < n_pieces; p += wave) {
-        typename P::raw raw[FORGE__MV_ROWS];
-#pragma unroll
-        for (int k = 0; k < FORGE__MV_ROWS; k++) P::load(rows[k], p, n_cols, raw[k]);
-#pragma unroll
-        for (int t = 0; t < FORGE__FEW_TOKENS; t++) // guarded, not cut short: the accumulators keep static indices (registers)
-            if ((uint32_t)t < nt) {
-                float xr[32], xs[4];
-                P::load_x(x + (size_t)(t0 + t) * n_cols, p, xr, xs);
-#pragma unroll
-                for (int k = 0; k < FORGE__MV_ROWS; k++) acc[t][k] += P::dot(raw[k], p, xr, xs);
-            }
-    }
-#pragma unroll
-    for (int t = 0; t < FORGE__FEW_TOKENS; t++)
-        if ((uint32_t)t < nt) {
-#pragma unroll
-            for (int k = 0; k < FORGE__MV_ROWS; k++) {
-                const float total = forge__wave_sum(acc[t][k]);
-                if (lane == 0 && r0 + k < n_rows) y[(size_t)(t0 + t) * n_rows + r0 + k] = bias ? total + bias[r0 + k] : total;
-            }
-        }
-}
+#define FORGE__MMA_MAX_SPLIT 32   // the matrix-unit products' most parts of the columns (forge_hip_matmul_split)
+#define FORGE__MMA_SPLIT_ROWS 512 // parts x tokens at most: the workspace holds that many rows of a product's outputs
 
 __device__ __forceinline__ float forge__gelu(float x); // defined in >>rows
 
@@ -2590,20 +2542,32 @@ __global__ void forge__k_split_sum(const float *__restrict__ partial, uint32_t n
 // instead (the kernels were built without sm_80 code). Tiles: 32 WN tokens by the token count; then
 // 128 rows, or 64 when 128 would leave multiprocessors idle; 64 tokens instead of 128 when 128 x 128
 // tiles give fewer than two blocks a multiprocessor (4096 rows x 512 tokens: 156 -> 162 TFLOP/s).
-// A grid of fewer blocks than two a multiprocessor (a few tokens: a step of several sequences) leaves
-// most of the device idle while each block walks every column; with room for the parts in `partial`
-// (floats), the columns are split among up to FORGE__MMA_MAX_SPLIT blocks each and the parts summed.
+// A grid of few warps for the device (a few tokens: a step of several sequences; blocks of one or two
+// warps then) leaves it mostly idle while each block walks every column; with room for the parts in
+// `partial` (floats), the columns are split among up to FORGE__MMA_MAX_SPLIT blocks, each part at
+// least 4 steps of 32 columns, until the grid has about 8 warps a multiprocessor, and the parts are
+// summed.
+// Whether the kernels hold sm_80 code for the current device (the matrix-unit instructions), asked
+// once a device (0: not asked, 1: no, 2: yes).
+static int forge__mma_available(void) {
+    static std::atomic<int> known[64];
+    int device = 0, state = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return (void)cudaGetLastError(), 0;
+    if (device >= 0 && device < 64) state = known[device].load(std::memory_order_relaxed);
+    if (state == 0) {
+        cudaFuncAttributes fa;
+        state = cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 80 ? 2 : 1;
+        (void)cudaGetLastError();
+        if (device >= 0 && device < 64) known[device].store(state, std::memory_order_relaxed);
+    }
+    return state == 2;
+}
+
 template <class H>
 static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, hipStream_t s, float *partial = NULL, size_t partial_floats = 0) {
-    cudaFuncAttributes attr;
-    int device = 0, n_sm = 0;
-    if (cudaFuncGetAttributes(&attr, (const void *)forge__k_matmul_mma<H, 2, 4>) != cudaSuccess || attr.ptxVersion < 80) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        n_sm = 1;
+    if (!forge__mma_available()) return 0;
+    const int n_sm = forge__hip_sm_count();
     uint32_t wn = n_tokens <= 32 ? 1 : n_tokens <= 64 ? 2 : 4;
     const uint32_t wm = (uint64_t)((n_rows + 127) / 128) * ((n_tokens + 32 * wn - 1) / (32 * wn)) >= (uint64_t)n_sm ? 2 : 1;
     if (wm == 2 && wn == 4 && (uint64_t)((n_rows + 127) / 128) * ((n_tokens + 127) / 128) < 2 * (uint64_t)n_sm) wn = 2;
@@ -2611,10 +2575,12 @@ static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows
     dim3 grid((n_tokens + bn - 1) / bn, (n_rows + 64 * wm - 1) / (64 * wm));
     uint32_t split = 1, split_steps = n_steps;
     const uint64_t blocks = (uint64_t)grid.x * grid.y, part = (uint64_t)n_tokens * n_rows;
-    if (partial && blocks < 2 * (uint64_t)n_sm && n_steps >= 8) {
-        split = (uint32_t)((2 * (uint64_t)n_sm + blocks - 1) / blocks);
+    const uint64_t warps = blocks * wm * wn, want = 8 * (uint64_t)n_sm;
+    if (partial && warps < want && n_steps >= 8) {
+        split = (uint32_t)((want + warps - 1) / warps);
         split = split > FORGE__MMA_MAX_SPLIT ? FORGE__MMA_MAX_SPLIT : split;
-        while (split > 1 && (uint64_t)split * part > partial_floats) split--;
+        split = split > n_steps / 4 ? n_steps / 4 : split;
+        while (split > 1 && ((uint64_t)split * part > partial_floats || (uint64_t)split * n_tokens > FORGE__MMA_SPLIT_ROWS)) split--;
         split_steps = (n_steps + split - 1) / split;
         split = (n_steps + split_steps - 1) / split_steps; // no empty part
     }
@@ -2703,21 +2669,6 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
         }
         return forge__hip_launched("matvec launch", message, message_bytes);
     }
-    if (n_tokens <= FORGE__FEW_MAX) { // a few tokens: each pass of the weights serves FORGE__FEW_TOKENS of them
-        const uint32_t fast_rows = FORGE__MATVEC_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MV_ROWS;
-        const dim3 grid((n_rows + fast_rows - 1) / fast_rows, (n_tokens + FORGE__FEW_TOKENS - 1) / FORGE__FEW_TOKENS);
-        switch (forge__hip_kind(type, n_cols)) {
-#define FORGE__LAUNCH_FEW(id, P)                                                                             case id: forge__k_matmul_few<P><<<grid, FORGE__MATVEC_THREADS, 0, s>>>(wb, row_bytes, n_rows, n_cols, x, y, bias, n_tokens);         return forge__hip_launched("matmul launch", message, message_bytes);
-            FORGE__LAUNCH_FEW(FORGE_HIP_Q4_0, forge__p_q4_0)
-            FORGE__LAUNCH_FEW(FORGE_HIP_Q8_0, forge__p_q8_0)
-            FORGE__LAUNCH_FEW(FORGE_HIP_Q4_K, forge__p_q4_k)
-            FORGE__LAUNCH_FEW(FORGE_HIP_Q6_K, forge__p_q6_k)
-            FORGE__LAUNCH_FEW(FORGE__HIP_Q6_K_PACKED, forge__p_q6_k_packed)
-            FORGE__LAUNCH_FEW(FORGE__HIP_Q6_K_PACKED4, forge__p_q6_k_packed4)
-#undef FORGE__LAUNCH_FEW
-        default: break;
-        }
-    }
 #ifdef FORGE__MMA
     if (forge__mma_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s, partial, partial_floats))
         return forge__hip_launched("matmul launch", message, message_bytes);
@@ -2743,7 +2694,8 @@ int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_c
 // max_rows rows for up to max_tokens tokens as finely as it splits any.
 size_t forge_hip_matmul_split_bytes(uint32_t max_rows, uint32_t max_tokens) {
 #ifdef FORGE__MMA
-    return (size_t)FORGE__MMA_MAX_SPLIT * max_rows * max_tokens * sizeof(float);
+    const uint32_t parts_x_tokens = max_tokens * FORGE__MMA_MAX_SPLIT < FORGE__MMA_SPLIT_ROWS ? max_tokens * FORGE__MMA_MAX_SPLIT : FORGE__MMA_SPLIT_ROWS;
+    return (size_t)parts_x_tokens * max_rows * sizeof(float);
 #else
     (void)max_rows, (void)max_tokens;
     return 0; // no matrix-unit path: nothing is split
