@@ -8018,6 +8018,13 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
         offset += (uint64_t)ctx->kv_cells[il] * ctx->c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
     }
     if ((res = forge__kv_layout_check(ctx, offset, error))) goto fail;
+    /* the last region carved (every sequence's KV cache) ends where the arena ends: a term the plan
+       lacks is refused here, before anything is written, not found later as an overrun */
+    if ((uint64_t)(ctx->kv - ctx->arena) + ctx->plan.kv_bytes != ctx->arena_bytes) {
+        res = forge__fail(error, FORGE_ERR_CONFIG, "the CPU arena layout (%llu bytes) differs from the plan (%llu)",
+                          (forge__ull)((uint64_t)(ctx->kv - ctx->arena) + ctx->plan.kv_bytes), (forge__ull)ctx->arena_bytes);
+        goto fail;
+    }
     for (il = 0; il < FORGE__MAX_HEAD_DIM / 2; il++) ctx->rope_factors[il] = 1.0f;
     if (ctx->c->has_rope_freqs) {
         const forge_gguf_tensor *t = forge_gguf_find_tensor(m->gguf, "rope_freqs.weight");
