@@ -11,6 +11,11 @@ Checks:
                  Python package's dequantization (gguf.quants.dequantize).
   (c) tokenizer: `forge info --json` reads the vocabulary-only files of tokenizer/ (model name and
                  token count as gguf.GGUFReader reads them; no configuration derived).
+  (d) logits:    `forge eval --cpu` on tokens.txt against the float64 reference: within the index's
+                 tolerance (the outer bound) and within a few times forge's own measured distance
+                 (the inner bound), over all positions and at the worst one, for each KV cache type.
+  (e) plan:      `forge plan` and `forge bench` verdicts.
+  (f) long:      1,536-token sequences of long/ against their float64 reference in the same way.
 
 Prints one "ok ..." / "FAIL ..." line per check and, as the last line, "N passed, N failed".
 Exits non-zero when anything failed. Missing fixtures or binaries are failures, never skips:
@@ -433,33 +438,126 @@ def check_tokenizer_file(tally, forge, path):
 
 # ---------------------------------------------------------------------------------------------
 
+# forge's own distance to the float64 reference on the CPU (f32 activations), measured at commit
+# c045dd3 with `forge eval --cpu` (tokens.txt; long/'s sequences in batches of 512): per fixture and
+# KV cache type, (relative L2 over all positions, the worst position's relative L2), rounded up to
+# two digits. The inner bound is INNER_FACTOR times these: near forge's error, so that a regression
+# the index's tolerance (the outer bound, made for llama.cpp's 8-bit activations) lets through is
+# caught. An f32 cache leaves only float32 rounding (about 4e-7); f16 and the quantized caches add
+# the rounding of keys and values, which is deterministic, so their factors are smaller.
+INNER_FACTOR = {"f32": 4.0, "f16": 2.0, "q8_0": 1.5, "q4_0": 1.5}
+MEASURED = {
+    "ext-llama2-tiny-random.gguf": {"f32": (7.6e-08, 9.2e-08), "f16": (7.5e-06, 1.6e-05)},
+    "tiny-gemma-f16.gguf": {"f32": (5.1e-07, 6.9e-07), "f16": (4.2e-04, 6.0e-04), "q8_0": (1.1e-02, 1.6e-02), "q4_0": (1.8e-01, 2.3e-01)},
+    "tiny-gemma-q4_k_m.gguf": {"f32": (5.1e-07, 6.8e-07), "f16": (4.1e-04, 5.4e-04), "q8_0": (1.1e-02, 1.5e-02), "q4_0": (1.8e-01, 2.9e-01)},
+    "tiny-gemma2-f16.gguf": {"f32": (4.6e-07, 5.5e-07), "f16": (3.5e-04, 4.2e-04), "q8_0": (8.9e-03, 1.1e-02), "q4_0": (1.4e-01, 1.9e-01)},
+    "tiny-gemma2-q4_k_m.gguf": {"f32": (4.5e-07, 6.3e-07), "f16": (3.5e-04, 4.6e-04), "q8_0": (9.4e-03, 1.3e-02), "q4_0": (1.4e-01, 2.0e-01)},
+    "tiny-gemma3-f16.gguf": {"f32": (5.1e-07, 6.5e-07), "f16": (4.0e-04, 5.0e-04), "q8_0": (1.1e-02, 1.4e-02), "q4_0": (1.8e-01, 2.4e-01)},
+    "tiny-gemma3-q4_k_m.gguf": {"f32": (5.2e-07, 6.7e-07), "f16": (4.3e-04, 5.5e-04), "q8_0": (1.1e-02, 1.5e-02), "q4_0": (1.7e-01, 2.3e-01)},
+    "tiny-glm4-f16.gguf": {"f32": (4.3e-07, 5.7e-07), "f16": (3.9e-04, 5.6e-04), "q8_0": (9.2e-03, 1.3e-02), "q4_0": (1.5e-01, 1.9e-01)},
+    "tiny-glm4-q4_k_m.gguf": {"f32": (4.2e-07, 5.0e-07), "f16": (3.6e-04, 4.6e-04), "q8_0": (9.4e-03, 1.2e-02), "q4_0": (1.5e-01, 2.1e-01)},
+    "tiny-llama-bf16.gguf": {"f32": (4.3e-07, 5.0e-07), "f16": (3.3e-04, 4.1e-04), "q8_0": (7.7e-03, 9.4e-03), "q4_0": (1.3e-01, 1.7e-01)},
+    "tiny-llama-f16.gguf": {"f32": (4.2e-07, 5.3e-07), "f16": (3.2e-04, 4.1e-04), "q8_0": (8.0e-03, 1.1e-02), "q4_0": (1.3e-01, 1.6e-01)},
+    "tiny-llama-iq4_nl.gguf": {"f32": (4.3e-07, 5.1e-07), "f16": (3.4e-04, 4.1e-04), "q8_0": (7.8e-03, 9.6e-03), "q4_0": (1.4e-01, 1.7e-01)},
+    "tiny-llama-iq4_xs.gguf": {"f32": (4.3e-07, 5.0e-07), "f16": (3.2e-04, 4.1e-04), "q8_0": (7.9e-03, 1.1e-02), "q4_0": (1.4e-01, 1.9e-01)},
+    "tiny-llama-moe-f16.gguf": {"f32": (3.3e-07, 4.6e-07), "f16": (2.8e-04, 3.8e-04), "q8_0": (6.5e-03, 8.3e-03), "q4_0": (1.6e-01, 3.4e-01)},
+    "tiny-llama-moe-q4_k_m.gguf": {"f32": (3.1e-07, 3.9e-07), "f16": (2.9e-04, 3.7e-04), "q8_0": (6.4e-03, 8.0e-03), "q4_0": (1.4e-01, 4.1e-01)},
+    "tiny-llama-q2_k.gguf": {"f32": (4.6e-07, 5.7e-07), "f16": (4.0e-04, 4.8e-04), "q8_0": (8.6e-03, 1.2e-02), "q4_0": (1.6e-01, 2.0e-01)},
+    "tiny-llama-q3_k_s.gguf": {"f32": (4.2e-07, 4.9e-07), "f16": (3.5e-04, 4.2e-04), "q8_0": (8.1e-03, 1.1e-02), "q4_0": (1.4e-01, 1.8e-01)},
+    "tiny-llama-q4_0.gguf": {"f32": (4.0e-07, 4.9e-07), "f16": (3.2e-04, 4.7e-04), "q8_0": (8.1e-03, 1.1e-02), "q4_0": (1.3e-01, 1.6e-01)},
+    "tiny-llama-q4_1.gguf": {"f32": (4.2e-07, 5.2e-07), "f16": (3.5e-04, 4.7e-04), "q8_0": (7.9e-03, 9.7e-03), "q4_0": (1.3e-01, 1.6e-01)},
+    "tiny-llama-q4_k_m.gguf": {"f32": (4.0e-07, 4.7e-07), "f16": (3.1e-04, 3.7e-04), "q8_0": (7.3e-03, 8.7e-03), "q4_0": (1.3e-01, 1.7e-01)},
+    "tiny-llama-q4_k_s.gguf": {"f32": (4.0e-07, 4.8e-07), "f16": (3.1e-04, 3.6e-04), "q8_0": (7.5e-03, 8.9e-03), "q4_0": (1.3e-01, 1.7e-01)},
+    "tiny-llama-q5_0.gguf": {"f32": (3.9e-07, 4.8e-07), "f16": (3.3e-04, 4.2e-04), "q8_0": (8.1e-03, 9.6e-03), "q4_0": (1.2e-01, 1.4e-01)},
+    "tiny-llama-q5_1.gguf": {"f32": (4.3e-07, 5.8e-07), "f16": (3.3e-04, 4.0e-04), "q8_0": (8.1e-03, 1.1e-02), "q4_0": (1.3e-01, 1.6e-01)},
+    "tiny-llama-q5_k_s.gguf": {"f32": (4.2e-07, 5.1e-07), "f16": (3.0e-04, 3.7e-04), "q8_0": (7.9e-03, 9.8e-03), "q4_0": (1.3e-01, 1.6e-01)},
+    "tiny-llama-q6_k.gguf": {"f32": (4.3e-07, 5.6e-07), "f16": (3.4e-04, 4.2e-04), "q8_0": (8.1e-03, 1.0e-02), "q4_0": (1.4e-01, 1.8e-01)},
+    "tiny-llama-q8_0.gguf": {"f32": (4.3e-07, 5.2e-07), "f16": (3.2e-04, 4.0e-04), "q8_0": (7.7e-03, 1.1e-02), "q4_0": (1.3e-01, 1.8e-01)},
+    "tiny-phi3-f16.gguf": {"f32": (3.6e-07, 4.4e-07), "f16": (2.7e-04, 3.6e-04), "q8_0": (7.1e-03, 8.6e-03), "q4_0": (1.2e-01, 1.6e-01)},
+    "tiny-phi3-q4_k_m.gguf": {"f32": (3.6e-07, 4.5e-07), "f16": (2.8e-04, 3.6e-04), "q8_0": (6.9e-03, 8.7e-03), "q4_0": (1.1e-01, 1.6e-01)},
+    "tiny-qwen2-f16.gguf": {"f32": (4.2e-07, 5.2e-07), "f16": (3.3e-04, 4.6e-04), "q8_0": (8.8e-03, 1.3e-02), "q4_0": (1.3e-01, 1.6e-01)},
+    "tiny-qwen2-f32.gguf": {"f32": (4.1e-07, 5.0e-07), "f16": (3.3e-04, 4.7e-04), "q8_0": (8.9e-03, 1.2e-02), "q4_0": (1.3e-01, 1.6e-01)},
+    "tiny-qwen2-q4_k_m.gguf": {"f32": (4.3e-07, 5.2e-07), "f16": (3.3e-04, 4.6e-04), "q8_0": (8.2e-03, 1.1e-02), "q4_0": (1.4e-01, 1.7e-01)},
+    "tiny-qwen2-q8_0.gguf": {"f32": (4.2e-07, 5.0e-07), "f16": (3.4e-04, 4.0e-04), "q8_0": (8.1e-03, 1.2e-02), "q4_0": (1.3e-01, 1.6e-01)},
+    "tiny-qwen2moe-f16.gguf": {"f32": (3.3e-07, 4.7e-07), "f16": (2.7e-04, 3.8e-04), "q8_0": (6.8e-03, 9.2e-03), "q4_0": (1.3e-01, 2.9e-01)},
+    "tiny-qwen2moe-q4_k_m.gguf": {"f32": (3.3e-07, 3.8e-07), "f16": (2.6e-04, 3.4e-04), "q8_0": (2.0e-02, 1.1e-01), "q4_0": (1.4e-01, 3.1e-01)},
+    "tiny-qwen3-f16.gguf": {"f32": (4.3e-07, 5.0e-07), "f16": (3.5e-04, 4.6e-04), "q8_0": (8.7e-03, 1.2e-02), "q4_0": (1.4e-01, 1.8e-01)},
+    "tiny-qwen3-q4_k_m.gguf": {"f32": (4.3e-07, 5.1e-07), "f16": (3.2e-04, 4.3e-04), "q8_0": (8.9e-03, 1.2e-02), "q4_0": (1.4e-01, 1.8e-01)},
+    "tiny-qwen3-q8_0.gguf": {"f32": (4.5e-07, 5.3e-07), "f16": (3.3e-04, 4.0e-04), "q8_0": (8.4e-03, 1.1e-02), "q4_0": (1.4e-01, 1.9e-01)},
+    "tiny-qwen3moe-f16.gguf": {"f32": (3.1e-07, 4.0e-07), "f16": (2.8e-04, 3.7e-04), "q8_0": (6.5e-03, 8.4e-03), "q4_0": (1.5e-01, 3.6e-01)},
+    "tiny-qwen3moe-q4_k_m.gguf": {"f32": (3.1e-07, 3.6e-07), "f16": (2.8e-04, 3.7e-04), "q8_0": (2.1e-02, 1.2e-01), "q4_0": (1.4e-01, 3.1e-01)},
+}
+MEASURED_LONG = {
+    "tiny-gemma2-f16.gguf": {"f32": (4.7e-07, 6.3e-07), "f16": (3.7e-04, 5.4e-04), "q8_0": (9.5e-03, 1.2e-02), "q4_0": (1.5e-01, 1.9e-01)},
+    "tiny-gemma3-f16.gguf": {"f32": (5.0e-07, 6.8e-07), "f16": (4.0e-04, 5.2e-04), "q8_0": (1.1e-02, 1.5e-02), "q4_0": (1.7e-01, 3.0e-01)},
+    "tiny-glm4-f16.gguf": {"f32": (3.2e-07, 3.9e-07), "f16": (1.7e-04, 3.1e-04), "q8_0": (4.3e-03, 6.4e-03), "q4_0": (6.6e-02, 1.3e-01)},
+    "tiny-llama-f16.gguf": {"f32": (4.3e-07, 5.2e-07), "f16": (1.3e-04, 2.7e-04), "q8_0": (2.9e-03, 7.9e-03), "q4_0": (4.7e-02, 1.2e-01)},
+    "tiny-llama-q4_k_m.gguf": {"f16": (1.3e-04, 3.2e-04), "q8_0": (3.0e-03, 8.0e-03), "q4_0": (4.8e-02, 1.3e-01)},
+    "tiny-phi3-f16.gguf": {"f32": (3.2e-07, 4.1e-07), "f16": (8.5e-05, 2.6e-04), "q8_0": (2.0e-03, 6.1e-03), "q4_0": (3.3e-02, 1.1e-01)},
+    "tiny-qwen2-f16.gguf": {"f32": (3.7e-07, 4.8e-07), "f16": (9.6e-05, 2.7e-04), "q8_0": (2.2e-03, 7.0e-03), "q4_0": (3.7e-02, 1.2e-01)},
+    "tiny-qwen3moe-f16.gguf": {"f32": (2.4e-07, 3.3e-07), "f16": (8.5e-05, 2.2e-04), "q8_0": (3.3e-03, 8.9e-03), "q4_0": (5.9e-02, 2.8e-01)},
+}
+
+# The quantized caches on one file of each family (every file in f32 and f16).
+QUANT_KV_FILES = ["tiny-gemma-f16.gguf", "tiny-gemma2-f16.gguf", "tiny-gemma3-f16.gguf", "tiny-glm4-f16.gguf",
+                  "tiny-llama-f16.gguf", "tiny-llama-moe-f16.gguf", "tiny-phi3-f16.gguf", "tiny-qwen2-f16.gguf",
+                  "tiny-qwen2moe-f16.gguf", "tiny-qwen3-f16.gguf", "tiny-qwen3moe-f16.gguf"]
+# long/ in `make test`: every sequence but qwen3moe's (20 s of MoE prefill on 2 cores) with an f16
+# cache, and the quantized caches on the sliding-window model; FORGE_LONG_ALL=1 runs every pair
+# measured above.
+LONG_RUNS = [("tiny-llama-f16.gguf", "f16"), ("tiny-qwen2-f16.gguf", "f16"), ("tiny-gemma2-f16.gguf", "f16"),
+             ("tiny-gemma3-f16.gguf", "f16"), ("tiny-phi3-f16.gguf", "f16"), ("tiny-glm4-f16.gguf", "f16"),
+             ("tiny-llama-q4_k_m.gguf", "f16"), ("tiny-gemma3-f16.gguf", "q8_0")]
+
+
+def distances(got, ref):
+    """(relative L2 over all rows, the worst row's relative L2) of two [rows][n_vocab] float64 arrays."""
+    rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    per_row = np.linalg.norm(got - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    return float(rel), float(per_row.max())
+
+
+def inner_bound(measured, name, kv):
+    """(global, per-position) inner bound for a fixture and KV type, or None when none was measured."""
+    m = measured.get(name, {}).get(kv)
+    return None if m is None else (INNER_FACTOR[kv] * m[0], INNER_FACTOR[kv] * m[1])
+
+
 # Architectures the CPU backend runs; any other must be refused clearly, not mis-computed.
 RUNNABLE = {"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "qwen2moe", "qwen3moe", "glm4"}
 
 
-def check_logits_file(tally, forge, models_dir, name, entry, tokens, tmp_dir, extra=()):
-    """(d) forge's logits for tokens.txt against the float64 reference, within the fixture's
-    tolerance; the distance to llama.cpp's own logits is printed beside it. `extra`: more options
-    for forge eval (small batches, which make sliding-window layers reuse their cache rows)."""
+def run_eval(forge, path, tokens, out, extra):
+    """Runs forge eval on the CPU. Returns (completed process, None) or (None, reason)."""
+    cmd = [forge, "eval", "-m", path, "--tokens", ",".join(str(t) for t in tokens), "--logits", out, "--cpu"] + list(extra)
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300), None
+    except subprocess.TimeoutExpired:
+        return None, "forge eval timed out"
+
+
+def check_logits_file(tally, forge, models_dir, name, entry, tokens, tmp_dir, kv="f16", extra=()):
+    """(d) forge's logits for tokens.txt against the float64 reference: with an f16 cache within the
+    fixture's tolerance (the outer bound), and with every cache within INNER_FACTOR times forge's own
+    measured distance, over all positions and at the worst one. The distance to llama.cpp's logits is
+    printed beside it. `extra`: more options for forge eval (small batches, which make sliding-window
+    layers reuse their cache rows)."""
     path = os.path.join(models_dir, name)
     hp = entry["peer_hparams"]
     out = os.path.join(tmp_dir, name + ".logits.f32")
-    cmd = [forge, "eval", "-m", path, "--tokens", ",".join(str(t) for t in tokens), "--logits", out, "--cpu"] + list(extra)
-    if extra:
-        name = "%s [%s]" % (name, " ".join(extra))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        tally.fail("logits %s: forge eval timed out" % name)
+    label = "%s kv %s%s" % (name, kv, " [%s]" % " ".join(extra) if extra else "")
+    proc, err = run_eval(forge, path, tokens, out, ["--kv", kv] + list(extra))
+    if err:
+        tally.fail("logits %s: %s" % (label, err))
         return
     runnable = hp["arch"] in RUNNABLE
     if not runnable:
         # until the family lands, the refusal must say so
         tally.check(proc.returncode != 0 and "cannot run" in proc.stderr,
-                    "logits %s: %s is refused clearly (%s)" % (name, hp["arch"], proc.stderr.strip()[:120]))
+                    "logits %s: %s is refused clearly (%s)" % (label, hp["arch"], proc.stderr.strip()[:120]))
         return
     if proc.returncode != 0:
-        tally.fail("logits %s: forge eval failed: %s" % (name, proc.stderr.strip()[:300]))
+        tally.fail("logits %s: forge eval failed: %s" % (label, proc.stderr.strip()[:300]))
         return
     n_vocab = int(hp["n_vocab"])
     got = np.fromfile(out, dtype="<f4")
@@ -467,31 +565,103 @@ def check_logits_file(tally, forge, models_dir, name, entry, tokens, tmp_dir, ex
     ref = np.fromfile(os.path.join(models_dir, entry["reference_logits"]), dtype="<f4")
     peer = np.fromfile(os.path.join(models_dir, entry["peer_logits"]), dtype="<f4")
     if got.size != ref.size or got.size != len(tokens) * n_vocab:
-        tally.fail("logits %s: %d values, expected %d" % (name, got.size, len(tokens) * n_vocab))
+        tally.fail("logits %s: %d values, expected %d" % (label, got.size, len(tokens) * n_vocab))
         return
     got64, ref64, peer64 = (a.astype(np.float64).reshape(len(tokens), n_vocab) for a in (got, ref, peer))
-    rel = np.linalg.norm(got64 - ref64) / np.linalg.norm(ref64)
+    rel, worst = distances(got64, ref64)
     rel_peer = np.linalg.norm(got64 - peer64) / np.linalg.norm(peer64)
     agree = int((got64.argmax(axis=1) == ref64.argmax(axis=1)).sum())
-    tol = entry["tolerance_rel_l2_vs_reference"]
-    need = entry["min_argmax_agree_vs_reference"]
-    tally.check(rel <= tol and agree >= need,
-                "logits %s: rel L2 vs reference %.2e (tolerance %.2e, llama.cpp's own %.2e), argmax %d/%d (need %d), "
-                "rel L2 vs llama.cpp %.2e" % (name, rel, tol, entry["peer_vs_reference_rel_l2"], agree, len(tokens),
-                                               need, rel_peer))
+    if kv in ("f16", "f32"):
+        tol = entry["tolerance_rel_l2_vs_reference"]
+        need = entry["min_argmax_agree_vs_reference"]
+        tally.check(rel <= tol and agree >= need,
+                    "logits %s: rel L2 vs reference %.2e (tolerance %.2e, llama.cpp's own %.2e), argmax %d/%d (need %d), "
+                    "rel L2 vs llama.cpp %.2e" % (label, rel, tol, entry["peer_vs_reference_rel_l2"], agree, len(tokens),
+                                                   need, rel_peer))
+    bound = inner_bound(MEASURED, name, kv)
+    if bound is None:
+        tally.fail("logits %s: no measured distance for this file and cache type" % label)
+        return
+    tally.check(rel <= bound[0] and worst <= bound[1],
+                "logits %s: inner bound: rel L2 %.2e (bound %.2e), worst position %.2e (bound %.2e)"
+                % (label, rel, bound[0], worst, bound[1]))
 
 
 def check_logits(tally, forge, models_dir, index):
     tokens = index["tokens"]
     with tempfile.TemporaryDirectory() as tmp_dir:
         for name in sorted(index["files"]):
-            check_logits_file(tally, forge, models_dir, name, index["files"][name], tokens, tmp_dir)
+            for kv in ("f16", "f32"):
+                check_logits_file(tally, forge, models_dir, name, index["files"][name], tokens, tmp_dir, kv)
+        for name in QUANT_KV_FILES:
+            for kv in ("q8_0", "q4_0"):
+                check_logits_file(tally, forge, models_dir, name, index["files"][name], tokens, tmp_dir, kv)
         # windows of 8 over 32 tokens: in batches of 1 and 3 a local layer keeps 8 and 10 rows and
         # overwrites them in a ring; the logits must not change
         for name in ("tiny-gemma2-f16.gguf", "tiny-gemma3-f16.gguf", "tiny-gemma3-q4_k_m.gguf"):
             for batch in ("1", "3"):
-                check_logits_file(tally, forge, models_dir, name, index["files"][name], tokens, tmp_dir,
+                check_logits_file(tally, forge, models_dir, name, index["files"][name], tokens, tmp_dir, "f16",
                                   ("--batch", batch, "--ctx", "64"))
+
+
+def check_long(tally, forge, fixtures):
+    """(f) long/: one 1,536-token sequence per model, evaluated in batches of 512, against the float64
+    reference at the listed positions: the index's tolerance and argmax agreement with an f16 cache
+    (the outer bound), and INNER_FACTOR times forge's measured distance for every cache run."""
+    long_dir = os.path.join(fixtures, "long")
+    index_path = os.path.join(long_dir, "index.json")
+    if not os.path.isfile(index_path):
+        tally.fail("long: no %s" % index_path)
+        return
+    with open(index_path, encoding="utf-8") as f:
+        index = json.load(f)
+    positions = index["positions"]
+    runs = LONG_RUNS
+    if os.environ.get("FORGE_LONG_ALL") == "1":
+        runs = [(name, kv) for name in sorted(MEASURED_LONG) for kv in MEASURED_LONG[name]]
+    missing = sorted(set(index["files"]) - set(MEASURED_LONG))
+    if missing:
+        tally.fail("long: no measured distance for %s" % " ".join(missing))
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        for name, kv in runs:
+            entry = index["files"].get(name)
+            label = "long %s kv %s" % (name, kv)
+            if entry is None:
+                tally.fail("%s: not in long/index.json" % label)
+                continue
+            tokens = entry["tokens"]
+            out = os.path.join(tmp_dir, name + ".f32")
+            start = time.time()
+            proc, err = run_eval(forge, os.path.normpath(os.path.join(long_dir, entry["model"])), tokens, out,
+                                 ["--kv", kv, "--ctx", str(len(tokens)), "--batch", "512"])
+            if err or proc.returncode != 0:
+                tally.fail("%s: %s" % (label, err or proc.stderr.strip()[:300]))
+                continue
+            ref = np.fromfile(os.path.join(long_dir, entry["reference_logits"]), dtype="<f4").astype(np.float64)
+            got = np.fromfile(out, dtype="<f4").astype(np.float64)
+            os.remove(out)
+            n_vocab = ref.size // len(positions)
+            if ref.size != len(positions) * n_vocab or got.size != len(tokens) * n_vocab:
+                tally.fail("%s: %d values for %d tokens, reference %d for %d positions"
+                           % (label, got.size, len(tokens), ref.size, len(positions)))
+                continue
+            got = got.reshape(len(tokens), n_vocab)[positions]
+            ref = ref.reshape(len(positions), n_vocab)
+            rel, worst = distances(got, ref)
+            agree = int((got.argmax(axis=1) == ref.argmax(axis=1)).sum())
+            if kv == "f16":
+                tol, need = entry["tolerance_rel_l2_vs_reference"], entry["min_argmax_agree_vs_reference"]
+                tally.check(rel <= tol and agree >= need,
+                            "%s: rel L2 vs reference %.2e (tolerance %.2e, llama.cpp's own %.2e), argmax %d/%d (need %d), "
+                            "%.1f s" % (label, rel, tol, entry["peer_vs_reference_rel_l2"], agree, len(positions), need,
+                                        time.time() - start))
+            bound = inner_bound(MEASURED_LONG, name, kv)
+            if bound is None:
+                tally.fail("%s: no measured distance for this file and cache type" % label)
+                continue
+            tally.check(rel <= bound[0] and worst <= bound[1],
+                        "%s: inner bound: rel L2 %.2e (bound %.2e), worst position %.2e (bound %.2e)"
+                        % (label, rel, bound[0], worst, bound[1]))
 
 
 def check_plan_cli(tally, forge, models_dir):
@@ -615,6 +785,8 @@ def main():
     check_logits(tally, args.forge, models_dir, index)
     print("== (e) forge plan", flush=True)
     check_plan_cli(tally, args.forge, models_dir)
+    print("== (f) long sequences vs the float64 reference (forge eval)", flush=True)
+    check_long(tally, args.forge, fixtures)
 
     print("elapsed %.1f s" % (time.time() - start))
     print("%d passed, %d failed" % (tally.passed, tally.failed))
