@@ -738,6 +738,8 @@ def main():
                         help="tests/dump_tensors.c built")
     parser.add_argument("--fixtures", default=default_fixtures,
                         help="fixtures folder (default: $FORGE_FIXTURES or ../shared/fixtures)")
+    parser.add_argument("--only", default="abcdef",
+                        help="the checks to run, by letter (default: all; tests/mutate.py runs a share)")
     args = parser.parse_args()
 
     start = time.time()
@@ -773,20 +775,25 @@ def main():
         # The README promises index.json lists every file; one it lacks would escape check (a).
         tally.fail("models not listed in index.json: %s" % " ".join(unlisted))
 
-    print("== (a) configuration vs llama.cpp (%s)" % models_dir, flush=True)
-    check_configs(tally, args.forge, models_dir, index)
-    print("== (b) dequantization vs the gguf Python package", flush=True)
-    check_dequant(tally, args.dump, model_paths)
-    print("== (c) vocabulary-only files (%s)" % tokenizer_dir, flush=True)
-    for path in tokenizer_paths:
-        check_tokenizer_file(tally, args.forge, path)
-
-    print("== (d) logits vs the float64 reference (forge eval)", flush=True)
-    check_logits(tally, args.forge, models_dir, index)
-    print("== (e) forge plan", flush=True)
-    check_plan_cli(tally, args.forge, models_dir)
-    print("== (f) long sequences vs the float64 reference (forge eval)", flush=True)
-    check_long(tally, args.forge, fixtures)
+    if "a" in args.only:
+        print("== (a) configuration vs llama.cpp (%s)" % models_dir, flush=True)
+        check_configs(tally, args.forge, models_dir, index)
+    if "b" in args.only:
+        print("== (b) dequantization vs the gguf Python package", flush=True)
+        check_dequant(tally, args.dump, model_paths)
+    if "c" in args.only:
+        print("== (c) vocabulary-only files (%s)" % tokenizer_dir, flush=True)
+        for path in tokenizer_paths:
+            check_tokenizer_file(tally, args.forge, path)
+    if "d" in args.only:
+        print("== (d) logits vs the float64 reference (forge eval)", flush=True)
+        check_logits(tally, args.forge, models_dir, index)
+    if "e" in args.only:
+        print("== (e) forge plan", flush=True)
+        check_plan_cli(tally, args.forge, models_dir)
+    if "f" in args.only:
+        print("== (f) long sequences vs the float64 reference (forge eval)", flush=True)
+        check_long(tally, args.forge, fixtures)
 
     print("elapsed %.1f s" % (time.time() - start))
     print("%d passed, %d failed" % (tally.passed, tally.failed))

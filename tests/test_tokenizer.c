@@ -10,8 +10,8 @@
    2. SmolLM2's real vocabulary (smollm pre-tokenizer) against Hugging Face `tokenizers` 0.23.3, built
       from the GGUF's own vocabulary and merges with SmolLM2's pre-tokenizer (Digits(individual_digits)
       + ByteLevel(add_prefix_space=False)) in Python (see the comment above smol_cases). The
-      model file is FORGE_SMOLLM2, else ~/.cache/forge/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; when
-      neither exists this part is skipped with a notice (the only skip).
+      model file is FORGE_SMOLLM2, else ~/.cache/forge/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; a
+      missing model is a failure (`make test` fetches it first).
    3. Special tokens, capacity handling, the streaming detokenizer, hostile vocabularies built in
       memory, allocation failures. */
 #define FORGE_IMPLEMENTATION
@@ -270,10 +270,7 @@ static void test_smollm2(void) {
         path = fallback;
     }
     f = fopen(path, "rb");
-    if (!f) {
-        printf("NOTICE: SmolLM2 vocabulary test skipped: %s not found (set FORGE_SMOLLM2)\n", path);
-        return;
-    }
+    if (!CHECK(f != NULL, "%s not found (set FORGE_SMOLLM2, or run tools/fetch_model.sh smollm2)", path)) return;
     fclose(f);
     if (!CHECK(load(path, &l), "%s does not load", path)) {
         unload(&l);

