@@ -114,8 +114,9 @@ $(BUILD)/libkernel_trace.so: tools/kernel_trace.c | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -shared -fPIC $(CUPTI_FLAGS) $< -o $@ -lcupti
 # GPU_MODEL: a model of a few hundred MiB for the memory invariants (forge mkmodel makes one)
 test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu $(BUILD)/test_seqs_gpu
+	@test -n "$(GPU_MODEL)" || { echo "test-gpu needs GPU_MODEL=FILE for the memory checks (forge mkmodel makes one)"; false; }
 	$(BUILD)/test_kernels
-	$(BUILD)/test_gpu $(FIXTURES) $(GPU_MODEL)
+	$(BUILD)/test_gpu $(FIXTURES) "$(GPU_MODEL)"
 	FORGE_FIXTURES=$(FIXTURES) FORGE_TEST_BACKEND=gpu $(BUILD)/test_seqs_gpu
 else
 test-gpu:

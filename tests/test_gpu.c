@@ -513,6 +513,86 @@ static void compare_captures(const char *dir, const char *name) {
     forge_model_close(m);
 }
 
+/* Nothing allocated after load on the device or through the context's host allocator: prompt
+   batches (ring-sized on a sliding-window model), decode steps, device and host sampler draws, the
+   device argmax, and a generator's steps. */
+static void allocations_everywhere(const char *dir, const char *name) {
+    static const char prompt[] = "the quick fox";
+    char path[1024];
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_tokenizer *tok = NULL;
+    forge_generator *gen = NULL;
+    forge_sampler *s = NULL;
+    forge_sampler_desc sd;
+    forge_context_desc d;
+    forge_error e;
+    forge_step st;
+    test_counting count;
+    unsigned long device;
+    long host;
+    int32_t tokens[20], t = 0;
+    uint32_t i;
+    int ok = 1;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    TEST_CASE("memory: no allocation in evals, draws and generator steps (fixture)");
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message)) return;
+    test_counting_init(&count, -1);
+    memset(&d, 0, sizeof d);
+    d.backend = FORGE_BACKEND_GPU;
+    d.n_ctx = 128;
+    d.n_batch = 3;
+    d.allocator.alloc = test_counting_alloc;
+    d.allocator.free = test_counting_free;
+    d.allocator.user_data = &count;
+    memset(&sd, 0, sizeof sd);
+    sd.temperature = 0.8f, sd.top_k = 40, sd.repeat_penalty = 1.1f, sd.seed = 5;
+    if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK && forge_sampler_create(&sd, forge_model_config(m)->n_vocab, &s, &e) == FORGE_OK &&
+                   forge_tokenizer_create(forge_model_gguf(m), NULL, &tok, &e) == FORGE_OK,
+               "create: %s", e.message))
+        goto out;
+    for (i = 0; i < 20; i++) tokens[i] = (int32_t)((i * 7919u + 13u) % forge_model_config(m)->n_vocab);
+    device = forge_gpu_allocation_count();
+    host = count.calls;
+    ok = forge_eval(ctx, tokens, 20, &e) == FORGE_OK;
+    for (i = 0; i < 40 && ok; i++) {
+        const float *l;
+        uint32_t rows = 0;
+        int32_t host_token = -1;
+        ok = forge_context_sample(ctx, s, &t, &e) == FORGE_OK && forge_context_argmax(ctx, &host_token, &e) == FORGE_OK;
+        if (ok && i % 8 == 0) { /* the host path too: the logits copied back, then drawn on the host */
+            l = forge_context_logits(ctx, &rows);
+            ok = l && rows && forge_sampler_sample(s, l + (size_t)(rows - 1) * forge_model_config(m)->n_vocab, &host_token, &e) == FORGE_OK;
+        }
+        forge_sampler_accept(s, t);
+        if (ok) ok = forge_eval(ctx, &t, 1, &e) == FORGE_OK;
+    }
+    CHECK(ok, "step %u: %s", i, e.message);
+    CHECK(forge_gpu_allocation_count() == device && count.calls == host,
+          "20 prompt tokens, 40 steps and 45 draws: %lu device and %ld host allocations", forge_gpu_allocation_count() - device,
+          count.calls - host);
+    forge_context_reset(ctx);
+    if (!CHECK(forge_generator_create(ctx, tok, &sd, &gen, &e) == FORGE_OK &&
+                   forge_generator_prompt(gen, prompt, sizeof prompt - 1, 0, &e) == FORGE_OK,
+               "generator: %s", e.message))
+        goto out;
+    device = forge_gpu_allocation_count();
+    host = count.calls;
+    for (i = 0, ok = 1; i < 64 && ok; i++) {
+        ok = forge_generator_step(gen, &st, &e) == FORGE_OK;
+        if (ok && st.done) break;
+    }
+    CHECK(ok, "generator step %u: %s", i, e.message);
+    CHECK(forge_gpu_allocation_count() == device && count.calls == host, "%u generator steps: %lu device and %ld host allocations", i,
+          forge_gpu_allocation_count() - device, count.calls - host);
+out:
+    forge_generator_destroy(gen);
+    forge_tokenizer_destroy(tok);
+    forge_sampler_destroy(s);
+    forge_context_destroy(ctx);
+    forge_model_close(m);
+}
+
 static void memory_promises(const char *path) {
     forge_model *m = NULL;
     forge_context *ctx = NULL;
@@ -987,8 +1067,13 @@ int main(int argc, char **argv) {
     generator_greedy(argv[1], "tiny-llama-q4_k_m.gguf");
     sample_on_device(argv[1], "tiny-llama-q4_k_m.gguf");
     decode_steps(argv[1], "tiny-llama-q4_k_m.gguf");
-    if (argc > 2) memory_promises(argv[2]);
-    if (argc > 2) sample_timing(argv[2]);
+    allocations_everywhere(argv[1], "tiny-gemma3-q4_k_m.gguf");
+    TEST_CASE("the memory checks' model");
+    if (CHECK(argc > 2 && argv[2][0], "no model for the GPU memory checks: make GPU=nvidia test-gpu GPU_MODEL=FILE "
+                                      "(forge mkmodel makes one)")) {
+        memory_promises(argv[2]);
+        sample_timing(argv[2]);
+    }
     if (argc > 3) memory_at_depth(argv[3]);
     return test_summary();
 }
