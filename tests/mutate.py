@@ -45,7 +45,7 @@ SUITES = {
     "long": (["build/forge"], [PYTHON, "tests/check_fixtures.py", "--forge", "build/forge", "--dump", "build/dump_tensors",
                                "--fixtures", FIXTURES, "--only", "f"]),
 }
-DEFAULT_SUITES = ["types", "plan", "sampler", "tokenizer", "matmul", "context", "capture", "arena", "fixtures"]
+DEFAULT_SUITES = ["types", "plan", "arena", "sampler", "tokenizer", "matmul", "context", "capture", "fixtures"]
 
 # (name, what the bug is, the exact text of forge.h, its replacement)
 MUTATIONS = [

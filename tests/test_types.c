@@ -127,6 +127,69 @@ static void test_blocks(void) {
     for (bad = 0, j = 1; j < 256; j++) bad += out[j] != 0.0f;
     CHECK(out[0] == 62.0f && bad == 0, "element 0 = %g, %d others nonzero", out[0], bad);
 
+    TEST_CASE("Q6_K block: sixteen distinct scales, every 6-bit value");
+    /* each element read from the format's description, one element at a time: element e of the
+       super-block is in half h = e / 128, quarter k = (e % 128) / 32, lane l = e % 32; its low four
+       bits are a nibble of ql[64 h + 32 (k % 2) + l] (low for k < 2), its high two bits are bits
+       2k, 2k+1 of qh[32 h + l], and its scale is scales[8 h + 2 k + l / 16] */
+    {
+        uint32_t state = 12345u, e;
+        float want;
+        for (j = 0; j < 192; j++) state = state * 1103515245u + 12345u, block[j] = (uint8_t)(state >> 16);
+        for (j = 0; j < 16; j++) block[192 + j] = (uint8_t)(int8_t)(j * 7 - 50); /* -50 .. 55, all distinct */
+        block[208] = 0x00; block[209] = 0x38;                                    /* d = 0.5 */
+        forge_dequantize(FORGE_TYPE_Q6_K, block, out, 256);
+        for (bad = 0, e = 0; e < 256; e++) {
+            uint32_t h = e / 128, k = (e % 128) / 32, l = e % 32;
+            uint8_t low_byte = block[64 * h + 32 * (k % 2) + l];
+            int low = k < 2 ? low_byte & 0xf : low_byte >> 4;
+            int high = (block[128 + 32 * h + l] >> (2 * k)) & 3;
+            want = 0.5f * (float)(int8_t)block[192 + 8 * h + 2 * k + l / 16] * (float)((low | (high << 4)) - 32);
+            if (out[e] != want && bad++ == 0) printf("  Q6_K element %u: %g, expected %g\n", e, out[e], want);
+        }
+        CHECK(bad == 0, "%d of 256 elements differ", bad);
+    }
+
+    TEST_CASE("Q4_K block: eight distinct scales and mins in their 6-bit packing");
+    /* sub-block j (32 elements) of the super-block: for j < 4 scale = scales[j] & 63 and
+       min = scales[j + 4] & 63; else scale = (scales[j + 4] & 15) | (scales[j - 4] >> 6) << 4 and
+       min = (scales[j + 4] >> 4) | (scales[j] >> 6) << 4. Element 32 j + l is the low nibble of
+       qs[32 (j / 2) + l] for even j, the high nibble for odd j; value d * scale * q - dmin * min. */
+    {
+        static const uint8_t sc[8] = {1, 5, 9, 13, 33, 47, 61, 63}, mn[8] = {2, 7, 11, 17, 40, 50, 58, 62};
+        uint32_t state = 777u, e;
+        float want;
+        memset(block, 0, sizeof block);
+        block[0] = 0x00; block[1] = 0x38; /* d = 0.5 */
+        block[2] = 0x00; block[3] = 0x34; /* dmin = 0.25 */
+        for (j = 0; j < 4; j++) {
+            block[4 + j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+            block[4 + j + 4] = (uint8_t)((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+            block[4 + j + 8] = (uint8_t)((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+        }
+        for (j = 0; j < 128; j++) state = state * 1103515245u + 12345u, block[16 + j] = (uint8_t)(state >> 16);
+        forge_dequantize(FORGE_TYPE_Q4_K, block, out, 256);
+        for (bad = 0, e = 0; e < 256; e++) {
+            uint32_t sub = e / 32, l = e % 32;
+            uint8_t byte = block[16 + 32 * (sub / 2) + l];
+            int q = sub % 2 ? byte >> 4 : byte & 15;
+            int scale, min;
+            if (sub < 4) {
+                scale = block[4 + sub] & 63, min = block[4 + sub + 4] & 63;
+            } else {
+                scale = (block[4 + sub + 4] & 15) | ((block[4 + sub - 4] >> 6) << 4);
+                min = (block[4 + sub + 4] >> 4) | ((block[4 + sub] >> 6) << 4);
+            }
+            if (scale != sc[sub] || min != mn[sub]) { /* the packing written above must read back */
+                bad++;
+                continue;
+            }
+            want = 0.5f * (float)scale * (float)q - 0.25f * (float)min;
+            if (fabsf(out[e] - want) > 1e-6f && bad++ == 0) printf("  Q4_K element %u: %g, expected %g\n", e, out[e], want);
+        }
+        CHECK(bad == 0, "%d of 256 elements differ", bad);
+    }
+
     TEST_CASE("dequantize arguments");
     CHECK(forge_dequantize(FORGE_TYPE_Q4_K, block, out, 100) == FORGE_ERR_TENSOR_BLOCK, "partial block");
     CHECK(forge_dequantize(16, block, out, 256) == FORGE_ERR_ARGUMENT, "unsupported type");
