@@ -8,7 +8,7 @@
                                                 BF16): f16 weights and activations, about 3e-4
      embed                              1e-6   dequantize and scale: one or two roundings
      rmsnorm, headnorm                  1e-5   float sum of squares on the GPU, double on the CPU
-     rope (NORM, NEOX, partial, factors) 1e-5  angles in double on both sides
+     rope (NORM, NEOX, partial, factors) 1e-5  against the definition in float64
      kv_store                           bytes  must equal forge__kv_encode byte for byte (Q8_0 / Q4_0 rows
                                                 in the GPU order: quants, then scales), also into a
                                                 ring of cells (position p in cell p % n_cells)
@@ -309,24 +309,33 @@ static void test_norms(void) {
 
 /* ---- rope ---- */
 
-/* forge__rope's arithmetic without a context */
+/* Rotary embedding from its definition, in float64 and one output element at a time (not a copy of
+   forge__rope): dimension d below n_rot belongs to pair i with partner p (NORM: i = d / 2, p = d ^ 1;
+   NEOX: i = d % (n_rot / 2), p = d -+ n_rot / 2), the pair (first, second) turns by the angle
+   theta_i = pos * scale * base^(-2i / n_rot) / factor_i, and dimensions from n_rot on are untouched. */
 static void rope_ref(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int neox, uint32_t pos0,
                      float base, float scale, const float *factors) {
-    uint32_t t, h, i, half = n_rot / 2;
-    for (t = 0; t < n_tokens; t++) {
-        double pos = (double)(pos0 + t);
-        for (i = 0; i < half; i++) {
-            double theta = pos * (double)scale * pow((double)base, -2.0 * i / n_rot) / (double)(factors ? factors[i] : 1.0f);
-            float cs = (float)cos(theta), sn = (float)sin(theta);
-            for (h = 0; h < n_heads; h++) {
-                float *v = x + ((size_t)t * n_heads + h) * head_dim;
-                uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-                float x0 = v[a], x1 = v[b];
-                v[a] = x0 * cs - x1 * sn;
-                v[b] = x0 * sn + x1 * cs;
+    static double out[1024];
+    uint32_t t, h, d, half = n_rot / 2;
+    for (t = 0; t < n_tokens; t++)
+        for (h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * head_dim;
+            for (d = 0; d < head_dim && d < 1024; d++) {
+                uint32_t i = neox ? d % half : d / 2, p;
+                int first = neox ? d < half : d % 2 == 0;
+                double theta, c, s;
+                if (d >= n_rot) {
+                    out[d] = v[d];
+                    continue;
+                }
+                p = neox ? (first ? d + half : d - half) : d ^ 1u;
+                theta = (double)(pos0 + t) * (double)scale * pow((double)base, -2.0 * (double)i / (double)n_rot) /
+                        (double)(factors ? factors[i] : 1.0f);
+                c = cos(theta), s = sin(theta);
+                out[d] = first ? (double)v[d] * c - (double)v[p] * s : (double)v[p] * s + (double)v[d] * c;
             }
+            for (d = 0; d < head_dim && d < 1024; d++) v[d] = (float)out[d];
         }
-    }
 }
 
 static void test_rope(void) {
