@@ -395,6 +395,53 @@ static void gpu_row_order(forge_kv_type kv, uint8_t *row, uint32_t dim) {
     memcpy(row, tmp, (size_t)n_blocks * bb);
 }
 
+/* gpu_row_order undone: the GPU cache's row back in blocks of [f16 scale][quants]. */
+static void cpu_row_order(forge_kv_type kv, uint8_t *row, uint32_t dim) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_blocks = dim / 32;
+    const uint32_t qb = storage == FORGE_TYPE_Q8_0 ? 32 : 16, bb = qb + 2;
+    uint8_t tmp[512 / 32 * 34];
+    uint32_t b;
+    if ((storage != FORGE_TYPE_Q8_0 && storage != FORGE_TYPE_Q4_0) || (size_t)n_blocks * bb > sizeof tmp) return;
+    for (b = 0; b < n_blocks; b++) {
+        memcpy(tmp + b * bb + 2, row + b * qb, qb);
+        memcpy(tmp + b * bb, row + n_blocks * qb + 2 * b, 2);
+    }
+    memcpy(row, tmp, (size_t)n_blocks * bb);
+}
+
+/* One stored row decoded back against the float64 values it was made from, within the type's
+   rounding worked out here (not by comparing with forge__kv_encode): f32 exact; f16 half an ulp;
+   q8_0 half a step of d = amax / 127, plus d's own f16 rounding over 127 steps; q4_0 half a step of
+   d = max / -8 (the value of largest magnitude maps to -8), a whole step where +8 is clamped to 7.
+   Returns the elements beyond their bound. */
+static uint32_t decoded_row_errors(forge_kv_type kv, const uint8_t *gpu_row, const float *x, uint32_t dim) {
+    const uint32_t storage = forge__kv_storage_type(kv);
+    uint8_t row[512 / 32 * 34 + 2048];
+    float out[512];
+    uint32_t i, j, bad = 0;
+    const forge_type_traits *t = forge_type_info(storage);
+    if (dim > 512) return dim;
+    memcpy(row, gpu_row, (size_t)dim / t->block_elems * t->block_bytes);
+    cpu_row_order(kv, row, dim);
+    if (forge_dequantize(storage, row, out, dim) != FORGE_OK) return dim;
+    for (i = 0; i < dim; i += 32) {
+        double amax = 0.0, max = 0.0, d;
+        for (j = 0; j < 32; j++)
+            if (fabs((double)x[i + j]) > amax) amax = fabs((double)x[i + j]), max = x[i + j];
+        d = storage == FORGE_TYPE_Q8_0 ? amax / 127.0 : fabs(max) / 8.0;
+        for (j = 0; j < 32; j++) {
+            const double want = x[i + j], err = fabs((double)out[i + j] - want);
+            double bound;
+            if (storage == FORGE_TYPE_F32) bound = 0.0;
+            else if (storage == FORGE_TYPE_F16) bound = fabs(want) / 2048.0 + 3e-8;
+            else if (storage == FORGE_TYPE_Q8_0) bound = d * (0.5 + 127.0 / 2048.0) + 1e-7;
+            else bound = d * (fabs(want) / (d > 0 ? d : 1.0) > 7.5 ? 1.0 : 0.5) + d * 8.0 / 2048.0 + 1e-7;
+            bad += err > bound;
+        }
+    }
+    return bad;
+}
+
 /* n_cells 0: a cache of n_ctx rows, position p in row p; else a ring of n_cells rows, p in p % n_cells */
 static void check_kv_store(forge_kv_type kv, uint32_t n_cells) {
     const uint32_t storage = forge__kv_storage_type(kv), n_ctx = 40, n_kv = 3, hd = 128, hdv = 64, n_tokens = 9, pos0 = 17;
@@ -443,6 +490,16 @@ static void check_kv_store(forge_kv_type kv, uint32_t n_cells) {
         printf("  kv_store %-4s %s %2u rows: %zu of %zu bytes differ\n", t->name, n_cells ? "ring of" : "cache  ", n_rows, diff,
                kbytes + vbytes);
         CHECK(diff == 0, "kv_store %s (n_cells %u): %zu bytes differ from forge__kv_encode", t->name, n_cells, diff);
+        { /* and, independently of forge__kv_encode, each stored row decodes to its values within the type's rounding */
+            uint32_t beyond = 0;
+            for (tok = 0; tok < n_tokens; tok++)
+                for (h = 0; h < n_kv; h++) {
+                    const uint32_t cell = (pos0 + tok) % n_rows;
+                    beyond += decoded_row_errors(kv, gk + ((size_t)cell * n_kv + h) * rk, k + ((size_t)tok * n_kv + h) * hd, hd);
+                    beyond += decoded_row_errors(kv, gv + ((size_t)cell * n_kv + h) * rv, v + ((size_t)tok * n_kv + h) * hdv, hdv);
+                }
+            CHECK(beyond == 0, "kv_store %s (n_cells %u): %u stored values decode beyond their rounding", t->name, n_cells, beyond);
+        }
     }
     forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(ck), forge_hip_arena_free(cv);
     free(k), free(v), free(ek), free(ev), free(gk), free(gv);

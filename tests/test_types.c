@@ -264,11 +264,51 @@ static void test_results(void) {
     CHECK(strcmp(forge_result_name(FORGE_ERR_TRUNCATED), "FORGE_ERR_TRUNCATED") == 0, "truncated");
 }
 
+/* The CPU cache's rows (forge__kv_encode) decoded back against the float64 values they were made
+   from, within each type's rounding worked out here: f32 exact; f16 half an ulp; q8_0 half a step
+   of d = amax / 127 plus d's own f16 rounding over 127 steps; q4_0 half a step of d = max / -8 (the
+   value of largest magnitude maps to -8), a whole step where +8 is clamped to 7. */
+static void test_kv_rows(void) {
+    static const forge_kv_type types[] = {FORGE_KV_F32, FORGE_KV_F16, FORGE_KV_Q8_0, FORGE_KV_Q4_0};
+    uint32_t state = 99u, k, rep, i, j;
+    float x[128], out[128];
+    uint8_t row[512];
+    TEST_CASE("KV cache rows decode within their type's rounding");
+    for (k = 0; k < 4; k++) {
+        const uint32_t storage = forge__kv_storage_type(types[k]);
+        uint32_t beyond = 0;
+        for (rep = 0; rep < 100; rep++) {
+            for (i = 0; i < 128; i++) state = state * 1103515245u + 12345u, x[i] = ((float)(state >> 8) / 16777216.0f * 6.0f - 3.0f);
+            if (rep == 0)
+                for (i = 32; i < 64; i++) x[i] = 0.0f; /* a block of zeros: d = 0 */
+            forge__kv_encode(types[k], x, 128, row);
+            forge_dequantize(storage, row, out, 128);
+            for (i = 0; i < 128; i += 32) {
+                double amax = 0.0, max = 0.0, d;
+                for (j = 0; j < 32; j++)
+                    if (fabs((double)x[i + j]) > amax) amax = fabs((double)x[i + j]), max = x[i + j];
+                d = storage == FORGE_TYPE_Q8_0 ? amax / 127.0 : fabs(max) / 8.0;
+                for (j = 0; j < 32; j++) {
+                    const double want = x[i + j], err = fabs((double)out[i + j] - want);
+                    double bound;
+                    if (storage == FORGE_TYPE_F32) bound = 0.0;
+                    else if (storage == FORGE_TYPE_F16) bound = fabs(want) / 2048.0 + 3e-8;
+                    else if (storage == FORGE_TYPE_Q8_0) bound = d * (0.5 + 127.0 / 2048.0) + 1e-7;
+                    else bound = d * (fabs(want) / (d > 0 ? d : 1.0) > 7.5 ? 1.0 : 0.5) + d * 8.0 / 2048.0 + 1e-7;
+                    beyond += err > bound;
+                }
+            }
+        }
+        CHECK(beyond == 0, "%s: %u of 12800 values decode beyond their rounding", forge_kv_type_name(types[k]), beyond);
+    }
+}
+
 int main(void) {
     test_geometry();
     test_half();
     test_blocks();
     test_q6_k_device_layout();
     test_results();
+    test_kv_rows();
     return test_summary();
 }
