@@ -4,7 +4,9 @@
      and refuses when the last region does not end where the arena ends (so a plan that lacks a term,
      or counts one twice, fails every creation here); each family is created with every KV type,
      with and without captures, in one batch and in ring-sized batches that make sliding-window
-     layers reuse their rows;
+     layers reuse their rows; the plan's KV cache, logits and capture terms are checked against the
+     rows the context writes, worked out in the test (a term that is short but carved as planned
+     would overrun its neighbour inside the arena, where no sanitizer sees it);
    - the context is filled to its last position (the sanitizer build sees any write past the arena,
      whose last region is the KV cache) and a token more is refused;
    - nothing is allocated after load: FORGE_MALLOC and FORGE_FREE count every call, and no
