@@ -116,7 +116,7 @@ static int fill(forge_model *m, const char *name, forge_kv_type kv, uint32_t n_b
     d.n_ctx = N_CTX;
     d.n_batch = n_batch;
     d.kv_type = kv;
-    d.n_threads = 2;
+    d.n_threads = n_batch == N_CTX ? 2 : 1; /* two threads' matmul rows in the arena; one where steps are many and small */
     d.mem_fraction = 1.0;
     d.all_logits = capture;
     if (capture) {
@@ -169,7 +169,7 @@ static void draws(forge_model *m, const char *name) {
     memset(&d, 0, sizeof d);
     d.backend = FORGE_BACKEND_CPU;
     d.n_ctx = N_CTX;
-    d.n_threads = 2;
+    d.n_threads = 1;
     d.mem_fraction = 1.0;
     memset(&sd, 0, sizeof sd);
     sd.temperature = 0.8f, sd.top_k = 40, sd.top_p = 0.9f, sd.min_p = 0.02f, sd.repeat_penalty = 1.1f, sd.seed = 7;
@@ -210,7 +210,7 @@ static void generator_steps(forge_model *m, const char *name) {
     d.backend = FORGE_BACKEND_CPU;
     d.n_ctx = N_CTX;
     d.n_batch = 8;
-    d.n_threads = 2;
+    d.n_threads = 1;
     d.mem_fraction = 1.0;
     memset(&sd, 0, sizeof sd);
     sd.temperature = 0.7f, sd.top_k = 20, sd.seed = 3;
