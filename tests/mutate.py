@@ -8,7 +8,7 @@ Each mutation replaces one exact piece of forge.h (it must occur exactly once; a
 is no longer there is reported as "not applied", so the list is kept in step with the code). The
 tree is copied to a temporary folder, the mutated forge.h built there, and the suites run in the
 order given (cheapest first); the first that fails (or crashes, or hangs) catches the mutation and
-the rest are skipped unless --all. A mutation no suite catches is a hole in the tests: the script
+the rest are skipped unless --all. (test_seqs runs its quick share, as its sanitizer build does.) A mutation no suite catches is a hole in the tests: the script
 exits non-zero when there is one.
 
 The suites here are the ones `make test` runs without a download (the three that need downloaded
@@ -39,13 +39,14 @@ SUITES = {
     "context": (["build/test_context"], ["build/test_context"]),
     "capture": (["build/test_capture"], ["build/test_capture"]),
     "arena": (["build/test_arena"], ["build/test_arena"]),
+    "seqs": (["build/test_seqs"], ["env", "FORGE_TEST_QUICK=1", "build/test_seqs"]),
     "fixtures": (["build/forge", "build/dump_tensors"],
                  [PYTHON, "tests/check_fixtures.py", "--forge", "build/forge", "--dump", "build/dump_tensors",
                   "--fixtures", FIXTURES, "--only", "bd"]),
     "long": (["build/forge"], [PYTHON, "tests/check_fixtures.py", "--forge", "build/forge", "--dump", "build/dump_tensors",
                                "--fixtures", FIXTURES, "--only", "f"]),
 }
-DEFAULT_SUITES = ["types", "plan", "arena", "sampler", "tokenizer", "matmul", "context", "capture", "fixtures"]
+DEFAULT_SUITES = ["types", "plan", "arena", "sampler", "tokenizer", "matmul", "context", "capture", "seqs", "fixtures"]
 
 # (name, what the bug is, the exact text of forge.h, its replacement)
 MUTATIONS = [
