@@ -10,8 +10,11 @@
    - the context is filled to its last position (the sanitizer build sees any write past the arena,
      whose last region is the KV cache) and a token more is refused;
    - nothing is allocated after load: FORGE_MALLOC and FORGE_FREE count every call, and no
-     forge_eval, forge_context_sample, forge_sampler_sample or forge_generator_step may make one;
-   - a sequence evaluated in batches of 5 ends with the logits of the same sequence evaluated at once.
+     forge_eval, forge_eval_batch, forge_context_sample, forge_sampler_sample or forge_generator_step
+     may make one;
+   - a sequence evaluated in batches of 5 ends with the logits of the same sequence evaluated at once;
+     in a context of three sequences, the last one (its cache the arena's last bytes) filled through
+     forge_eval_batch ends with the first one's logits.
 
    `test_arena quick` (the sanitizer build in tests/run.sh) runs the families with sliding windows,
    MoE and captures, and one KV type beside f16. Each check is one property; the counts printed at the
@@ -39,6 +42,7 @@ static void test_counted_free(void *ptr) {
 
 #define N_CTX 32
 #define RING_BATCH 5
+#define SEQS 3
 
 static const char *const families[] = {
     "tiny-llama-f16.gguf",     "tiny-qwen2-f16.gguf",     "tiny-qwen3-f16.gguf",    "tiny-gemma-f16.gguf",
@@ -57,16 +61,17 @@ static double kv_element_bytes(forge_kv_type kv) {
 }
 
 /* The plan's terms against what the context will write, worked out here without forge's own helpers:
-   every row of logits a step keeps, every capture's rows, and every position a layer must hold (a
-   sliding-window layer: its window and a batch less one, at most the context). */
-static void check_terms(const forge_plan *p, const forge_config *c, forge_kv_type kv, uint32_t n_batch, uint32_t n_logits,
-                        uint32_t n_caps, uint32_t capture_bytes, const char *what) {
+   every row of logits a step keeps (every row's with all_logits, else one for each sequence), every
+   capture's rows, and every position each sequence's layer must hold (a sliding-window layer: its
+   window and a batch less one, at most the context). */
+static void check_terms(const forge_plan *p, const forge_config *c, forge_kv_type kv, uint32_t n_seq, uint32_t n_batch,
+                        uint32_t n_logits, uint32_t n_caps, uint32_t capture_bytes, const char *what) {
     double kv_bytes = 0;
     uint32_t il;
     for (il = 0; il < c->n_layer; il++) {
         uint32_t rows = N_CTX;
         if (c->layer_is_swa[il] && c->n_swa && c->n_swa + n_batch - 1 < rows) rows = c->n_swa + n_batch - 1;
-        kv_bytes += (double)rows * c->layer_n_head_kv[il] * (c->head_dim + c->head_dim_v) * kv_element_bytes(kv);
+        kv_bytes += (double)n_seq * rows * c->layer_n_head_kv[il] * (c->head_dim + c->head_dim_v) * kv_element_bytes(kv);
     }
     CHECK((double)p->kv_bytes == kv_bytes, "%s: KV cache %llu bytes, %.0f expected", what, (unsigned long long)p->kv_bytes,
           kv_bytes);
@@ -95,7 +100,9 @@ static double rel_l2(const float *a, const float *b, size_t n) {
 }
 
 /* Creates a context of N_CTX positions in batches of n_batch, fills it to its last position with no
-   allocation, and refuses one token more. Copies the last logits row to last_row (n_vocab floats). */
+   allocation, and refuses one token more. Copies the last logits row to last_row (n_vocab floats).
+   In ring-sized batches the context has SEQS sequences: the last one, whose cache ends the arena, is
+   filled too (forge_eval_batch), and ends with the first one's logits. */
 static int fill(forge_model *m, const char *name, forge_kv_type kv, uint32_t n_batch, int capture, float *last_row) {
     const forge_config *c = forge_model_config(m);
     static forge_capture caps[FORGE_MAX_CAPTURES];
@@ -110,7 +117,9 @@ static int fill(forge_model *m, const char *name, forge_kv_type kv, uint32_t n_b
     char what[160];
     int ok = 1;
 
-    snprintf(what, sizeof what, "%s kv %s batch %u%s", name, forge_kv_type_name(kv), n_batch, capture ? " captures" : "");
+    const uint32_t n_seq = capture ? 1 : SEQS;
+    snprintf(what, sizeof what, "%s kv %s batch %u%s, %u sequences", name, forge_kv_type_name(kv), n_batch, capture ? " captures" : "",
+             n_seq);
     memset(&d, 0, sizeof d);
     d.backend = FORGE_BACKEND_CPU;
     d.n_ctx = N_CTX;
@@ -119,6 +128,7 @@ static int fill(forge_model *m, const char *name, forge_kv_type kv, uint32_t n_b
     d.n_threads = n_batch == N_CTX ? 2 : 1; /* two threads' matmul rows in the arena; one where steps are many and small */
     d.mem_fraction = 1.0;
     d.all_logits = capture;
+    d.n_seq = n_seq;
     if (capture) {
         if (!CHECK(forge_capture_parse(c, "all", "resid_pre,attn_out,mlp_out,resid_post,final", caps, FORGE_MAX_CAPTURES, &n_caps,
                                        &e) == FORGE_OK && n_caps == 4 * c->n_layer + 1,
@@ -132,7 +142,7 @@ static int fill(forge_model *m, const char *name, forge_kv_type kv, uint32_t n_b
     if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "%s: create: %s", what, e.message)) return 0;
     configs_created++;
     p = forge_context_plan(ctx);
-    check_terms(p, c, kv ? kv : FORGE_KV_F16, n_batch, capture ? n_batch : 1, n_caps,
+    check_terms(p, c, kv ? kv : FORGE_KV_F16, n_seq, n_batch, capture ? n_batch : FORGE__MIN(n_seq, n_batch), n_caps,
                 capture ? forge_capture_dtype_bytes(d.capture_dtype) : 0, what);
     CHECK(forge_context_arena_bytes(ctx) == p->total_bytes - p->weights_bytes && p->kv_type == (kv ? kv : FORGE_KV_F16),
           "%s: the arena is the plan less the mapped weights", what);
@@ -149,6 +159,28 @@ static int fill(forge_model *m, const char *name, forge_kv_type kv, uint32_t n_b
         if (ok) memcpy(last_row, l + (size_t)(rows - 1) * c->n_vocab, c->n_vocab * sizeof(float));
         CHECK(forge_eval(ctx, tokens + N_CTX, 1, &e) == FORGE_ERR_ARGUMENT && strstr(e.message, "do not fit"),
               "%s: a token past the last position is refused: %s", what, e.message);
+    }
+    if (ok && n_seq > 1) { /* the last sequence, whose KV cache is the arena's last bytes */
+        static uint32_t seq_ids[N_CTX];
+        forge_batch b;
+        const float *row;
+        for (i = 0; i < N_CTX; i++) seq_ids[i] = n_seq - 1;
+        allocs = test_host_allocs, frees = test_host_frees;
+        for (i = 0; i < N_CTX && ok; i += n_batch) {
+            b.tokens = tokens + i, b.seq = seq_ids, b.n_tokens = FORGE__MIN(n_batch, N_CTX - i);
+            ok = forge_eval_batch(ctx, &b, &e) == FORGE_OK;
+        }
+        CHECK(ok && forge_seq_pos(ctx, n_seq - 1) == N_CTX, "%s: sequence %u filled to %u: %s", what, n_seq - 1,
+              forge_seq_pos(ctx, n_seq - 1), ok ? "" : e.message);
+        CHECK(test_host_allocs == allocs && test_host_frees == frees, "%s: forge_eval_batch allocated %ld and freed %ld times", what,
+              test_host_allocs - allocs, test_host_frees - frees);
+        row = forge_seq_logits(ctx, n_seq - 1);
+        CHECK(ok && row && rel_l2(row, last_row, c->n_vocab) < 1e-4, "%s: sequence %u ends with sequence 0's logits (rel L2 %.2e)",
+              what, n_seq - 1, row ? rel_l2(row, last_row, c->n_vocab) : -1.0);
+        b.tokens = tokens + N_CTX, b.seq = seq_ids, b.n_tokens = 1;
+        CHECK(forge_eval_batch(ctx, &b, &e) == FORGE_ERR_ARGUMENT && strstr(e.message, "do not fit"),
+              "%s: a row past sequence %u's last position is refused: %s", what, n_seq - 1, e.message);
+        positions_filled += N_CTX;
     }
     forge_context_destroy(ctx);
     return ok;
