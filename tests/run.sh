@@ -30,7 +30,7 @@ run plan        $B/test_plan
 run context     $B/test_context
 run context_san $B/test_context_san
 run arena       $B/test_arena
-run arena_san   $B/test_arena_san quick
+run arena_san   env FORGE_TEST_QUICK=1 $B/test_arena_san
 run plan_san    $B/test_plan_san
 run gguf        $B/test_gguf
 run gguf_san    $B/test_gguf_san

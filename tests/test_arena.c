@@ -16,7 +16,7 @@
      in a context of three sequences, the last one (its cache the arena's last bytes) filled through
      forge_eval_batch ends with the first one's logits.
 
-   `test_arena quick` (the sanitizer build in tests/run.sh) runs the families with sliding windows,
+   With FORGE_TEST_QUICK set (the sanitizer build in tests/run.sh) it runs the families with sliding windows,
    MoE and captures, and one KV type beside f16. Each check is one property; the counts printed at the
    end say how many configurations were created and filled. */
 #include <stddef.h>
@@ -307,8 +307,8 @@ out:
     forge_model_close(m);
 }
 
-int main(int argc, char **argv) {
-    int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+int main(void) {
+    const int quick = getenv("FORGE_TEST_QUICK") != NULL;
     size_t i;
     if (quick)
         for (i = 0; i < sizeof quick_families / sizeof *quick_families; i++) family(quick_families[i], 1);
