@@ -3,7 +3,7 @@
    brute-force search, every allocation failing in turn, and the forward pass evaluated in one
    batch and token by token. (Logits against llama.cpp and the float64 reference are checked for
    every fixture by tests/check_fixtures.py through `forge eval`.) */
-#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv: the default fraction is checked with and without FORGE_MEM_FRACTION */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv: the default fraction is checked with FORGE_MEM_FRACTION set */
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 #include "test.h"
@@ -120,18 +120,20 @@ static void test_budget(forge_model *m) {
     d.mem_headroom_bytes = 1;
     CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && !v.fits && v.budget_bytes == total - 1, "headroom of one byte");
     d.mem_headroom_bytes = 0;
-    d.mem_fraction = 0.0; /* the default, unless FORGE_MEM_FRACTION says otherwise */
+    d.mem_fraction = 0.0; /* the default: the library reads no environment, forge_context_desc_apply_env does */
     {
         static char saved[64];
         const char *env = getenv("FORGE_MEM_FRACTION");
         int had = env != NULL;
+        forge_context_desc with_env;
         if (had) snprintf(saved, sizeof saved, "%s", env);
-        unsetenv("FORGE_MEM_FRACTION");
-        CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && fabs(v.mem_fraction - 0.70) < 1e-12, "default 70%%: %g",
-              v.mem_fraction);
         setenv("FORGE_MEM_FRACTION", "0.25", 1);
-        CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && fabs(v.mem_fraction - 0.25) < 1e-12,
-              "FORGE_MEM_FRACTION=0.25: %g", v.mem_fraction);
+        CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK && fabs(v.mem_fraction - 0.70) < 1e-12,
+              "default 70%% whatever FORGE_MEM_FRACTION says: %g", v.mem_fraction);
+        with_env = d;
+        CHECK(forge_context_desc_apply_env(&with_env, &e) == FORGE_OK && forge_plan_check(m, &with_env, &v, &e) == FORGE_OK &&
+                  fabs(v.mem_fraction - 0.25) < 1e-12,
+              "FORGE_MEM_FRACTION=0.25 through forge_context_desc_apply_env: %g", v.mem_fraction);
         if (had) setenv("FORGE_MEM_FRACTION", saved, 1);
         else unsetenv("FORGE_MEM_FRACTION");
     }
