@@ -60,27 +60,30 @@ static double kv_element_bytes(forge_kv_type kv) {
     return kv == FORGE_KV_F32 ? 4.0 : kv == FORGE_KV_Q8_0 ? 34.0 / 32 : kv == FORGE_KV_Q4_0 ? 18.0 / 32 : 2.0;
 }
 
-/* The plan's terms against what the context will write, worked out here without forge's own helpers:
+/* The plan's terms against what the context will write, worked out here without forge's own helpers
+   (1 when all hold):
    every row of logits a step keeps (every row's with all_logits, else one for each sequence), every
    capture's rows, and every position each sequence's layer must hold (a sliding-window layer: its
    window and a batch less one, at most the context). */
-static void check_terms(const forge_plan *p, const forge_config *c, forge_kv_type kv, uint32_t n_seq, uint32_t n_batch,
+static int check_terms(const forge_plan *p, const forge_config *c, forge_kv_type kv, uint32_t n_seq, uint32_t n_batch,
                         uint32_t n_logits, uint32_t n_caps, uint32_t capture_bytes, const char *what) {
     double kv_bytes = 0;
     uint32_t il;
+    int ok;
     for (il = 0; il < c->n_layer; il++) {
         uint32_t rows = N_CTX;
         if (c->layer_is_swa[il] && c->n_swa && c->n_swa + n_batch - 1 < rows) rows = c->n_swa + n_batch - 1;
         kv_bytes += (double)n_seq * rows * c->layer_n_head_kv[il] * (c->head_dim + c->head_dim_v) * kv_element_bytes(kv);
     }
-    CHECK((double)p->kv_bytes == kv_bytes, "%s: KV cache %llu bytes, %.0f expected", what, (unsigned long long)p->kv_bytes,
-          kv_bytes);
-    CHECK(p->logits_bytes >= (uint64_t)n_logits * c->n_vocab * 4 && p->logits_bytes < (uint64_t)n_logits * c->n_vocab * 4 + 64,
-          "%s: logits %llu bytes for %u rows of %u", what, (unsigned long long)p->logits_bytes, n_logits, c->n_vocab);
-    CHECK(p->capture_bytes >= (uint64_t)n_caps * n_batch * c->n_embd * capture_bytes &&
-              p->capture_bytes <= (uint64_t)n_caps * (n_batch * c->n_embd * capture_bytes + 63),
-          "%s: capture staging %llu bytes for %u captures of %u rows", what, (unsigned long long)p->capture_bytes, n_caps,
-          n_batch);
+    ok = CHECK((double)p->kv_bytes == kv_bytes, "%s: KV cache %llu bytes, %.0f expected", what, (unsigned long long)p->kv_bytes,
+               kv_bytes);
+    ok &= CHECK(p->logits_bytes >= (uint64_t)n_logits * c->n_vocab * 4 && p->logits_bytes < (uint64_t)n_logits * c->n_vocab * 4 + 64,
+                "%s: logits %llu bytes for %u rows of %u", what, (unsigned long long)p->logits_bytes, n_logits, c->n_vocab);
+    ok &= CHECK(p->capture_bytes >= (uint64_t)n_caps * n_batch * c->n_embd * capture_bytes &&
+                    p->capture_bytes <= (uint64_t)n_caps * (n_batch * c->n_embd * capture_bytes + 63),
+                "%s: capture staging %llu bytes for %u captures of %u rows", what, (unsigned long long)p->capture_bytes, n_caps,
+                n_batch);
+    return ok;
 }
 
 static int32_t token_at(uint32_t i, uint32_t n_vocab) { return (int32_t)((i * 7919u + 13u) % n_vocab); }
@@ -142,8 +145,11 @@ static int fill(forge_model *m, const char *name, forge_kv_type kv, uint32_t n_b
     if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "%s: create: %s", what, e.message)) return 0;
     configs_created++;
     p = forge_context_plan(ctx);
-    check_terms(p, c, kv ? kv : FORGE_KV_F16, n_seq, n_batch, capture ? n_batch : FORGE__MIN(n_seq, n_batch), n_caps,
-                capture ? forge_capture_dtype_bytes(d.capture_dtype) : 0, what);
+    if (!check_terms(p, c, kv ? kv : FORGE_KV_F16, n_seq, n_batch, capture ? n_batch : FORGE__MIN(n_seq, n_batch), n_caps,
+                     capture ? forge_capture_dtype_bytes(d.capture_dtype) : 0, what)) { /* filling would overrun the arena */
+        forge_context_destroy(ctx);
+        return 0;
+    }
     CHECK(forge_context_arena_bytes(ctx) == p->total_bytes - p->weights_bytes && p->kv_type == (kv ? kv : FORGE_KV_F16),
           "%s: the arena is the plan less the mapped weights", what);
     allocs = test_host_allocs, frees = test_host_frees;
