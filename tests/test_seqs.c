@@ -161,7 +161,7 @@ static void test_same_as_alone(forge_model *m, const char *name, uint32_t n_seq,
     forge_error e;
     seq_track *tr = (seq_track *)calloc(n_seq, sizeof *tr);
     int32_t tokens[64];
-    uint32_t seq[64], step, s, compared = 0, exact = 0, greedy_same = 0, greedy_total = 0;
+    uint32_t seq[64], step, s, compared = 0, exact = 0, greedy_same = 0, greedy_total = 0, near_ties = 0;
     double worst = 0.0;
     char label[160];
     snprintf(label, sizeof label, "%s: %u sequences in one batch equal each alone", name, n_seq);
@@ -220,12 +220,21 @@ static void test_same_as_alone(forge_model *m, const char *name, uint32_t n_seq,
                 CHECK(forge_context_argmax(t->ref, &theirs, &e) == FORGE_OK, "argmax alone: %s", e.message);
                 greedy_total++;
                 greedy_same += mine == theirs;
+                /* the GPU's batch and alone round differently (f16 products against f32): they may part only
+                   where alone's two candidates nearly tie, within the rows' measured distance */
+                if (mine != theirs && mine >= 0 && theirs >= 0 && backend == FORGE_BACKEND_GPU) {
+                    double gap = (double)want_row[theirs] - (double)want_row[mine], norm = 0.0;
+                    uint32_t v;
+                    for (v = 0; v < n_vocab; v++) norm += (double)want_row[v] * want_row[v];
+                    near_ties += gap <= 4.0 * bound * sqrt(norm / n_vocab);
+                }
                 t->toks[t->len++] = mine;
             }
         }
     }
     CHECK(compared >= n_seq * 3, "%u comparisons", compared);
-    CHECK(greedy_same == greedy_total && greedy_total > 0, "greedy choices: %u of %u the same", greedy_same, greedy_total);
+    CHECK(greedy_total > 0 && greedy_same + near_ties == greedy_total, "greedy choices: %u of %u the same, %u more at near-ties",
+          greedy_same, greedy_total, near_ties);
     /* one sequence through forge_eval_batch runs the very steps forge_eval runs */
     if (n_seq == 1 && backend == FORGE_BACKEND_CPU) CHECK(exact == compared, "one sequence: %u of %u rows bit for bit", exact, compared);
     printf("  %s, %u sequences: %u rows compared, %u bit for bit, worst relative L2 %.3g\n", name, n_seq, compared, exact, worst);
