@@ -4340,6 +4340,12 @@ int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, siz
     uint32_t n_split = forge__hip_attention_splits(span);
     const size_t per_split = (size_t)a.n_tokens * a.n_head * (a.head_dim_v + 2) * sizeof(float);
     if ((size_t)a.n_tokens * a.n_head >= 256) n_split = 1; // enough blocks already to fill the device
+    if (a.row_pos) { // a step of several sequences: parts of at least 32 positions until about 4 blocks a multiprocessor
+        const uint64_t blocks = (uint64_t)a.n_tokens * a.n_head, want = (4 * (uint64_t)forge__hip_sm_count() + blocks - 1) / blocks;
+        const uint32_t most = (span + 31) / 32;
+        n_split = (uint32_t)(want < most ? want : most);
+        n_split = n_split < 1 ? 1 : n_split > FORGE__ATT_MAX_SPLIT ? FORGE__ATT_MAX_SPLIT : n_split;
+    }
     if (!scratch || (size_t)n_split * per_split > scratch_bytes) n_split = scratch ? (uint32_t)(scratch_bytes / per_split) : 1;
     if (n_split < 1) n_split = 1;
     const uint32_t chunk = (span + n_split - 1) / n_split;
