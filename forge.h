@@ -45,6 +45,8 @@
       - samples tokens: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded
       - chat formats ChatML, Llama 3 and Gemma, recognized from the file's template
       - captures hidden states (residual stream, attention and MLP outputs, final norm) per batch
+      - many sequences on one model (n_seq): the weights once, a KV cache per sequence in the plan,
+        steps that advance several sequences together (forge_eval_batch), one reset while the others go on
       - the short path (forge_llm): from a path to a streamed reply in a few calls
 
    OPTIONS (define before including; the FORGE_GGUF_MAX_* and other limits are in the code below)
@@ -58,6 +60,7 @@
       FORGE_MAX_THREADS   most threads a CPU pool starts (256)
       FORGE_POOL_SPINS    polls of an idle pool thread before it sleeps (4000)
       FORGE_MAX_LAYERS    most layers a configuration holds (512)
+      FORGE_MAX_SEQ       most sequence slots of one context (4096)
       FORGE_GGUF_MAX_KV, _TENSORS, _STRING_BYTES, _ARRAY_COUNT, _NAME_BYTES, _ALIGNMENT
                           the reader's limits on what a file may claim
       FORGE_TOKENIZE_MAX_TEXT_BYTES, FORGE_TOKENIZER_MAX_VOCAB   the tokenizer's limits
@@ -6374,6 +6377,7 @@ int forge_hip_kv_store(uint32_t kv_type, const float *k, const float *v, void *c
                        uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t pos0, uint32_t n_cells,
                        void *stream, char *message, size_t message_bytes);
 size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v);
+size_t forge_hip_attention_rows_scratch_bytes(uint32_t head_dim_v);
 int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, size_t scratch_bytes, void *stream,
                         char *message, size_t message_bytes);
 int forge_hip_matvec(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
@@ -6687,8 +6691,8 @@ static FORGE__MAYBE_UNUSED uint32_t forge__schedule_max_product_rows(const forge
 }
 
 /* A GPU context of several sequences keeps a step's row positions and row sequences on the device
-   (n_batch of each), read by the rope, cache store and attention launches of a batch, and the parts
-   of its split products (a step of a few rows leaves most of the device idle unless a product's
+   (n_batch of each), read by the rope, cache store and attention launches of a batch, the records
+   of its split attention, and the parts of its split products (a step of a few rows leaves most of the device idle unless a product's
    columns are split among blocks). */
 static uint64_t forge__gpu_split_bytes(const forge__resolved *r, const forge__schedule *s) {
 #ifdef FORGE_HIP
@@ -6699,9 +6703,18 @@ static uint64_t forge__gpu_split_bytes(const forge__resolved *r, const forge__sc
 #endif
 }
 
-static uint64_t forge__gpu_rows_bytes(const forge__resolved *r, const forge__schedule *s) {
+static uint64_t forge__gpu_rows_attn_bytes(const forge_model *m) {
+#ifdef FORGE_HIP
+    return forge__align_gpu(forge_hip_attention_rows_scratch_bytes(m->config.head_dim_v));
+#else
+    (void)m;
+    return 0;
+#endif
+}
+
+static uint64_t forge__gpu_rows_bytes(const forge__resolved *r, const forge__schedule *s, const forge_model *m) {
     if (r->n_seq <= 1) return 0;
-    return 2 * forge__align_gpu((uint64_t)r->n_batch * sizeof(uint32_t)) + forge__gpu_split_bytes(r, s);
+    return 2 * forge__align_gpu((uint64_t)r->n_batch * sizeof(uint32_t)) + forge__gpu_rows_attn_bytes(m) + forge__gpu_split_bytes(r, s);
 }
 
 /* Weights a CPU context reads: each tensor counted once (a tied output is read twice), as stored. */
@@ -6755,7 +6768,7 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
         p->weights_bytes = forge__gpu_weight_bytes(s, m);
         p->scratch_bytes = forge__align_gpu(scratch_bytes);
         p->logits_bytes = forge__align_gpu((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
-        p->reserve_bytes = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch) + forge__gpu_rows_bytes(r, s);
+        p->reserve_bytes = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch) + forge__gpu_rows_bytes(r, s, m);
     } else {
         p->weights_bytes = forge__schedule_weight_bytes(s, m);
         p->scratch_bytes = scratch_bytes;
@@ -7047,6 +7060,7 @@ struct forge_context {
     int rows;
     uint64_t dev_rows;      /* GPU, n_seq > 1: row_pos then row_seq of a batch step, n_batch each, then the split parts */
     uint64_t dev_split, dev_split_bytes; /* GPU, n_seq > 1: the parts of split products (forge_hip_matmul_split) */
+    uint64_t dev_rows_attn, dev_rows_attn_bytes; /* GPU, n_seq > 1: the records of a batch step's split attention */
     /* GPU backend: one device arena (weights | scratch | logits | attention scratch | token ids | KV cache) */
     uint8_t *dev;
     uint64_t *dev_weight; /* device offset of each tensor of the file, UINT64_MAX when not uploaded */
@@ -7619,6 +7633,8 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
             if (dev_pos)
                 FORGE__HIP(forge_hip_attention_at(&args, dev_pos, ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes, ctx->stream,
                                                   FORGE__MSG));
+            else if (ctx->rows)
+                FORGE__HIP(forge_hip_attention(&args, ctx->dev + ctx->dev_rows_attn, (size_t)ctx->dev_rows_attn_bytes, ctx->stream, FORGE__MSG));
             else
                 FORGE__HIP(forge_hip_attention(&args, ctx->dev + ctx->dev_attn, (size_t)ctx->dev_attn_bytes, ctx->stream, FORGE__MSG));
             break;
@@ -7817,9 +7833,13 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     ctx->dev_sample = offset;
     offset += forge__align_gpu(forge_hip_top_k_scratch_bytes(c->n_vocab));
     ctx->dev_rows = offset;
-    offset += forge__gpu_rows_bytes(&ctx->r, &ctx->sched);
-    ctx->dev_split_bytes = forge__gpu_split_bytes(&ctx->r, &ctx->sched);
-    ctx->dev_split = offset - ctx->dev_split_bytes; /* the last part of the rows' region */
+    offset += forge__gpu_rows_bytes(&ctx->r, &ctx->sched, ctx->model);
+    if (ctx->r.n_seq > 1) { /* the rows' region: positions, sequences, attention records, product parts */
+        ctx->dev_split_bytes = forge__gpu_split_bytes(&ctx->r, &ctx->sched);
+        ctx->dev_split = offset - ctx->dev_split_bytes;
+        ctx->dev_rows_attn_bytes = forge__gpu_rows_attn_bytes(ctx->model);
+        ctx->dev_rows_attn = ctx->dev_split - ctx->dev_rows_attn_bytes;
+    }
     ctx->use_q8 = !desc->gpu_no_q8;
     ctx->fuse_norm = desc->gpu_norm_fusion == 0 ? 1 : desc->gpu_norm_fusion < 0 ? 0 : 2; /* 1: where faster; 0: never; 2: wherever the shapes allow */
     ctx->dev_capture = offset;

@@ -4294,6 +4294,12 @@ int forge_hip_kv_store_rows(uint32_t kv_type, const float *k, const float *v, vo
 // n_tokens queries, and forge_hip_attention_at split a one-token step as finely as it can use
 // (flash-decoding); the plan reserves it once. Any smaller scratch (or none) also works: the
 // launchers then use fewer splits, down to the single-pass kernels.
+// Scratch that lets forge_hip_attention split the positions of a step of several sequences (row_pos)
+// as finely as it does: about 4 blocks a multiprocessor, up to 256 multiprocessors, a record each.
+size_t forge_hip_attention_rows_scratch_bytes(uint32_t head_dim_v) {
+    return (size_t)8 * 256 * (head_dim_v + 2) * sizeof(float);
+}
+
 size_t forge_hip_attention_scratch_bytes(uint32_t n_ctx, uint32_t n_tokens, uint32_t n_head, uint32_t head_dim_v) {
     const uint32_t n_split = forge__hip_attention_splits(n_ctx), wanted = forge__attd_want(n_ctx);
     const uint32_t decode = wanted > FORGE__ATTD_MAX_SPLIT ? FORGE__ATTD_MAX_SPLIT : wanted;
