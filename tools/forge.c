@@ -1377,6 +1377,24 @@ static uint64_t peak_host_bytes(void) {
    tokens evaluated together in steps of up to n_batch rows (sequences interleaved), TG = n_gen steps
    of one token for each sequence (fixed tokens, no sampling, as the peer's tool does); aggregate
    tokens per second over all sequences, the median of the repetitions, planned and peak bytes. */
+/* The last step's logits of sequence seq can be read (on the GPU: the step is finished) and are finite,
+   as every verb requires; otherwise says why and returns 0. */
+static int bench_seq_logits_ok(const forge_context *ctx, uint32_t seq, uint32_t n_vocab) {
+    const float *row = forge_seq_logits(ctx, seq);
+    uint32_t k;
+    if (!row) {
+        fprintf(stderr, "forge bench: the logits of sequence %u could not be read\n", seq);
+        return 0;
+    }
+    for (k = 0; k < n_vocab && isfinite(row[k]); k++) {
+    }
+    if (k < n_vocab)
+        fprintf(stderr, "forge bench: the model produced a non-finite logit (%g at token %u of sequence %u): its weights or "
+                        "activations hold NaN or infinite values\n",
+                (double)row[k], k, seq);
+    return k == n_vocab;
+}
+
 static int bench_seqs(forge_model *model, forge_context_desc desc, const uint32_t *counts, uint32_t n_counts, uint32_t n_prompt,
                       uint32_t n_gen, uint32_t reps, const char *format, const char *name, int gpu) {
     const uint32_t n_vocab = forge_model_config(model)->n_vocab;
@@ -1427,8 +1445,7 @@ static int bench_seqs(forge_model *model, forge_context_desc desc, const uint32_
                 if (forge_eval_batch(ctx, &batch, &err) != FORGE_OK) goto fail_ctx;
                 rows_left -= n;
             }
-            if (forge_seq_logits(ctx, b - 1) == NULL) { /* waits for the device's last step */
-                fprintf(stderr, "forge bench: the logits could not be read\n");
+            if (!bench_seq_logits_ok(ctx, b - 1, n_vocab)) { /* waits for the device's last step */
                 forge_context_destroy(ctx);
                 goto done;
             }
@@ -1445,25 +1462,11 @@ static int bench_seqs(forge_model *model, forge_context_desc desc, const uint32_
                     done_rows += n;
                 }
             }
-            if (forge_seq_logits(ctx, b - 1) == NULL) {
-                fprintf(stderr, "forge bench: the logits could not be read\n");
+            if (!bench_seq_logits_ok(ctx, b - 1, n_vocab)) {
                 forge_context_destroy(ctx);
                 goto done;
             }
             if (r) tg_s[r - 1] = now_seconds() - t0;
-            { /* (after the clock) a NaN or an infinity in the last sequence's logits is a failure, as elsewhere */
-                const float *row = forge_seq_logits(ctx, b - 1);
-                uint32_t k;
-                for (k = 0; k < n_vocab && isfinite(row[k]); k++) {
-                }
-                if (k < n_vocab) {
-                    fprintf(stderr, "forge bench: the model produced a non-finite logit (%g at token %u of sequence %u): its weights "
-                                    "or activations hold NaN or infinite values\n",
-                            (double)row[k], k, b - 1);
-                    forge_context_destroy(ctx);
-                    goto done;
-                }
-            }
             if (gpu && forge_memory_query_gpu(desc.device, &now, NULL) == FORGE_OK && now.free_bytes < lowest_free) lowest_free = now.free_bytes;
         }
         qsort(pp_s, reps, sizeof pp_s[0], cmp_double);
