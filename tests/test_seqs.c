@@ -25,11 +25,11 @@ static void *test_heap_alloc(size_t n) {
 }
 
 static forge_backend backend;
-/* A product of one row takes the quantized blocks directly, one of several rows dequantizes them
+/* A product of up to 4 rows takes the quantized blocks directly, one of more rows dequantizes them
    first, and the two round differently: the same sequence alone stands up to 4e-5 (relative L2) from
    itself between forge_eval token by token and in one batch on these files. A sequence in a batch
-   differs from itself alone by that and nothing more (its decode rows are one-row products alone,
-   many-row ones in a batch; one sequence through forge_eval_batch is bit for bit forge_eval). */
+   differs from itself alone by that and nothing more (its decode rows are few-row products alone,
+   many-row ones in a larger step; one sequence through forge_eval_batch is bit for bit forge_eval). */
 static const double tol_cpu = 1e-4;
 static double tol = 1e-4; /* the bound of this run: tol_cpu, or the GPU's (main) */
 
