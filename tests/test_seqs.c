@@ -26,12 +26,12 @@ static void *test_heap_alloc(size_t n) {
 
 static forge_backend backend;
 /* A product of up to 4 rows takes the quantized blocks directly, one of more rows dequantizes them
-   first, and the two round differently: the same sequence alone stands up to 4e-5 (relative L2) from
-   itself between forge_eval token by token and in one batch on these files. A sequence in a batch
-   differs from itself alone by that and nothing more (its decode rows are few-row products alone,
-   many-row ones in a larger step; one sequence through forge_eval_batch is bit for bit forge_eval). */
-static const double tol_cpu = 1e-4;
-static double tol = 1e-4; /* the bound of this run: tol_cpu, or the GPU's (main) */
+   first, and the two round differently. A sequence in a batch differs from itself alone by that and
+   nothing more (its decode rows and short prompt chunks are few-row products alone, many-row ones in
+   a larger step; one sequence through forge_eval_batch is bit for bit forge_eval, and so is each
+   sequence of a step of up to 4 rows): the worst of these files measured 1.2e-4 (relative L2). */
+static const double tol_cpu = 2e-4;
+static double tol = 2e-4; /* the bound of this run: tol_cpu, or the GPU's (main) */
 
 static const int32_t base_tokens[40] = {1,   300, 301, 512, 777, 1000, 5,   42,  259, 260, 1023, 3,   999, 100,
                                         200, 17,  18,  19,  400, 401,  402, 650, 651, 652, 653,  10,  11,  12,
