@@ -6701,10 +6701,8 @@ static FORGE__MAYBE_UNUSED uint32_t forge__schedule_max_product_rows(const forge
     return rows;
 }
 
-/* A GPU context of several sequences keeps a step's row positions and row sequences on the device
-   (n_batch of each), read by the rope, cache store and attention launches of a batch, the records
-   of its split attention, and the parts of its split products (a step of a few rows leaves most of the device idle unless a product's
-   columns are split among blocks). */
+/* The parts of a batch step's split products (a step of a few rows leaves most of the device idle
+   unless a product's columns are split among blocks). */
 static uint64_t forge__gpu_split_bytes(const forge__resolved *r, const forge__schedule *s) {
 #ifdef FORGE_HIP
     return forge__align_gpu(forge_hip_matmul_split_bytes(forge__schedule_max_product_rows(s), FORGE__MIN(r->n_batch, FORGE__GPU_SPLIT_TOKENS)));
@@ -6714,6 +6712,7 @@ static uint64_t forge__gpu_split_bytes(const forge__resolved *r, const forge__sc
 #endif
 }
 
+/* The records of a batch step's split attention. */
 static uint64_t forge__gpu_rows_attn_bytes(const forge_model *m) {
 #ifdef FORGE_HIP
     return forge__align_gpu(forge_hip_attention_rows_scratch_bytes(m->config.head_dim_v));
@@ -6723,6 +6722,9 @@ static uint64_t forge__gpu_rows_attn_bytes(const forge_model *m) {
 #endif
 }
 
+/* A GPU context of several sequences keeps a step's row positions and row sequences on the device
+   (n_batch of each), read by the rope, cache store and attention launches of a batch, then the
+   records of its split attention and the parts of its split products. */
 static uint64_t forge__gpu_rows_bytes(const forge__resolved *r, const forge__schedule *s, const forge_model *m) {
     if (r->n_seq <= 1) return 0;
     return 2 * forge__align_gpu((uint64_t)r->n_batch * sizeof(uint32_t)) + forge__gpu_rows_attn_bytes(m) + forge__gpu_split_bytes(r, s);
@@ -7068,6 +7070,7 @@ struct forge_context {
        kv + s * kv_seq_bytes (on the GPU, dev_kv + s * kv_seq_bytes). */
     uint32_t *seq_pos, *seq_row, *seq_count, *row_pos, *row_seq, *logit_src;
     uint64_t kv_seq_bytes;
+    uint32_t row_pos_max;   /* the largest of a batch step's row positions */
     int rows;
     uint64_t dev_rows;      /* GPU, n_seq > 1: row_pos then row_seq of a batch step, n_batch each, then the split parts */
     uint64_t dev_split, dev_split_bytes; /* GPU, n_seq > 1: the parts of split products (forge_hip_matmul_split) */
@@ -7349,9 +7352,7 @@ static void forge__gpu_attention_args(forge_context *ctx, const forge__op *op, u
     args->row_seq = NULL;
     args->seq_stride = 0;
     if (ctx->rows) { /* a step of several sequences: every row its own position and cache */
-        uint32_t t, top = 0;
-        for (t = 0; t < n; t++) top = FORGE__MAX(top, ctx->row_pos[t]);
-        args->pos0 = top;
+        args->pos0 = ctx->row_pos_max;
         args->row_pos = forge__dev_rows(ctx, 0);
         args->row_seq = forge__dev_rows(ctx, 1);
         args->seq_stride = (size_t)ctx->kv_seq_bytes;
@@ -7844,13 +7845,13 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     ctx->dev_sample = offset;
     offset += forge__align_gpu(forge_hip_top_k_scratch_bytes(c->n_vocab));
     ctx->dev_rows = offset;
-    offset += forge__gpu_rows_bytes(&ctx->r, &ctx->sched, ctx->model);
     if (ctx->r.n_seq > 1) { /* the rows' region: positions, sequences, attention records, product parts */
-        ctx->dev_split_bytes = forge__gpu_split_bytes(&ctx->r, &ctx->sched);
-        ctx->dev_split = offset - ctx->dev_split_bytes;
+        ctx->dev_rows_attn = offset + 2 * forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(uint32_t));
         ctx->dev_rows_attn_bytes = forge__gpu_rows_attn_bytes(ctx->model);
-        ctx->dev_rows_attn = ctx->dev_split - ctx->dev_rows_attn_bytes;
+        ctx->dev_split = ctx->dev_rows_attn + ctx->dev_rows_attn_bytes;
+        ctx->dev_split_bytes = forge__gpu_split_bytes(&ctx->r, &ctx->sched);
     }
+    offset += forge__gpu_rows_bytes(&ctx->r, &ctx->sched, ctx->model);
     ctx->use_q8 = !desc->gpu_no_q8;
     ctx->fuse_norm = desc->gpu_norm_fusion == 0 ? 1 : desc->gpu_norm_fusion < 0 ? 0 : 2; /* 1: where faster; 0: never; 2: wherever the shapes allow */
     ctx->dev_capture = offset;
@@ -8731,6 +8732,7 @@ static forge_result forge__eval_batch(forge_context *ctx, const forge_batch *b, 
         const uint32_t s = b->seq ? b->seq[i] : 0;
         ctx->row_seq[i] = s;
         ctx->row_pos[i] = ctx->seq_pos[s] + ctx->seq_count[s]++;
+        ctx->row_pos_max = i ? FORGE__MAX(ctx->row_pos_max, ctx->row_pos[i]) : ctx->row_pos[i];
     }
     for (i = 0; i < n; i++) {
         const uint32_t s = ctx->row_seq[i];
@@ -8766,11 +8768,18 @@ static forge_result forge__eval_batch(forge_context *ctx, const forge_batch *b, 
 FORGE_API uint32_t forge_context_n_seq(const forge_context *ctx) { return ctx ? ctx->r.n_seq : 0; }
 FORGE_API uint32_t forge_seq_pos(const forge_context *ctx, uint32_t seq) { return ctx && seq < ctx->r.n_seq ? ctx->seq_pos[seq] : 0; }
 
-FORGE_API forge_result forge_seq_reset(forge_context *ctx, uint32_t seq, forge_error *error) {
-    if (!ctx) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_seq_reset: null context");
+/* FORGE_OK when ctx has a sequence seq, else a failure naming the ids it has. */
+static forge_result forge__seq_known(const forge_context *ctx, uint32_t seq, forge_error *error) {
+    if (!ctx) return forge__fail(error, FORGE_ERR_ARGUMENT, "null context");
     if (seq >= ctx->r.n_seq)
         return forge__fail(error, FORGE_ERR_ARGUMENT, "sequence %u is unknown; the context has %u (0 .. %u)", seq, ctx->r.n_seq,
                            ctx->r.n_seq - 1);
+    return FORGE_OK;
+}
+
+FORGE_API forge_result forge_seq_reset(forge_context *ctx, uint32_t seq, forge_error *error) {
+    forge_result r;
+    if ((r = forge__seq_known(ctx, seq, error))) return r;
     ctx->seq_pos[seq] = 0;
     ctx->seq_row[seq] = UINT32_MAX;
     if (seq == 0) ctx->pos = 0;
@@ -8780,10 +8789,8 @@ FORGE_API forge_result forge_seq_reset(forge_context *ctx, uint32_t seq, forge_e
 
 /* seq's logits row of the last step, or a failure naming why there is none. */
 static forge_result forge__seq_row(const forge_context *ctx, uint32_t seq, uint32_t *row, forge_error *error) {
-    if (!ctx) return forge__fail(error, FORGE_ERR_ARGUMENT, "null context");
-    if (seq >= ctx->r.n_seq)
-        return forge__fail(error, FORGE_ERR_ARGUMENT, "sequence %u is unknown; the context has %u (0 .. %u)", seq, ctx->r.n_seq,
-                           ctx->r.n_seq - 1);
+    forge_result r;
+    if ((r = forge__seq_known(ctx, seq, error))) return r;
     if (ctx->seq_row[seq] == UINT32_MAX || ctx->seq_row[seq] >= ctx->n_logit_rows)
         return forge__fail(error, FORGE_ERR_ARGUMENT, "sequence %u had no row in the last step: no logits", seq);
     *row = ctx->seq_row[seq];

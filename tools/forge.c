@@ -1353,6 +1353,13 @@ static uint64_t peak_host_bytes(void) {
     return (uint64_t)u.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
+/* The peak a bench row reports. GPU: how far free device memory fell from before the context (the
+   lowest reading taken); CPU: the process's peak resident set. */
+static uint64_t bench_peak_bytes(int gpu, const forge_memory_reading *before, uint64_t lowest_free) {
+    if (!gpu) return peak_host_bytes();
+    return lowest_free <= before->free_bytes ? before->free_bytes - lowest_free : 0;
+}
+
 #define BENCH_USAGE \
     "usage: forge bench -m FILE [options]\n" \
     "  prompt (pp) and generation (tg) speed in the manner of llama-bench: a warm-up run, then the median of\n" \
@@ -1471,7 +1478,7 @@ static int bench_seqs(forge_model *model, forge_context_desc desc, const uint32_
         }
         qsort(pp_s, reps, sizeof pp_s[0], cmp_double);
         qsort(tg_s, reps, sizeof tg_s[0], cmp_double);
-        peak = gpu ? (lowest_free <= before.free_bytes ? before.free_bytes - lowest_free : 0) : peak_host_bytes();
+        peak = bench_peak_bytes(gpu, &before, lowest_free);
         {
             const double tpp = pp_s[reps / 2], ttg = tg_s[reps / 2];
             const char *backend = p->backend == FORGE_BACKEND_GPU ? "GPU" : "CPU";
@@ -1670,8 +1677,7 @@ static int cmd_bench(int argc, char **argv) {
     {
         const forge_plan *p = forge_context_plan(ctx);
         const char *backend = p->backend == FORGE_BACKEND_GPU ? "GPU" : "CPU";
-        /* GPU: how far free device memory fell from before the context; CPU: the process's peak resident set */
-        uint64_t peak = gpu ? (lowest_free <= before.free_bytes ? before.free_bytes - lowest_free : 0) : peak_host_bytes();
+        uint64_t peak = bench_peak_bytes(gpu, &before, lowest_free);
         const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         if (!strcmp(format, "md")) {
             printf("| model | backend | kv | test | t/s | min .. max | planned bytes | peak bytes |\n");
