@@ -49,7 +49,10 @@ $(BUILD)/test_%_san: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h tes
 $(BUILD)/dump_tensors: tests/dump_tensors.c forge.h | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
 
-test: all $(TESTBINS) python-deps
+# the binaries build in parallel, one job per processor; the suites then run one after another
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+test: python-deps
+	$(MAKE) -j$(JOBS) all $(TESTBINS)
 	sh tools/fetch_model.sh smollm2 $(MODEL_CACHE)
 	sh tools/fetch_model.sh gemma3 $(MODEL_CACHE)
 	sh tools/fetch_model.sh qwen25coder $(MODEL_CACHE)

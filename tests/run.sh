@@ -1,17 +1,24 @@
 #!/bin/sh
-# Runs every suite, shows each one's output, and ends with the total "N passed, N failed".
+# Runs every suite, streams each one's output with its time, and ends with the total "N passed, N failed".
 # Called by `make test` after the binaries are built; FORGE_FIXTURES names the fixtures folder.
 cd "$(dirname "$0")/.." || exit 1
 B=${BUILD:-build}
 PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 # the Python suites stream too
 total_passed=0; total_failed=0; broken=""
+now() { date +%s; }
+start_all=$(now)
+# Each suite's output streams as it comes (its "ok" lines only to the log, at most 200 other lines on
+# the screen), then its time.
 run() {
   name=$1; shift
   echo "== $name"
   log=$B/$name.log
-  "$@" >"$log" 2>&1
-  status=$?
-  grep -v '^ok ' "$log" | tail -n 40
+  t0=$(now)
+  { "$@" 2>&1; echo $? >"$log.status"; } | tee "$log" |
+    awk '/^ok / { next } { n++ } n <= 200 { print; fflush() } n == 201 { print "  ... (the rest in '"$log"')"; fflush() }'
+  status=$(cat "$log.status" 2>/dev/null || echo 1); rm -f "$log.status"
+  echo "   ($(( $(now) - t0 )) s)"
   last=$(tail -n 1 "$log")
   p=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1/p')
   f=$(echo "$last" | sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p')
@@ -61,5 +68,6 @@ PEER=${FORGE_PEER:-../shared/peer/llama.cpp-d32676d.tar.gz}
 [ -f "$PEER" ] && run pretokenizer $PY tests/check_pretokenizer.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}" --peer "$PEER"
 run extract     $PY tests/check_extract.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 [ -n "$broken" ] && echo "suites with failures:$broken"
+echo "all suites: $(( $(now) - start_all )) s"
 echo "$total_passed passed, $total_failed failed"
 [ "$total_failed" -eq 0 ]

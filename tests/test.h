@@ -28,7 +28,9 @@ typedef struct test_state {
 
 static test_state test__state = {0, 0, 0, "(no case)"};
 
+/* Starting a case sends what the last one printed, so a suite's output streams through a pipe. */
 static void test_case(const char *name) {
+    fflush(stdout);
     test__state.current_case = name;
     test__state.cases++;
 }
