@@ -109,6 +109,9 @@ $(BUILD)/test_greedy_gpu: tests/test_greedy.c forge.h tests/test.h tests/greedy_
 # many sequences on the GPU against each sequence alone (FORGE_TEST_BACKEND=gpu)
 $(BUILD)/test_seqs_gpu: tests/test_seqs.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
+# the long fixtures (1,536 tokens) on every GPU path against their float64 reference
+$(BUILD)/test_long_gpu: tests/test_long_gpu.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
 # the kernels' timeline, inside replayed graphs too, for any CUDA program (tools/kernel_trace.c)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc))
 CUPTI_FLAGS = -isystem $(CUDA_HOME)/include -isystem $(CUDA_HOME)/extras/CUPTI/include -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib \
@@ -116,11 +119,12 @@ CUPTI_FLAGS = -isystem $(CUDA_HOME)/include -isystem $(CUDA_HOME)/extras/CUPTI/i
 $(BUILD)/libkernel_trace.so: tools/kernel_trace.c | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -shared -fPIC $(CUPTI_FLAGS) $< -o $@ -lcupti
 # GPU_MODEL: a model of a few hundred MiB for the memory invariants (forge mkmodel makes one)
-test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu $(BUILD)/test_seqs_gpu
+test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu $(BUILD)/test_seqs_gpu $(BUILD)/test_long_gpu
 	@test -n "$(GPU_MODEL)" || { echo "test-gpu needs GPU_MODEL=FILE for the memory checks (forge mkmodel makes one)"; false; }
 	$(BUILD)/test_kernels
 	$(BUILD)/test_gpu $(FIXTURES) "$(GPU_MODEL)"
 	FORGE_FIXTURES=$(FIXTURES) FORGE_TEST_BACKEND=gpu $(BUILD)/test_seqs_gpu
+	$(BUILD)/test_long_gpu $(FIXTURES)
 else
 test-gpu:
 	@echo "test-gpu needs GPU=nvidia (make GPU=nvidia test-gpu)" && false
