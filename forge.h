@@ -806,7 +806,7 @@ typedef struct forge_context_desc {
     /* GPU decode switches, 0 = forge's choice (forge_eval says what each path does). forge never reads
        the environment for them: forge_context_desc_apply_env fills them from FORGE_* variables. */
     int gpu_no_graph;             /* 1: plain launches instead of recorded graphs (FORGE_NO_GRAPH=1) */
-    int gpu_no_q8;                /* 1: decode products on f32 activations, not 8-bit (FORGE_NO_Q8=1) */
+    int gpu_no_q8;                /* 1: decode and steps of up to 8 rows on f32 activations, not 8-bit (FORGE_NO_Q8=1) */
     int gpu_norm_fusion;          /* 0: where faster; 1: wherever the shapes allow; -1: never (FORGE_NORM_FUSION=1/0) */
     int gpu_no_pdl;               /* 1: no programmatic dependent launch on NVIDIA sm_90+ (FORGE_NO_PDL=1) */
     int gpu_no_stage;             /* 1: decode products never stage rows in shared memory (FORGE_NO_STAGE=1) */
@@ -916,8 +916,10 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    does in its quantized products) and multiply on integer dot products; the logits then stand about
    2% (relative L2) from a float64 computation on the fixtures, within their tolerances, against
    0.03% with f32 activations, and a greedy path can part from the CPU backend's where two logits
-   nearly tie. Prompt batches are not affected. desc.gpu_no_q8 keeps decode on f32
-   activations (slower: see README, Performance). A
+   nearly tie. A step of several sequences (forge_eval_batch) of up to 8 rows rounds its rows the
+   same way and reads each weight once for all of them (the output head too); larger steps and prompt
+   batches keep f32 activations (f16 operands on the matrix units). desc.gpu_no_q8 keeps decode and
+   those steps on f32 activations (slower: see README, Performance). A
    product that adds into the residual stream also prepares the RMS norm after it where that is
    faster (the residual times the norm weight rounded as above, the norm's factor applied to the
    readers' sums: the same values up to float rounding); desc.gpu_norm_fusion -1 never does, 1 does
@@ -6451,6 +6453,9 @@ size_t forge_hip_matmul_split_bytes(uint32_t max_rows, uint32_t max_tokens);
 int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                            uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                            char *message, size_t message_bytes);
+int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                             uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
+                             char *message, size_t message_bytes);
 int forge_hip_rope_rows(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
                         const uint32_t *row_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
                         char *message, size_t message_bytes);
@@ -7593,8 +7598,9 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                          n, op->n, c->rms_eps, ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_MATMUL:
-            if (ctx->rows) /* a few rows of several sequences: split the columns where the device would idle */
-                FORGE__HIP(forge_hip_matmul_split(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
+            if (ctx->rows) /* a few rows of several sequences: each weight read once for all of them on 8-bit
+                              activations, or the columns split where the device would idle */
+                FORGE__HIP((ctx->use_q8 ? forge_hip_matmul_rows_q8 : forge_hip_matmul_split)(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
                                                   forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
                                                   forge__dev_f32(ctx, op->bias), ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes,
                                                   ctx->stream, FORGE__MSG));
@@ -7671,8 +7677,12 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                         FORGE__HIP(forge_hip_copy_device(x + (uint64_t)i * c->n_embd, x + (uint64_t)ctx->logit_src[i] * c->n_embd,
                                                          c->n_embd * sizeof(float), ctx->stream, FORGE__MSG));
             }
-            FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], x, dev_logits, rows, NULL,
-                                        ctx->stream, FORGE__MSG));
+            if (ctx->rows && ctx->use_q8) /* a few rows: the head read once for all of them, on 8-bit activations */
+                FORGE__HIP(forge_hip_matmul_rows_q8(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], x, dev_logits, rows,
+                                                    NULL, ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes, ctx->stream, FORGE__MSG));
+            else
+                FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0], x, dev_logits, rows, NULL,
+                                            ctx->stream, FORGE__MSG));
             if (c->final_softcap > 0.0f)
                 FORGE__HIP(forge_hip_softcap(dev_logits, (size_t)rows * op->n, c->final_softcap, ctx->stream, FORGE__MSG));
             ctx->n_logit_rows = rows;

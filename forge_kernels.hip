@@ -1921,6 +1921,95 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
     }
 }
 
+// A product of a few tokens (a step of a few sequences) on 8-bit activations: each wave takes
+// FORGE__MVR_ROWS rows, its lanes walk the rows' pieces as the decode product does, and every
+// piece of weights, once loaded, is multiplied with the same piece of each token's quantized
+// activations (dp4a through the decode readers), so the weights are read from memory once for all
+// the tokens instead of once a token. q8: the n_tokens rows of x quantized one after another as a
+// single vector of n_tokens * n_cols (forge__k_q8_quantize's layout; n_cols is a multiple of 32, so
+// no group spans two tokens). y: [n_tokens][n_rows].
+#define FORGE__MVR_ROWS 2
+#define FORGE__MVR_TOKENS 8 // the most tokens a launch takes; more run as several launches
+// The most tokens a product takes this path with (forge_hip_matmul_rows_q8). Measured on an H100
+// (tests/PERF.md), aggregate decode of B sequences against the split matrix-unit path: Qwen2.5-1.5B
+// Q4_K_M B = 2 / 4 / 8 / 16: 497 / 874 / 1382 / 1704 t/s against 350 / 695 / 1370 / 2420; Llama-3-8B
+// 292 / 495 / 633 / 764 against 153 / 299 / 517 / 926. Past 8 the weights are read once a launch of 8.
+#define FORGE__MVR_MAX 8
+#define FORGE__MVR_THREADS 128
+template <class P, int NT>
+__global__ void __launch_bounds__(FORGE__MVR_THREADS)
+forge__k_mvq_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
+                  size_t q8_n, uint32_t t0, float *__restrict__ y, const float *__restrict__ bias) {
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, waves = blockDim.x / wave;
+    const uint32_t r0 = (blockIdx.x * waves + threadIdx.x / wave) * FORGE__MVR_ROWS, n_pieces = n_cols / 32;
+    const int8_t *qs = (const int8_t *)q8 + (size_t)t0 * n_cols;
+    const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS(q8_n)) + (size_t)t0 * n_pieces;
+    float acc[NT][FORGE__MVR_ROWS];
+    size_t rows[FORGE__MVR_ROWS]; // rows past the end re-read the last; never stored
+#pragma unroll
+    for (int k = 0; k < FORGE__MVR_ROWS; k++) rows[k] = (size_t)min(r0 + k, n_rows - 1) * row_bytes;
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int k = 0; k < FORGE__MVR_ROWS; k++) acc[t][k] = 0.0f;
+    for (uint32_t p = lane; p < n_pieces; p += wave) {
+        typename P::raw raw[FORGE__MVR_ROWS];
+#pragma unroll
+        for (int k = 0; k < FORGE__MVR_ROWS; k++) P::load(w + rows[k], p, n_cols, raw[k]);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            forge__xq xq;
+            P::load_q(qs + (size_t)t * n_cols, ds + (size_t)t * n_pieces, p, xq);
+#pragma unroll
+            for (int k = 0; k < FORGE__MVR_ROWS; k++) acc[t][k] += P::dotq(raw[k], p, xq);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int k = 0; k < FORGE__MVR_ROWS; k++) {
+            const float total = forge__wave_sum(acc[t][k]);
+            if (lane == 0 && r0 + k < n_rows) y[(size_t)(t0 + t) * n_rows + r0 + k] = bias ? total + bias[r0 + k] : total;
+        }
+}
+
+template <class P>
+static void forge__mvq_rows_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *q8, uint32_t n_tokens,
+                                   float *y, const float *bias, hipStream_t s) {
+    const uint32_t rows = FORGE__MVR_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MVR_ROWS, blocks = (n_rows + rows - 1) / rows;
+    const size_t q8_n = (size_t)n_tokens * n_cols;
+    for (uint32_t t0 = 0; t0 < n_tokens; t0 += FORGE__MVR_TOKENS) {
+        switch (min(n_tokens - t0, (uint32_t)FORGE__MVR_TOKENS)) {
+#define FORGE__MVR_CASE(N) \
+    case N: forge__k_mvq_rows<P, N><<<blocks, FORGE__MVR_THREADS, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, y, bias); break;
+            FORGE__MVR_CASE(1) FORGE__MVR_CASE(2) FORGE__MVR_CASE(3) FORGE__MVR_CASE(4)
+            FORGE__MVR_CASE(5) FORGE__MVR_CASE(6) FORGE__MVR_CASE(7) FORGE__MVR_CASE(8)
+#undef FORGE__MVR_CASE
+        }
+    }
+}
+
+// Whether forge__mvq_rows_launch reads this matrix (a weight type with an 8-bit decode reader).
+static int forge__mvq_rows_type(uint32_t type, uint32_t n_cols) {
+    if (n_cols % 32 != 0) return 0;
+    switch (forge__hip_kind(type, n_cols)) {
+#define FORGE__MVR_OK(id, P) case id: return 1;
+        FORGE__Q8_KINDS(FORGE__MVR_OK)
+#undef FORGE__MVR_OK
+    default: return 0;
+    }
+}
+
+static void forge__mvq_rows(uint32_t type, const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *q8,
+                            uint32_t n_tokens, float *y, const float *bias, hipStream_t s) {
+    switch (forge__hip_kind(type, n_cols)) {
+#define FORGE__MVR_GO(id, P) case id: forge__mvq_rows_launch<P>(w, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s); break;
+        FORGE__Q8_KINDS(FORGE__MVR_GO)
+#undef FORGE__MVR_GO
+    default: break;
+    }
+}
+
 extern "C" {
 
 size_t forge_hip_q8_bytes(uint32_t n) { return FORGE__Q8_DS(n) + (size_t)(n / 32) * 16; }
@@ -2635,7 +2724,7 @@ extern "C" {
 // bias f32 [n_rows] or NULL. One token runs the fused decode matvec, more the matrix-unit kernel
 // (f16 operands, f32 sums) where it applies, else the tiled kernel.
 static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
-                             uint32_t n_tokens, const float *bias, float *partial, size_t partial_floats, void *stream,
+                             uint32_t n_tokens, const float *bias, float *partial, size_t partial_floats, int q8_rows, void *stream,
                              char *message, size_t message_bytes) {
     size_t row_bytes;
     if (forge__hip_weights(type, n_cols, w, &row_bytes, "matmul", message, message_bytes)) return -1;
@@ -2643,6 +2732,15 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
     if (n_tokens > 65535u * FORGE__TILE_TOKENS) return forge__hip_refuse(message, message_bytes, "matmul: too many tokens in one batch");
     hipStream_t s = (hipStream_t)stream;
     const uint8_t *wb = (const uint8_t *)w;
+    // a few tokens on 8-bit activations, quantized into the workspace: each weight read once for all
+    if (q8_rows && partial && n_tokens <= FORGE__MVR_MAX && forge__mvq_rows_type(type, n_cols) &&
+        FORGE__Q8_DS((size_t)n_tokens * n_cols) + (size_t)n_tokens * n_cols / 2 <= partial_floats * sizeof(float)) {
+        const uint32_t n = n_tokens * n_cols;
+        uint8_t *q8 = (uint8_t *)partial;
+        forge__launch(forge__k_q8_quantize, dim3((n + 255) / 256), dim3(256), s, x, n, q8);
+        forge__mvq_rows(type, wb, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s);
+        return forge__hip_launched("matmul rows launch", message, message_bytes);
+    }
     if (n_tokens == 1) {
         const uint32_t rows_per_block = FORGE__MATVEC_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MATVEC_ROWS;
         const uint32_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
@@ -2687,7 +2785,7 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
 
 int forge_hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                      uint32_t n_tokens, const float *bias, void *stream, char *message, size_t message_bytes) {
-    return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, NULL, 0, stream, message, message_bytes);
+    return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, NULL, 0, 0, stream, message, message_bytes);
 }
 
 // Device bytes of the workspace that lets forge_hip_matmul_split split the columns of products of up to
@@ -2710,7 +2808,19 @@ int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32
                            uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                            char *message, size_t message_bytes) {
     return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
-                             stream, message, message_bytes);
+                             0, stream, message, message_bytes);
+}
+
+// forge_hip_matmul_split for the step of several sequences on 8-bit activations: up to
+// FORGE__MVR_MAX tokens whose weight type has an 8-bit decode reader (Q4_0, Q8_0, Q4_K, Q6_K; columns
+// a multiple of 32) are rounded as the decode step rounds one token, into the workspace (which must
+// then hold forge_hip_q8_bytes(n_tokens * n_cols)), and each weight is read once for all of them;
+// anything else runs as forge_hip_matmul_split.
+int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                             uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
+                             char *message, size_t message_bytes) {
+    return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
+                             1, stream, message, message_bytes);
 }
 
 // The decode case alone: y = W x (+ bias) for one token.

@@ -1376,6 +1376,75 @@ static void check_matvec_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int
     free(w), free(wf), free(x), free(dq), free(bias), free(y0), free(y), free(q), free(ref), free(ref32);
 }
 
+/* Y = W X for a few tokens through forge_hip_matmul_rows_q8 (a step of several sequences): against a
+   double product of the dequantized weights and each token's activations rounded by the test's own
+   rule (1e-5), and against the f32 activations (2e-2). f16: a type without an 8-bit reader or more
+   tokens than the path takes, so the product runs as forge_hip_matmul_split (1e-3 against f32). */
+static void check_matmul_rows_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_bias, int f16) {
+    const forge_type_traits *t = forge_type_info(type);
+    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, nx = (size_t)n_tokens * n_cols, ny = (size_t)n_tokens * n_rows;
+    uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
+    float *wf = (float *)xmalloc((size_t)n_rows * n_cols * sizeof(float)), *x = (float *)xmalloc(nx * sizeof(float));
+    float *dq = (float *)xmalloc(nx * sizeof(float)), *bias = (float *)xmalloc(n_rows * sizeof(float)), *y = (float *)xmalloc(ny * sizeof(float));
+    int8_t *q = (int8_t *)xmalloc(nx);
+    double *ref = (double *)xmalloc(ny * sizeof(double)), *ref32 = (double *)xmalloc(ny * sizeof(double));
+    const size_t ws_bytes = forge_hip_matmul_split_bytes(n_rows, n_tokens) > forge_hip_q8_bytes((uint32_t)nx)
+                                ? forge_hip_matmul_split_bytes(n_rows, n_tokens) : forge_hip_q8_bytes((uint32_t)nx);
+    void *dw, *dx, *dy, *db, *dws;
+    uint32_t r, c, k;
+    random_blocks(type, w, (uint64_t)n_rows * (n_cols / t->block_elems));
+    forge_dequantize(type, w, wf, (uint64_t)n_rows * n_cols);
+    random_floats(x, nx, -1.0f, 1.0f);
+    for (k = 0; k < n_tokens; k++) x[(size_t)k * n_cols + (7 * k) % n_cols] = 6.0f; /* a large value in one group a token */
+    random_floats(bias, n_rows, -1.0f, 1.0f);
+    for (k = 0; k < n_tokens; k++) q8_ref(x + (size_t)k * n_cols, n_cols, q + (size_t)k * n_cols, dq + (size_t)k * n_cols);
+    for (k = 0; k < n_tokens; k++)
+        for (r = 0; r < n_rows; r++) {
+            double s = with_bias ? bias[r] : 0.0, s32 = s;
+            for (c = 0; c < n_cols; c++) {
+                s += (double)wf[(size_t)r * n_cols + c] * dq[(size_t)k * n_cols + c];
+                s32 += (double)wf[(size_t)r * n_cols + c] * x[(size_t)k * n_cols + c];
+            }
+            ref[(size_t)k * n_rows + r] = s, ref32[(size_t)k * n_rows + r] = s32;
+        }
+    dw = dev_weights(type, n_cols, row_bytes * n_rows, w), dx = dev_alloc(nx * sizeof(float), x), db = dev_alloc(n_rows * sizeof(float), bias);
+    dy = dev_alloc(ny * sizeof(float), NULL), dws = dev_alloc(ws_bytes, NULL);
+    CHECK(forge_hip_matmul_rows_q8(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, with_bias ? (const float *)db : NULL, dws,
+                                   ws_bytes, NULL, msg, sizeof msg) == 0,
+          "matmul rows q8 %s: %s", t->name, msg);
+    if (dev_fetch(y, dy, ny * sizeof(float))) {
+        const double err = norm_error_d(y, ref, ny), err32 = norm_error_d(y, ref32, ny);
+        printf("  matmul rows q8 %-5s %5u x %5u, %2u tokens%s%s: err %.2e (vs f32 activations %.2e)\n", t->name, n_rows, n_cols, n_tokens,
+               with_bias ? " +bias" : "", f16 ? " (split path)" : "", err, err32);
+        if (f16)
+            CHECK(err32 < 1e-3, "matmul %s %ux%u x %u on the split path: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err32);
+        else {
+            CHECK(err < 1e-5, "matmul rows q8 %s %ux%u x %u: normalized error %.3e against the rounded activations", t->name, n_rows, n_cols,
+                  n_tokens, err);
+            CHECK(err32 < 2e-2, "matmul rows q8 %s %ux%u x %u: normalized error %.3e against f32 activations", t->name, n_rows, n_cols,
+                  n_tokens, err32);
+        }
+    }
+    forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(db), forge_hip_arena_free(dy), forge_hip_arena_free(dws);
+    free(w), free(wf), free(x), free(dq), free(bias), free(y), free(q), free(ref), free(ref32);
+}
+
+static void test_matmul_rows_q8(void) {
+    static const uint32_t types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
+    size_t i;
+    TEST_CASE("products of a few tokens on 8-bit activations (steps of several sequences)");
+    for (i = 0; i < sizeof types / sizeof types[0]; i++) {
+        check_matmul_rows_q8(types[i], 300, 1024, 1, 1, 0);   /* one token; a partial block of rows */
+        check_matmul_rows_q8(types[i], 129, 2304, 3, 0, 0);   /* 9 super-blocks a row */
+        check_matmul_rows_q8(types[i], 1536, 8960, 4, 1, 0);  /* Qwen2.5-1.5B's down projection (Q6_K: odd super-blocks) */
+        check_matmul_rows_q8(types[i], 256, 1536, 8, 0, 0);   /* Q6_K rows 4-aligned in the device layout */
+        check_matmul_rows_q8(types[i], 1024, 4096, 7, 1, 0);
+        check_matmul_rows_q8(types[i], 200, 1024, 9, 1, 1);   /* more tokens than the path takes */
+    }
+    check_matmul_rows_q8(FORGE_TYPE_Q5_K, 200, 1024, 4, 1, 1); /* no 8-bit reader */
+    check_matmul_rows_q8(FORGE_TYPE_F16, 200, 1024, 4, 0, 1);
+}
+
 /* h = act(gate x) * (up x) in one launch, and h rounded into a second quantized vector */
 static void check_glu_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int act) {
     const forge_type_traits *t = forge_type_info(type);
@@ -2102,6 +2171,7 @@ int main(int argc, char **argv) {
     test_rows_more();
     test_moe();
     test_q8();
+    test_matmul_rows_q8();
     if (argc < 2) bench_decode_shapes(), bench_matvec(), bench_matmul(), bench_moe(), bench_attention_decode(), bench_rope_attention(); /* any argument skips the tables */
     return test_summary();
 }
