@@ -14,6 +14,12 @@ SAN_CC   ?= $(CC)
 SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 MODEL_CACHE ?= $(HOME)/.cache/forge
 
+# forge serve needs libmicrohttpd and cJSON (Debian: libmicrohttpd-dev libcjson-dev); without their headers
+# the CLI is built without the server and `forge serve` says so
+HAVE_SERVE := $(shell printf '\#include <microhttpd.h>\n\#include <cjson/cJSON.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+SERVE_FLAGS = $(if $(HAVE_SERVE),-DFORGE_SERVE)
+SERVE_LIBS  = $(if $(HAVE_SERVE),-lmicrohttpd -lcjson)
+
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TESTBINS = $(BUILD)/test_arena $(BUILD)/test_arena_san $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/test_smollm2 $(BUILD)/test_llm $(BUILD)/test_llm_san $(BUILD)/test_capture $(BUILD)/test_capture_san $(BUILD)/test_greedy $(BUILD)/test_seqs $(BUILD)/test_seqs_san $(BUILD)/dump_tensors
 
@@ -33,8 +39,14 @@ else
 BUILD_EXE = $(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
 endif
 
-$(BUILD)/forge: tools/forge.c tools/mkmodel.c tools/extract.c forge.h $(GPU_OBJ) | $(BUILD)
-	$(BUILD_EXE)
+ifneq ($(GPU),)
+BUILD_CLI = $(CC) $(WARN) $(CFLAGS) $(SERVE_FLAGS) -DFORGE_HIP -c $< -o $@.o && $(GPU_LINK) $@.o $(GPU_OBJ) -o $@ $(SERVE_LIBS) -lm -lpthread
+else
+BUILD_CLI = $(CC) $(WARN) $(CFLAGS) $(SERVE_FLAGS) $< -o $@ $(SERVE_LIBS) $(LDLIBS)
+endif
+
+$(BUILD)/forge: tools/forge.c tools/mkmodel.c tools/extract.c tools/serve.c forge.h $(GPU_OBJ) | $(BUILD)
+	$(BUILD_CLI)
 
 $(BUILD)/%: examples/%.c forge.h $(GPU_OBJ) | $(BUILD)
 	$(BUILD_EXE)
