@@ -300,12 +300,15 @@ static int schedule_sample(serve_model *m, serve_job *j, int *failed, forge_erro
     eog = forge_tokenizer_is_eog(m->tok, token);
     if (!eog && forge_detokenizer_push(&j->detok, token, piece, sizeof piece, &n, err) != FORGE_OK) n = 0;
     pthread_mutex_lock(&m->mu);
-    m->generated_tokens++;
-    if (!eog) j->n_generated++;
+    if (!eog) j->n_generated++, m->generated_tokens++; /* the end-of-turn token is not part of the reply */
     if (n && !job_append(j, piece, n)) {
         job_finish_locked(j, "length", 500, "out of memory for the reply");
         over = 1;
-    } else if (eog || j->n_generated >= j->max_tokens || forge_seq_pos(m->ctx, j->seq) >= m->n_ctx || j->cancelled) {
+    } else if (j->cancelled) {
+        m->cancelled++;
+        job_finish_locked(j, "stop", 499, "the client went away");
+        over = 1;
+    } else if (eog || j->n_generated >= j->max_tokens || forge_seq_pos(m->ctx, j->seq) >= m->n_ctx) {
         size_t k = 0;
         char tail[8];
         if (forge_detokenizer_flush(&j->detok, tail, sizeof tail, &k, NULL) == FORGE_OK && k) job_append(j, tail, k);
@@ -986,7 +989,12 @@ static enum MHD_Result handle_generate(serve_conn *c, struct MHD_Connection *con
         snprintf(why, sizeof why, "the request nests deeper than %d levels", SERVE_MAX_DEPTH);
         goto refuse;
     }
-    root = cJSON_ParseWithLengthOpts(c->body ? c->body : "", c->body_len, &end, 1);
+    /* cJSON's strict mode wants the terminating NUL inside the length, so a NUL within the body is refused first */
+    if (c->body && memchr(c->body, 0, c->body_len)) {
+        snprintf(why, sizeof why, "the body holds a NUL byte (malformed JSON)");
+        goto refuse;
+    }
+    root = cJSON_ParseWithLengthOpts(c->body ? c->body : "", c->body_len + 1, &end, 1);
     if (!root || !cJSON_IsObject(root)) {
         snprintf(why, sizeof why, "the body is not a JSON object%s", root ? "" : " (malformed JSON)");
         goto refuse;
