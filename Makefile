@@ -68,10 +68,11 @@ test: all $(TESTBINS) python-deps
 	FORGE_FIXTURES=$(FIXTURES) FORGE_SMOLLM2=$(SMOLLM2) FORGE_GEMMA3=$(GEMMA3) FORGE_QWEN25CODER=$(QWEN25CODER) \
 		PYTHON=$(PYTHON) sh tests/run.sh
 
-# the fixture checks compare with the gguf Python package's own reading of every file
+# the fixture checks compare with the gguf Python package's own reading of every file; the server's
+# check speaks to forge serve through the openai package
 python-deps:
-	@$(PYTHON) -c "import gguf, numpy" 2>/dev/null || $(PYTHON) -m pip install --quiet gguf numpy || \
-		$(PYTHON) -m pip install --quiet --break-system-packages gguf numpy
+	@$(PYTHON) -c "import gguf, numpy, openai" 2>/dev/null || $(PYTHON) -m pip install --quiet gguf numpy openai || \
+		$(PYTHON) -m pip install --quiet --break-system-packages gguf numpy openai
 
 # forge.h alone, as C99 with gcc and clang and as C++, with and without FORGE_STATIC
 check-builds: | $(BUILD)
