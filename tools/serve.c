@@ -489,6 +489,26 @@ static void budget_desc(serve_server *s, uint64_t used, forge_context_desc *desc
     desc->policy = FORGE_BUDGET_REFUSE;
 }
 
+/* The verdict's message for the server: the reading behind the budget is the server's (what it leaves this
+   model, at a fraction of 1), so its "(100% of ... free on ...)" is replaced by where that number comes from. */
+static void refusal_message(const serve_server *s, const serve_model *m, const forge_verdict *v, char *out, size_t size) {
+    const char *text = v->message, *open = strstr(text, " (100% of ");
+    size_t head = open ? (size_t)(open - text) : strlen(text), k;
+    int depth = 0;
+    const char *rest = text + head;
+    if (open) { /* past the matching parenthesis */
+        for (k = 1; open[k]; k++) {
+            if (open[k] == '(') depth++;
+            else if (open[k] == ')' && --depth == 0) break;
+        }
+        rest = open[k] ? open + k + 1 : open + k;
+    }
+    snprintf(out, size, "model %.200s does not fit: %.*s (what the server's budget of %llu bytes, %.4g%% of the memory free at "
+             "startup, leaves it once idle models are unloaded)%.400s",
+             m->name, (int)(head < 400 ? head : 400), text, (unsigned long long)s->budget_bytes,
+             (s->desc.mem_fraction > 0 ? s->desc.mem_fraction : 0.70) * 100.0, rest);
+}
+
 typedef struct serve_refusal {
     int status; /* 0: loaded */
     forge_verdict verdict;
@@ -522,8 +542,7 @@ static void model_load(serve_server *s, serve_model *m, serve_refusal *out) {
     }
     if (!out->verdict.fits) {
         out->status = 507;
-        snprintf(out->message, sizeof out->message, "model %.200s does not fit the memory left to it: %.700s", m->name,
-                 out->verdict.message);
+        refusal_message(s, m, &out->verdict, out->message, sizeof out->message);
         goto fail;
     }
     for (;;) { /* then as few unloads as it takes */
@@ -552,8 +571,8 @@ static void model_load(serve_server *s, serve_model *m, serve_refusal *out) {
     budget_desc(s, loaded_bytes(s, 1), &desc, &reading);
     if (forge_plan_check(m->model, &desc, &out->verdict, &err) != FORGE_OK || !out->verdict.fits) {
         out->status = out->verdict.fits ? 500 : 507;
-        snprintf(out->message, sizeof out->message, "model %.200s does not fit the memory left to it: %.700s", m->name,
-                 out->verdict.fits ? err.message : out->verdict.message);
+        if (out->verdict.fits) snprintf(out->message, sizeof out->message, "model %.200s: %.700s", m->name, err.message);
+        else refusal_message(s, m, &out->verdict, out->message, sizeof out->message);
         goto fail;
     }
     if (forge_context_create(m->model, &desc, &m->ctx, &err) != FORGE_OK) {
