@@ -151,6 +151,7 @@ def main():
     ap.add_argument("--forge", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--big", required=True, help="a model whose plan is several times SmolLM2's (Qwen2.5-1.5B)")
+    ap.add_argument("--requests", type=int, default=300, help="requests of the load run (at least 100)")
     ap.add_argument("--perf", help="append the load run's figures to this file as one JSON line")
     a = ap.parse_args()
     try:
@@ -299,7 +300,7 @@ def run_main_server(a, openai, workdir, name):
     check(st == 400 and "600" in msg and "512" in msg, "max_tokens 600 past a 512-position context: 400 (%s)" % msg)
 
     # the load run: 300 requests from 16 clients, memory and descriptors read after the 50th and at the end
-    n_requests, n_clients = 300, 16
+    n_requests, n_clients = max(100, a.requests), 16
     gen0, t0 = s.metric("forge_tokens_generated_total", name), time.time()
     figures = load_run(s, name, 50, n_clients)
     rss50, fd50 = settled(s)
