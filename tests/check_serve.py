@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -159,6 +160,17 @@ def main():
     except ImportError:
         check(False, "the openai package imports (pip install openai)")
         return
+    context = ["--ctx", "--kv", "--batch", "--threads", "--mem-fraction", "--headroom", "--gpu", "--cpu", "--device", "--seqs"]
+    r = subprocess.run([a.forge, "serve", "--help"], capture_output=True, encoding="utf-8")
+    missing = [f for f in ["-m", "--models", "--host", "--port", "--queue", "--max-body"] + context if f not in r.stdout]
+    check(r.returncode == 0 and r.stdout.startswith("usage: forge serve") and not missing,
+          "forge serve --help: exit %d, flags missing from the text: %s" % (r.returncode, missing))
+    r = subprocess.run([a.forge, "serve"], capture_output=True, encoding="utf-8")
+    check(r.returncode == 1 and "usage: forge serve" in r.stderr, "forge serve without a model: exit 1 with its usage")
+    r = subprocess.run([a.forge, "serve", "-m", a.model, "--port", "70000"], capture_output=True, encoding="utf-8")
+    check(r.returncode == 1 and "[0, 65535]" in r.stderr, "--port 70000 refused with its range")
+    r = subprocess.run([a.forge, "serve", "-m", a.model, "--host", "example"], capture_output=True, encoding="utf-8")
+    check(r.returncode == 1 and "IPv4" in r.stderr, "--host example refused: not an IPv4 address")
     workdir = tempfile.mkdtemp(prefix="forge-serve-")
     name = os.path.basename(a.model)[:-5]
     try:
@@ -168,6 +180,7 @@ def main():
     finally:
         for s in servers:
             s.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run_main_server(a, openai, workdir, name):

@@ -454,6 +454,11 @@ static void model_unload(serve_model *m) {
     pthread_mutex_unlock(&m->mu);
     if (m->thread_started) pthread_join(m->thread, NULL);
     m->thread_started = 0;
+    /* a request between its check of the model and its queue may still read the tokenizer: it finds the
+       server stopping (or the model unloaded) and lets go */
+    pthread_mutex_lock(&m->mu);
+    while (m->users > 0) timed_wait(&m->work, &m->mu, 10);
+    pthread_mutex_unlock(&m->mu);
     forge_context_destroy(m->ctx);
     forge_tokenizer_destroy(m->tok);
     forge_model_close(m->model);
@@ -658,6 +663,7 @@ static void model_acquire(serve_server *s, serve_model *m, serve_refusal *out) {
 static void model_drop_user(serve_model *m) {
     pthread_mutex_lock(&m->mu);
     m->users--;
+    pthread_cond_broadcast(&m->work);
     pthread_mutex_unlock(&m->mu);
 }
 
