@@ -287,9 +287,8 @@ static void model_release_slot_locked(serve_model *m, uint32_t seq) {
 }
 
 /* Samples one sequence's next token and adds its text; returns 1 when the job is over. */
-static int schedule_sample(serve_model *m, serve_job *j, int *failed, forge_error *err) {
+static int schedule_sample(serve_model *m, serve_job *j, char *piece, size_t piece_size, int *failed, forge_error *err) {
     int32_t token;
-    char piece[1024];
     size_t n = 0;
     int over = 0, eog;
     if (forge_seq_sample(m->ctx, j->seq, j->sampler, &token, err) != FORGE_OK) {
@@ -298,7 +297,7 @@ static int schedule_sample(serve_model *m, serve_job *j, int *failed, forge_erro
     }
     forge_sampler_accept(j->sampler, token);
     eog = forge_tokenizer_is_eog(m->tok, token);
-    if (!eog && forge_detokenizer_push(&j->detok, token, piece, sizeof piece, &n, err) != FORGE_OK) n = 0;
+    if (!eog && forge_detokenizer_push(&j->detok, token, piece, piece_size, &n, err) != FORGE_OK) n = 0;
     pthread_mutex_lock(&m->mu);
     if (!eog) j->n_generated++, m->generated_tokens++; /* the end-of-turn token is not part of the reply */
     if (n && !job_append(j, piece, n)) {
@@ -351,9 +350,11 @@ static void *model_scheduler(void *arg) {
     int32_t *tokens = (int32_t *)malloc(cap * sizeof *tokens);
     uint32_t *seqs = (uint32_t *)malloc(cap * sizeof *seqs);
     serve_job **step = (serve_job **)calloc(m->n_seq, sizeof *step);
+    size_t piece_size = forge_tokenizer_max_piece_bytes(m->tok) + 3; /* what a push can never overflow */
+    char *piece = (char *)malloc(piece_size);
     forge_error err;
     pthread_mutex_lock(&m->mu);
-    if (!tokens || !seqs || !step) {
+    if (!tokens || !seqs || !step || !piece) {
         model_fail_locked(m, "out of memory for the scheduler");
         m->stop = 1;
     }
@@ -408,12 +409,15 @@ static void *model_scheduler(void *arg) {
             }
             if (j->read == j->n_prompt) step[n_step++] = j;
         }
-        if (n == 0) continue;
+        if (n == 0) { /* nothing to evaluate (every admission failed): wait instead of spinning */
+            timed_wait(&m->work, &m->mu, 10);
+            continue;
+        }
         pthread_mutex_unlock(&m->mu);
         batch.tokens = tokens, batch.seq = seqs, batch.n_tokens = n;
         t0 = serve_now();
         if (forge_eval_batch(m->ctx, &batch, &err) != FORGE_OK) failed = 1;
-        for (i = 0; i < n_step && !failed; i++) schedule_sample(m, step[i], &failed, &err);
+        for (i = 0; i < n_step && !failed; i++) schedule_sample(m, step[i], piece, piece_size, &failed, &err);
         pthread_mutex_lock(&m->mu);
         m->step_seconds += serve_now() - t0;
         if (failed) {
@@ -442,6 +446,7 @@ static void *model_scheduler(void *arg) {
     free(tokens);
     free(seqs);
     free(step);
+    free(piece);
     return NULL;
 }
 
