@@ -176,6 +176,7 @@ def main():
     try:
         run_main_server(a, openai, workdir, name)
         run_busy_server(a, workdir)
+        run_refused_at_start(a, workdir)
         run_models_server(a, openai, workdir)
     finally:
         for s in servers:
@@ -373,6 +374,33 @@ def load_run(s, name, n, clients):
     return results
 
 
+def wait_metric(s, metric, model, value, seconds=10):
+    """The metric once it equals value, or its last reading after `seconds`."""
+    t0 = time.time()
+    while True:
+        got = s.metric(metric, model)
+        if got == value or time.time() - t0 > seconds:
+            return got
+        time.sleep(0.05)
+
+
+def run_refused_at_start(a, workdir):
+    """-m with a budget the model cannot fit: the server stays up, /health says failed with the reason (503),
+    a request gets 507 with the numbers."""
+    s = Server(a.forge, ["-m", a.model, "--ctx", "512", "--mem-fraction", "0.0001"], workdir)
+    st, _, text = s.request("GET", "/health")
+    h = json.loads(text)
+    check(st == 503 and h["status"] == "failed" and h["models"][0]["status"] == "failed" and
+          "does not fit" in (h["models"][0]["reason"] or ""), "-m over the budget: /health 503 failed with the reason")
+    st, _, text = s.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+    err = error_of(text)
+    check(st == 507 and err.get("type") == "insufficient_memory" and err.get("required_bytes", 0) > err.get("budget_bytes", 0) > 0,
+          "-m over the budget: a request gets 507 (required %s, budget %s)" % (err.get("required_bytes"), err.get("budget_bytes")))
+    st, _, text = s.request("GET", "/health")
+    check(st == 503 and json.loads(text)["status"] == "failed", "and /health is still failed after it, never ready")
+    check(s.stop() == 0, "SIGTERM: exit 0")
+
+
 def run_busy_server(a, workdir):
     """One sequence and a queue of one: the third request at once is refused with 503 and Retry-After."""
     s = Server(a.forge, ["-m", a.model, "--ctx", "512", "--seqs", "1", "--queue", "1"], workdir)
@@ -382,11 +410,20 @@ def run_busy_server(a, workdir):
     data = json.dumps(dict(long_body, stream=True)).encode()
     first.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
     first.recv(4096)  # the headers and a first chunk: the sequence is taken
+    # a queued request whose client leaves is out of the queue at once
+    waiting = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    data = json.dumps(dict(long_body, max_tokens=8)).encode()
+    waiting.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+    queued = wait_metric(s, "forge_requests_queued", name, 1)
+    cancelled = s.metric("forge_requests_cancelled_total", name)
+    waiting.close()
+    t0 = time.time()
+    left = wait_metric(s, "forge_requests_queued", name, 0)
+    check(queued == 1 and left == 0 and time.time() - t0 < 2 and s.metric("forge_requests_cancelled_total", name) == cancelled + 1,
+          "a queued client that leaves: out of the queue %.2f s later, counted as cancelled" % (time.time() - t0))
     second = threading.Thread(target=lambda: s.request("POST", "/v1/chat/completions", dict(long_body, max_tokens=8)))
     second.start()
-    t0 = time.time()
-    while s.metric("forge_requests_queued", name) != 1 and time.time() - t0 < 10:
-        time.sleep(0.05)
+    wait_metric(s, "forge_requests_queued", name, 1)
     busy = s.metric("forge_sequences_busy", name)
     st, headers, text = s.request("POST", "/v1/chat/completions", dict(long_body, max_tokens=4))
     err = error_of(text)
