@@ -16,7 +16,7 @@ MODEL_CACHE ?= $(HOME)/.cache/forge
 
 # forge serve needs libmicrohttpd and cJSON (Debian: libmicrohttpd-dev libcjson-dev); without their headers
 # the CLI is built without the server and `forge serve` says so
-HAVE_SERVE := $(shell printf '\#include <microhttpd.h>\n\#include <cjson/cJSON.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+HAVE_SERVE := $(shell $(CC) -E -include microhttpd.h -include cjson/cJSON.h -x c /dev/null >/dev/null 2>&1 && echo 1)
 SERVE_FLAGS = $(if $(HAVE_SERVE),-DFORGE_SERVE)
 SERVE_LIBS  = $(if $(HAVE_SERVE),-lmicrohttpd -lcjson)
 

@@ -301,10 +301,11 @@ def run_main_server(a, openai, workdir, name):
     check(st == 404 and "nosuch" in error_of(body).get("message", ""), "unknown model: 404 naming it")
     st, body = curl(s, [url + "/v2/nothing"])
     check(st == 404, "unknown path: 404")
-    st, body = curl(s, [url + "/v1/chat/completions"])
-    check(st == 405, "GET on /v1/chat/completions: 405")
-    st, body = curl(s, ["-X", "POST", url + "/health"])
-    check(st == 405, "POST on /health: 405")
+    st, headers, body = s.request("GET", "/v1/chat/completions")
+    check(st == 405 and headers.get("Allow") == "POST" and "Retry-After" not in headers and
+          error_of(body).get("type") == "method_not_allowed", "GET on /v1/chat/completions: 405, Allow: POST")
+    st, headers, body = s.request("POST", "/health", raw=b"")
+    check(st == 405 and headers.get("Allow") == "GET, HEAD", "POST on /health: 405, Allow: GET, HEAD")
     long_prompt = "one two three four five six seven eight nine ten " * 60
     st, body = curl(s, [url + "/v1/completions", "-d", json.dumps({"prompt": long_prompt, "max_tokens": 4})])
     msg = error_of(body).get("message", "")

@@ -148,7 +148,7 @@ static void serve_count(serve_server *s, int status) {
 }
 
 static enum MHD_Result serve_send(serve_conn *c, struct MHD_Connection *connection, int status, const char *type, char *body,
-                                  size_t len, const char *retry_after) {
+                                  size_t len, const char *header, const char *value) { /* header: one more, or NULL */
     struct MHD_Response *r;
     enum MHD_Result ret;
     if (!body) {
@@ -159,8 +159,7 @@ static enum MHD_Result serve_send(serve_conn *c, struct MHD_Connection *connecti
     }
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
-    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
-    if (status == 405) MHD_add_response_header(r, "Allow", retry_after ? retry_after : "GET");
+    if (header) MHD_add_response_header(r, header, value);
     ret = MHD_queue_response(connection, (unsigned int)status, r);
     MHD_destroy_response(r);
     serve_count(c->server, status);
@@ -173,15 +172,17 @@ static enum MHD_Result serve_error(serve_conn *c, struct MHD_Connection *connect
     serve_buf b;
     char *body;
     size_t len = 0;
-    if (!buf_open(&b)) return serve_send(c, connection, 500, "application/json", NULL, 0, NULL);
+    if (!buf_open(&b)) return serve_send(c, connection, 500, "application/json", NULL, 0, NULL, NULL);
     fprintf(b.f, "{\"error\": {\"type\": ");
     json_cstr(b.f, type);
     fprintf(b.f, ", \"message\": ");
     json_cstr(b.f, message);
     fprintf(b.f, ", \"code\": %d}}\n", status);
     body = buf_close(&b, &len);
-    return serve_send(c, connection, status, "application/json", body, len,
-                      status == 503 ? "1" : status == 405 ? (strstr(message, "POST") ? "POST" : "GET") : NULL);
+    if (status == 503) return serve_send(c, connection, status, "application/json", body, len, "Retry-After", "1");
+    if (status == 405) /* the two kinds of path answer one method each, and the message names it */
+        return serve_send(c, connection, status, "application/json", body, len, "Allow", strstr(message, "POST") ? "POST" : "GET, HEAD");
+    return serve_send(c, connection, status, "application/json", body, len, NULL, NULL);
 }
 
 static double serve_now(void) { return now_seconds(); }
@@ -852,7 +853,7 @@ static enum MHD_Result send_insufficient(serve_conn *c, struct MHD_Connection *c
     memset(&now, 0, sizeof now);
     if (v->plan.backend == FORGE_BACKEND_GPU) forge_memory_query_gpu(c->server->desc.device, &now, NULL);
     else forge_memory_query_cpu(&now, NULL);
-    if (!buf_open(&b)) return serve_send(c, connection, 500, "application/json", NULL, 0, NULL);
+    if (!buf_open(&b)) return serve_send(c, connection, 500, "application/json", NULL, 0, NULL, NULL);
     fprintf(b.f, "{\"error\": {\"type\": \"insufficient_memory\", \"message\": ");
     json_cstr(b.f, r->message);
     fprintf(b.f, ", \"code\": 507, \"required_bytes\": %llu, \"budget_bytes\": %llu, \"fits\": {\"ctx\": ",
@@ -865,7 +866,7 @@ static enum MHD_Result send_insufficient(serve_conn *c, struct MHD_Connection *c
     fprintf(b.f, ", \"seqs\": %u}}, \"system\": {\"memory_total_bytes\": %llu, \"memory_free_bytes\": %llu}}\n", v->max_seq_that_fits,
             (unsigned long long)now.total_bytes, (unsigned long long)now.free_bytes);
     body = buf_close(&b, &len);
-    return serve_send(c, connection, 507, "application/json", body, len, NULL);
+    return serve_send(c, connection, 507, "application/json", body, len, NULL, NULL);
 }
 
 static void write_usage(FILE *f, const serve_job *j) {
@@ -1160,7 +1161,7 @@ static enum MHD_Result handle_generate(serve_conn *c, struct MHD_Connection *con
         fputc('\n', b.f);
         pthread_mutex_unlock(&m->mu);
         body = buf_close(&b, &len);
-        ret = serve_send(c, connection, 200, "application/json", body, len, NULL);
+        ret = serve_send(c, connection, 200, "application/json", body, len, NULL, NULL);
         goto done;
     }
 oom:
@@ -1185,7 +1186,7 @@ static enum MHD_Result handle_models(serve_conn *c, struct MHD_Connection *conne
     uint32_t i;
     char *body;
     size_t len = 0;
-    if (!buf_open(&b)) return serve_send(c, connection, 500, "application/json", NULL, 0, NULL);
+    if (!buf_open(&b)) return serve_send(c, connection, 500, "application/json", NULL, 0, NULL, NULL);
     fprintf(b.f, "{\"object\": \"list\", \"data\": [");
     for (i = 0; i < s->n_models; i++) {
         fprintf(b.f, "%s{\"id\": ", i ? ", " : "");
@@ -1194,7 +1195,7 @@ static enum MHD_Result handle_models(serve_conn *c, struct MHD_Connection *conne
     }
     fprintf(b.f, "]}\n");
     body = buf_close(&b, &len);
-    return serve_send(c, connection, 200, "application/json", body, len, NULL);
+    return serve_send(c, connection, 200, "application/json", body, len, NULL, NULL);
 }
 
 /* The truth: ready only while no model has failed and none is loading; 503 otherwise. */
@@ -1205,7 +1206,7 @@ static enum MHD_Result handle_health(serve_conn *c, struct MHD_Connection *conne
     char *body;
     size_t len = 0;
     int failed = 0, loading = 0;
-    if (!buf_open(&b)) return serve_send(c, connection, 500, "application/json", NULL, 0, NULL);
+    if (!buf_open(&b)) return serve_send(c, connection, 500, "application/json", NULL, 0, NULL, NULL);
     fprintf(b.f, "\"models\": [");
     for (i = 0; i < s->n_models; i++) {
         serve_model *m = &s->models[i];
@@ -1232,9 +1233,9 @@ static enum MHD_Result handle_health(serve_conn *c, struct MHD_Connection *conne
         if (whole) snprintf(whole, head + len + 1, "{\"status\": \"%s\", %s", status, body);
         free(body);
         body = whole, len = whole ? strlen(whole) : 0;
-        return serve_send(c, connection, !strcmp(status, "ready") ? 200 : 503, "application/json", body, len, NULL);
+        return serve_send(c, connection, !strcmp(status, "ready") ? 200 : 503, "application/json", body, len, NULL, NULL);
     }
-    return serve_send(c, connection, 500, "application/json", NULL, 0, NULL);
+    return serve_send(c, connection, 500, "application/json", NULL, 0, NULL, NULL);
 }
 
 static void metric_model(FILE *f, const char *name, const char *model, double value) {
@@ -1267,7 +1268,7 @@ static enum MHD_Result handle_metrics(serve_conn *c, struct MHD_Connection *conn
         {"forge_model_planned_bytes", "gauge", "the plan's total bytes for the loaded context"},
         {"forge_model_arena_bytes", "gauge", "bytes the context really allocated (CPU: without the mapped weights)"},
     };
-    if (!buf_open(&b)) return serve_send(c, connection, 500, "text/plain", NULL, 0, NULL);
+    if (!buf_open(&b)) return serve_send(c, connection, 500, "text/plain", NULL, 0, NULL, NULL);
     fprintf(b.f, "# HELP forge_http_responses_total HTTP responses by status\n# TYPE forge_http_responses_total counter\n");
     pthread_mutex_lock(&s->stats_mu);
     for (k = 0; k < SERVE_STATUS_CODES && serve_codes[k]; k++)
@@ -1302,7 +1303,7 @@ static enum MHD_Result handle_metrics(serve_conn *c, struct MHD_Connection *conn
         }
     }
     body = buf_close(&b, &len);
-    return serve_send(c, connection, 200, "text/plain; version=0.0.4", body, len, NULL);
+    return serve_send(c, connection, 200, "text/plain; version=0.0.4", body, len, NULL, NULL);
 }
 
 /* ---- libmicrohttpd callbacks ------------------------------------------------------------------- */
