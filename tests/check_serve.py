@@ -171,6 +171,8 @@ def main():
     check(r.returncode == 1 and "[0, 65535]" in r.stderr, "--port 70000 refused with its range")
     r = subprocess.run([a.forge, "serve", "-m", a.model, "--host", "example"], capture_output=True, encoding="utf-8")
     check(r.returncode == 1 and "IPv4" in r.stderr, "--host example refused: not an IPv4 address")
+    r = subprocess.run([a.forge, "serve", "-m", a.model, "--on-budget", "warn"], capture_output=True, encoding="utf-8")
+    check(r.returncode == 1 and "507" in r.stderr, "--on-budget warn refused: a server answers 507")
     workdir = tempfile.mkdtemp(prefix="forge-serve-")
     name = os.path.basename(a.model)[:-5]
     try:

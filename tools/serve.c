@@ -1397,7 +1397,8 @@ static void serve_completed(void *cls, struct MHD_Connection *connection, void *
     "  --max-body SIZE       largest request body (e.g. 1M); default 1M; past it, 413\n" CONTEXT_OPTIONS_HELP \
     "  -h, --help            this text\n" \
     "  The memory budget is --mem-fraction of the memory free at startup (less --headroom), shared by\n" \
-    "  every loaded model; each model's context has --seqs sequences (default 4 here) of --ctx positions.\n"
+    "  every loaded model; each model's context has --seqs sequences (default 4 here) of --ctx positions.\n" \
+    "  --on-budget warn is refused: a server answers 507 instead.\n"
 
 static int serve_add_model(serve_server *s, const char *path) {
     serve_model *m;
@@ -1512,6 +1513,10 @@ static int cmd_serve(int argc, char **argv) {
         }
     }
     if (bad || (!n_files && !dir)) return usage_error("serve", SERVE_USAGE);
+    if (s->desc.policy == FORGE_BUDGET_WARN) {
+        fprintf(stderr, "forge serve: --on-budget warn is not for a server: a model over the budget is refused with 507\n");
+        return 1;
+    }
     if (max_body < 2 || max_body > (1u << 30)) {
         fprintf(stderr, "forge serve: --max-body must be between 2 bytes and 1G\n");
         return 1;
