@@ -14,6 +14,12 @@ SAN_CC   ?= $(CC)
 SANITIZE  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 MODEL_CACHE ?= $(HOME)/.cache/forge
 
+# forge serve needs libmicrohttpd and cJSON (Debian: libmicrohttpd-dev libcjson-dev); without their headers
+# the CLI is built without the server and `forge serve` says so
+HAVE_SERVE := $(shell $(CC) -E -include microhttpd.h -include cjson/cJSON.h -x c /dev/null >/dev/null 2>&1 && echo 1)
+SERVE_FLAGS = $(if $(HAVE_SERVE),-DFORGE_SERVE)
+SERVE_LIBS  = $(if $(HAVE_SERVE),-lmicrohttpd -lcjson)
+
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TESTBINS = $(BUILD)/test_arena $(BUILD)/test_arena_san $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/test_smollm2 $(BUILD)/test_llm $(BUILD)/test_llm_san $(BUILD)/test_capture $(BUILD)/test_capture_san $(BUILD)/test_greedy $(BUILD)/test_seqs $(BUILD)/test_seqs_san $(BUILD)/dump_tensors
 
@@ -33,8 +39,14 @@ else
 BUILD_EXE = $(CC) $(WARN) $(CFLAGS) $< -o $@ $(LDLIBS)
 endif
 
-$(BUILD)/forge: tools/forge.c tools/mkmodel.c tools/extract.c forge.h $(GPU_OBJ) | $(BUILD)
-	$(BUILD_EXE)
+ifneq ($(GPU),)
+BUILD_CLI = $(CC) $(WARN) $(CFLAGS) $(SERVE_FLAGS) -DFORGE_HIP -c $< -o $@.o && $(GPU_LINK) $@.o $(GPU_OBJ) -o $@ $(SERVE_LIBS) -lm -lpthread
+else
+BUILD_CLI = $(CC) $(WARN) $(CFLAGS) $(SERVE_FLAGS) $< -o $@ $(SERVE_LIBS) $(LDLIBS)
+endif
+
+$(BUILD)/forge: tools/forge.c tools/mkmodel.c tools/extract.c tools/serve.c forge.h $(GPU_OBJ) | $(BUILD)
+	$(BUILD_CLI)
 
 $(BUILD)/%: examples/%.c forge.h $(GPU_OBJ) | $(BUILD)
 	$(BUILD_EXE)
@@ -59,10 +71,11 @@ test: python-deps
 	FORGE_FIXTURES=$(FIXTURES) FORGE_SMOLLM2=$(SMOLLM2) FORGE_GEMMA3=$(GEMMA3) FORGE_QWEN25CODER=$(QWEN25CODER) \
 		PYTHON=$(PYTHON) sh tests/run.sh
 
-# the fixture checks compare with the gguf Python package's own reading of every file
+# the fixture checks compare with the gguf Python package's own reading of every file; the server's
+# check speaks to forge serve through the openai package
 python-deps:
-	@$(PYTHON) -c "import gguf, numpy" 2>/dev/null || $(PYTHON) -m pip install --quiet gguf numpy || \
-		$(PYTHON) -m pip install --quiet --break-system-packages gguf numpy
+	@$(PYTHON) -c "import gguf, numpy, openai" 2>/dev/null || $(PYTHON) -m pip install --quiet gguf numpy openai || \
+		$(PYTHON) -m pip install --quiet --break-system-packages gguf numpy openai
 
 # forge.h alone, as C99 with gcc and clang and as C++, with and without FORGE_STATIC
 check-builds: | $(BUILD)

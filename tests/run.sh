@@ -66,6 +66,9 @@ run cli         $PY tests/check_cli.py --forge $B/forge --fixtures "${FORGE_FIXT
 # llama.cpp's source (its pre-tokenizer expressions and Unicode tables) is the reference when present
 PEER=${FORGE_PEER:-../shared/peer/llama.cpp-d32676d.tar.gz}
 [ -f "$PEER" ] && run pretokenizer $PY tests/check_pretokenizer.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}" --peer "$PEER"
+# forge serve with the openai client and curl (needs a forge built with libmicrohttpd and cJSON)
+run serve       $PY tests/check_serve.py --forge $B/forge --model "${FORGE_SMOLLM2:-$HOME/.cache/forge/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}" \
+  --big "${FORGE_QWEN25CODER:-$HOME/.cache/forge/qwen25coder/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}"
 run extract     $PY tests/check_extract.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 [ -n "$broken" ] && echo "suites with failures:$broken"
 echo "all suites: $(( $(now) - start_all )) s"

@@ -7,6 +7,7 @@
    forge tokenize -m FILE TEXT     token ids of a text
    forge eval -m FILE --tokens ... logits of a token sequence
    forge extract -m FILE -f TEXT   hidden states of chosen layers, streamed into .npy files
+   forge serve -m FILE             an OpenAI-compatible HTTP server (built where libmicrohttpd and cJSON are)
 
    Every command exits 0 on success and 1 on failure, with the reason on stderr. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -1326,6 +1327,16 @@ done:
 
 #include "mkmodel.c"
 #include "extract.c"
+#ifdef FORGE_SERVE
+#include "serve.c"
+#else
+static int cmd_serve(int argc, char **argv) {
+    (void)argc, (void)argv;
+    fprintf(stderr, "forge serve: this forge was built without the server (the build found no libmicrohttpd or cJSON "
+                    "headers: install libmicrohttpd-dev and libcjson-dev, then rebuild)\n");
+    return 1;
+}
+#endif
 
 /* ---- forge bench ------------------------------------------------------------------------------ */
 
@@ -1739,6 +1750,8 @@ static void usage(FILE *out) {
             "                       a synthetic GGUF with the exact shapes of a real model and random blocks\n"
             "  extract -m FILE -f TEXT --layers 0,12,-1 --points resid_post [--chunk 512] -o DIR\n"
             "                       hidden states streamed chunk by chunk into .npy files\n"
+            "  serve -m FILE [--port 8080] [--seqs 4] [--models DIR]\n"
+            "                       an OpenAI-compatible HTTP server; 507 with the numbers when a model does not fit\n"
             "  eval -m FILE --tokens IDS --logits OUT.f32\n"
             "                       logits of every position of a token sequence, as float32 [n][n_vocab]\n"
             "  version              print the version\n"
@@ -1760,6 +1773,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc - 2, argv + 2);
     if (strcmp(argv[1], "mkmodel") == 0) return cmd_mkmodel(argc - 2, argv + 2);
     if (strcmp(argv[1], "extract") == 0) return cmd_extract(argc - 2, argv + 2);
+    if (strcmp(argv[1], "serve") == 0) return cmd_serve(argc - 2, argv + 2);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("forge %s\n", FORGE_VERSION_STRING);
         return 0;
