@@ -718,6 +718,7 @@ static int parse_params(const cJSON *root, serve_params *p, char *why, size_t wh
     int r;
     memset(p, 0, sizeof *p);
     p->sampling.temperature = 1.0f; /* OpenAI's default */
+    p->sampling.top_k = 40;          /* as other servers: on the GPU the candidates are then picked on the device */
     if (!(r = get_number(root, "max_tokens", 1, 1u << 30, 1, &x, why, why_size))) return 0;
     if (r == 1 && !(r = get_number(root, "max_completion_tokens", 1, 1u << 30, 1, &x, why, why_size))) return 0;
     if (r == 2) p->has_max_tokens = 1, p->max_tokens = (uint32_t)x;
