@@ -72,10 +72,12 @@ test: python-deps
 		PYTHON=$(PYTHON) sh tests/run.sh
 
 # the fixture checks compare with the gguf Python package's own reading of every file; the server's
-# check speaks to forge serve through the openai package
+# check speaks to forge serve through the openai package; the Python package's tests
+# (tests/check_python.sh) need pytest and setuptools to build it in place
 python-deps:
-	@$(PYTHON) -c "import gguf, numpy, openai" 2>/dev/null || $(PYTHON) -m pip install --quiet gguf numpy openai || \
-		$(PYTHON) -m pip install --quiet --break-system-packages gguf numpy openai
+	@$(PYTHON) -c "import gguf, numpy, openai, pytest, setuptools" 2>/dev/null || \
+		$(PYTHON) -m pip install --quiet gguf numpy openai pytest setuptools || \
+		$(PYTHON) -m pip install --quiet --break-system-packages gguf numpy openai pytest setuptools
 
 # forge.h alone, as C99 with gcc and clang and as C++, with and without FORGE_STATIC
 check-builds: | $(BUILD)

@@ -44,7 +44,8 @@
         streaming whole UTF-8 characters
       - samples tokens: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded
       - chat formats ChatML, Llama 3 and Gemma, recognized from the file's template
-      - captures hidden states (residual stream, attention and MLP outputs, final norm) per batch
+      - captures hidden states (residual stream, attention and MLP outputs, final norm) per batch,
+        and attention patterns (softmax probabilities of chosen heads against a window of keys)
       - many sequences on one model (n_seq): the weights once, a KV cache per sequence in the plan,
         steps that advance several sequences together (forge_eval_batch), one reset while the others go on
       - the short path (forge_llm): from a path to a streamed reply in a few calls
@@ -738,6 +739,9 @@ typedef enum forge_capture_point {
     FORGE_CAPTURE_MLP_OUT,       /* blocks.L.hook_mlp_out: what the FFN (or the experts) adds to the stream */
     FORGE_CAPTURE_RESID_POST,    /* blocks.L.hook_resid_post: the stream leaving layer L (resid_pre + attn_out + mlp_out) */
     FORGE_CAPTURE_FINAL,         /* ln_final.hook_normalized: the final norm's output, the head's input (no layer) */
+    FORGE_CAPTURE_ATTN_PATTERN,  /* blocks.L.attn.hook_pattern: attention weights (softmax probabilities) of chosen
+                                    query heads against a window of key positions; each row is [head][key] of
+                                    forge_context_desc.pattern_* (see there), 0 for keys the query cannot see */
     FORGE_CAPTURE_POINT_COUNT
 } forge_capture_point;
 
@@ -774,12 +778,13 @@ typedef void (*forge_capture_fn)(void *user_data, const forge_capture_chunk *chu
 
 /* Fills out[0 .. *n_out) from a layer list crossed with a point list, or from hook names.
    layers: "0,12,-1" (negative counts from the end), ranges "4-7", "all"; NULL or "" when points
-   holds only hook names. points: "resid_pre,attn_out,mlp_out,resid_post,final", or hook names
-   ("blocks.5.hook_resid_post", "blocks.-1.hook_mlp_out", "ln_final.hook_normalized"), mixed freely.
+   holds only hook names. points: "resid_pre,attn_out,mlp_out,resid_post,final,pattern", or hook names
+   ("blocks.5.hook_resid_post", "blocks.-1.hook_mlp_out", "blocks.3.attn.hook_pattern",
+   "ln_final.hook_normalized"), mixed freely.
    Repeats are dropped; the order is layer by layer, then the hook names as given. */
 FORGE_API forge_result forge_capture_parse(const forge_config *config, const char *layers, const char *points,
                                            forge_capture *out, uint32_t capacity, uint32_t *n_out, forge_error *error);
-/* "blocks.5.hook_resid_post", "ln_final.hook_normalized"; returns out. */
+/* "blocks.5.hook_resid_post", "blocks.5.attn.hook_pattern", "ln_final.hook_normalized"; returns out. */
 FORGE_API const char *forge_capture_name(const forge_capture *capture, char *out, size_t out_bytes);
 FORGE_API const char *forge_capture_dtype_name(forge_capture_dtype dtype); /* "f32", "f16", "bf16" */
 FORGE_API uint32_t forge_capture_dtype_bytes(forge_capture_dtype dtype);   /* bytes of one value: 4, 2, 2 */
@@ -823,6 +828,16 @@ typedef struct forge_context_desc {
        freed before the call returns: host memory, not part of the device plan. */
     void (*on_progress)(void *user_data, uint64_t done_bytes, uint64_t total_bytes);
     void *progress_user_data;
+    /* attention patterns (FORGE_CAPTURE_ATTN_PATTERN captures): each chunk's query rows against the key
+       positions [pattern_key_first, pattern_key_first + pattern_n_keys), for the query heads
+       [pattern_head_first, pattern_head_first + pattern_n_heads) of each pattern layer. A row of a
+       capture is pattern_n_heads x pattern_n_keys probabilities, head-major; a key after the query (or
+       outside a sliding window) is 0, so a row sums to 1 where the window holds every key the query
+       sees. pattern_n_keys 0: every position from pattern_key_first to n_ctx - 1 (the full square
+       when pattern_key_first is 0); pattern_n_heads 0: every head from pattern_head_first. The
+       staging (n_batch rows of each) is part of the plan (forge_plan.pattern_bytes) and of a refusal. */
+    uint32_t pattern_head_first, pattern_n_heads;
+    uint32_t pattern_key_first, pattern_n_keys;
 } forge_context_desc;
 
 /* The whole bill, in bytes. What the plan says is what the context allocates. */
@@ -837,6 +852,9 @@ typedef struct forge_plan {
     uint64_t scratch_bytes;  /* activations of the op schedule, lifetimes packed, for n_batch tokens */
     uint64_t logits_bytes;   /* n_logits x n_vocab floats */
     uint64_t capture_bytes;  /* hidden-state capture staging: n_batch rows of every capture */
+    uint64_t pattern_bytes;  /* the part of capture_bytes that holds attention patterns */
+    uint32_t pattern_key_first, pattern_n_keys; /* the key window of the patterns, resolved (0, 0 without any) */
+    uint32_t pattern_n_heads;                   /* query heads of each pattern row (the widest layer's) */
     uint64_t reserve_bytes;  /* the backend's own working memory (CPU: per-thread matmul rows) */
     uint64_t total_bytes;    /* the sum */
 } forge_plan;
@@ -6002,7 +6020,9 @@ typedef enum forge__op_kind {
     FORGE__OP_MATMUL_ID, /* dst[t][j] = w[expert j of route src2] src (aux 0) or src[t][j] (aux 1), n rows each */
     FORGE__OP_MOE_SUM,   /* dst[t] = sum over j of weight j * src[t][j] (route src2), width n */
     FORGE__OP_SIGMOID_SCALE, /* dst[t] *= sigmoid(src[t][0]), width n */
-    FORGE__OP_CAPTURE    /* capture aux <- src (width n), converted to the capture type */
+    FORGE__OP_CAPTURE,   /* capture aux <- src (width n), converted to the capture type */
+    FORGE__OP_PATTERN    /* capture aux <- the attention probabilities of queries src (n heads) over the layer's cache,
+                            for the pattern's heads and key window (before the layer's attention op) */
 } forge__op_kind;
 
 typedef struct forge__op {
@@ -6030,6 +6050,7 @@ typedef struct forge__schedule {
     const forge_capture *captures; /* what the context captures, the capture ops' aux indexing it */
     uint32_t n_captures;
     uint32_t capture_width[FORGE_MAX_CAPTURES];
+    uint32_t capture_heads[FORGE_MAX_CAPTURES]; /* query heads of a pattern capture (forge__pattern_setup), else 0 */
     int failed;
 } forge__schedule;
 
@@ -6106,6 +6127,17 @@ static void forge__sched_capture(forge__schedule *s, uint32_t layer, forge_captu
 /* The last op added gets its kind-specific parameter. */
 static void forge__sched_aux(forge__schedule *s, uint32_t aux) {
     if (s->n_ops > 0 && !s->failed) s->ops[s->n_ops - 1].aux = aux;
+}
+
+/* A pattern op for every attention-pattern capture of this layer: it reads the rotated queries q and
+   the cache the layer's keys were just stored in. Its width (heads x keys) is set by forge__pattern_setup. */
+static void forge__sched_patterns(forge__schedule *s, uint32_t layer, int32_t q, uint32_t n_head) {
+    uint32_t i;
+    for (i = 0; i < s->n_captures; i++)
+        if (s->captures[i].point == FORGE_CAPTURE_ATTN_PATTERN && s->captures[i].layer == layer) {
+            forge__sched_op(s, FORGE__OP_PATTERN, layer, -1, q, -1, NULL, NULL, n_head);
+            forge__sched_aux(s, i);
+        }
 }
 
 /* dst = rmsnorm(src) * w: a new value */
@@ -6197,6 +6229,7 @@ static void forge__build_decoder(forge__schedule *s, const forge_gguf *g, const 
         forge__sched_op(s, FORGE__OP_ROPE, il, q, -1, -1, NULL, NULL, c->layer_n_head[il]);
         forge__sched_op(s, FORGE__OP_ROPE, il, k, -1, -1, NULL, NULL, c->layer_n_head_kv[il]);
         forge__sched_op(s, FORGE__OP_KV_STORE, il, -1, k, v, NULL, NULL, c->layer_n_head_kv[il]);
+        forge__sched_patterns(s, il, q, c->layer_n_head[il]);
         att = forge__sched_value(s, c->layer_n_head[il] * c->head_dim_v);
         forge__sched_op(s, FORGE__OP_ATTENTION, il, att, q, -1, NULL, NULL, c->layer_n_head[il]);
         o = forge__sched_matmul(s, il, att, forge__layer_tensor(g, il, "attn_output.weight"), NULL);
@@ -6641,6 +6674,7 @@ typedef struct forge__resolved {
     forge_backend backend; /* CPU or GPU, never AUTO */
     int device;
     forge_capture_dtype capture_dtype;
+    uint32_t pattern_head_first, pattern_n_heads, pattern_key_first, pattern_n_keys; /* as the desc gives them */
 } forge__resolved;
 
 /* Rows of logits a step keeps: every row's with all_logits, else one for each sequence in the step. */
@@ -6671,6 +6705,10 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
     r->all_logits = d->all_logits != 0;
     r->n_logits = forge__logit_rows(r->all_logits, r->n_batch, r->n_seq);
     r->capture_dtype = d->capture_dtype;
+    r->pattern_head_first = d->pattern_head_first;
+    r->pattern_n_heads = d->pattern_n_heads;
+    r->pattern_key_first = d->pattern_key_first;
+    r->pattern_n_keys = d->pattern_n_keys;
     if ((unsigned)d->capture_dtype > FORGE_CAPTURE_BF16)
         return forge__fail(e, FORGE_ERR_ARGUMENT, "capture type %d is not a forge_capture_dtype", (int)d->capture_dtype);
     r->n_threads = d->n_threads;
@@ -6753,17 +6791,66 @@ static uint64_t forge__cpu_work_bytes(uint32_t n_threads, uint32_t max_cols) {
 /* Bytes of one element of a capture type. */
 FORGE_API uint32_t forge_capture_dtype_bytes(forge_capture_dtype dtype) { return dtype == FORGE_CAPTURE_F32 ? 4u : 2u; }
 
+/* Key positions of a pattern row at this resolution: the window's width, 0 when it leaves the context. */
+static uint32_t forge__pattern_keys(const forge__resolved *r) {
+    if (r->pattern_key_first >= r->n_ctx) return 0;
+    if (!r->pattern_n_keys) return r->n_ctx - r->pattern_key_first;
+    return r->pattern_n_keys <= r->n_ctx - r->pattern_key_first ? r->pattern_n_keys : 0;
+}
+
+/* Values per row of capture i at this resolution (a pattern's width follows the context's key window). */
+static uint64_t forge__capture_row_values(const forge__schedule *s, const forge__resolved *r, uint32_t i) {
+    if (s->captures[i].point == FORGE_CAPTURE_ATTN_PATTERN) return (uint64_t)s->capture_heads[i] * forge__pattern_keys(r);
+    return s->capture_width[i];
+}
+
 /* The capture staging: n_batch rows of each capture, each region aligned for the backend. offsets
-   (optional) receives where each capture's region starts. */
-static uint64_t forge__capture_bytes(const forge__schedule *s, const forge__resolved *r, uint64_t *offsets) {
+   (optional) receives where each capture's region starts; patterns (optional) the bytes of the
+   attention patterns among them. */
+static uint64_t forge__capture_bytes_of(const forge__schedule *s, const forge__resolved *r, uint64_t *offsets, uint64_t *patterns) {
     uint64_t total = 0, align = r->backend == FORGE_BACKEND_GPU ? 256 : 64;
     uint32_t i;
+    if (patterns) *patterns = 0;
     for (i = 0; i < s->n_captures; i++) {
-        uint64_t bytes = (uint64_t)r->n_batch * s->capture_width[i] * forge_capture_dtype_bytes(r->capture_dtype);
+        uint64_t bytes = (uint64_t)r->n_batch * forge__capture_row_values(s, r, i) * forge_capture_dtype_bytes(r->capture_dtype);
+        bytes = (bytes + align - 1) / align * align;
         if (offsets) offsets[i] = total;
-        total += (bytes + align - 1) / align * align;
+        if (patterns && s->captures[i].point == FORGE_CAPTURE_ATTN_PATTERN) *patterns += bytes;
+        total += bytes;
     }
     return total;
+}
+
+static uint64_t forge__capture_bytes(const forge__schedule *s, const forge__resolved *r, uint64_t *offsets) {
+    return forge__capture_bytes_of(s, r, offsets, NULL);
+}
+
+/* The heads and key window of every attention-pattern capture, checked against the model and the
+   context: each capture's heads, and its row width (heads x keys) for this context. */
+static forge_result forge__pattern_setup(forge__schedule *s, const forge_config *c, const forge__resolved *r, forge_error *e) {
+    uint32_t i, keys = forge__pattern_keys(r);
+    for (i = 0; i < s->n_captures; i++) {
+        uint32_t layer = s->captures[i].layer, n_head, heads;
+        if (s->captures[i].point != FORGE_CAPTURE_ATTN_PATTERN) continue;
+        n_head = c->layer_n_head[layer];
+        heads = r->pattern_n_heads ? r->pattern_n_heads : n_head > r->pattern_head_first ? n_head - r->pattern_head_first : 0;
+        if (r->pattern_head_first >= n_head || heads == 0 || heads > n_head - r->pattern_head_first)
+            return forge__fail(e, FORGE_ERR_ARGUMENT, "attention pattern of layer %u: heads %u .. %u, but the layer has %u (0 .. %u)",
+                               layer, r->pattern_head_first, r->pattern_head_first + (heads ? heads : 1) - 1, n_head, n_head - 1);
+        if (keys == 0)
+            return forge__fail(e, FORGE_ERR_ARGUMENT, "attention pattern: key positions %u .. %llu are outside the context of %u",
+                               r->pattern_key_first,
+                               (forge__ull)r->pattern_key_first + (r->pattern_n_keys ? r->pattern_n_keys : 1) - 1, r->n_ctx);
+        if ((uint64_t)heads * keys > 0x7fffffffu)
+            return forge__fail(e, FORGE_ERR_LIMIT, "attention pattern of layer %u: %u heads x %u keys is above 2^31 values a row",
+                               layer, heads, keys);
+        if (r->backend == FORGE_BACKEND_GPU && (uint64_t)heads * r->n_batch > 0x7fffffffu)
+            return forge__fail(e, FORGE_ERR_LIMIT, "attention pattern of layer %u: %u heads x %u rows is above a GPU launch's blocks",
+                               layer, heads, r->n_batch);
+        s->capture_heads[i] = heads;
+        s->capture_width[i] = heads * keys;
+    }
+    return FORGE_OK;
 }
 
 static forge_result forge__plan_with(const forge_model *m, const forge__resolved *r, const forge__schedule *s,
@@ -6781,7 +6868,19 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
                            (forge__ull)p->kv_bytes);
     p->kv_bytes *= r->n_seq; /* one cache per sequence, each exactly one sequence's */
     p->backend = r->backend;
-    p->capture_bytes = forge__capture_bytes(s, r, NULL);
+    p->capture_bytes = forge__capture_bytes_of(s, r, NULL, &p->pattern_bytes);
+    {
+        uint32_t i;
+        for (i = 0; i < s->n_captures; i++)
+            if (s->captures[i].point == FORGE_CAPTURE_ATTN_PATTERN) {
+                if (!forge__pattern_keys(r))
+                    return forge__fail(e, FORGE_ERR_ARGUMENT, "attention pattern: key position %u is outside the context of %u",
+                                       r->pattern_key_first, r->n_ctx);
+                p->pattern_key_first = r->pattern_key_first;
+                p->pattern_n_keys = forge__pattern_keys(r);
+                p->pattern_n_heads = FORGE__MAX(p->pattern_n_heads, s->capture_heads[i]);
+            }
+    }
     if (r->backend == FORGE_BACKEND_GPU) { /* one device arena of 256-byte aligned regions, KV cache last */
         p->weights_bytes = forge__gpu_weight_bytes(s, m);
         p->scratch_bytes = forge__align_gpu(scratch_bytes);
@@ -6819,6 +6918,10 @@ FORGE_API forge_result forge_plan_compute(const forge_model *m, const forge_cont
     if ((res = forge__allocator_check(&desc->allocator, "forge_context_desc.allocator", error))) return res;
     if ((res = forge__resolve_desc(m, desc, &r, error))) return res;
     if ((res = forge__schedule_build(m, &desc->allocator, &s, desc->captures, desc->n_captures, error))) return res;
+    if ((res = forge__pattern_setup(&s, &m->config, &r, error))) {
+        forge__schedule_free(&s, &desc->allocator);
+        return res;
+    }
     scratch = forge__schedule_pack(&s, r.n_batch);
     res = forge__plan_with(m, &r, &s, scratch, r.n_threads ? r.n_threads : forge_cpu_default_threads(), out, error);
     forge__schedule_free(&s, &desc->allocator);
@@ -6894,7 +6997,7 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     forge__schedule s;
     forge_result res;
     uint32_t threads;
-    char need[16], weights[16], kv[16], scratch[16], reserve[16], budget[16], free_text[16], captures[48], seqs[32];
+    char need[16], weights[16], kv[16], scratch[16], reserve[16], budget[16], free_text[16], captures[160], seqs[32];
     int kvt;
 
     if (!m || !v) return forge__fail(error, FORGE_ERR_ARGUMENT, "forge_plan_check: null argument");
@@ -6919,7 +7022,8 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     threads = r.n_threads ? r.n_threads : forge_cpu_default_threads();
 
     if ((res = forge__schedule_build(m, &desc->allocator, &s, desc->captures, desc->n_captures, error))) return res;
-    res = forge__plan_with(m, &r, &s, forge__schedule_pack(&s, r.n_batch), threads, &v->plan, error);
+    if ((res = forge__pattern_setup(&s, &m->config, &r, error)) == FORGE_OK)
+        res = forge__plan_with(m, &r, &s, forge__schedule_pack(&s, r.n_batch), threads, &v->plan, error);
     if (res) {
         forge__schedule_free(&s, &desc->allocator);
         return res;
@@ -6996,7 +7100,15 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
         if (v->plan.capture_bytes) {
             char amount[32];
             forge__in_unit(amount, sizeof amount, v->plan.capture_bytes, plan_div);
-            snprintf(captures, sizeof captures, ", captures %s", amount);
+            if (v->plan.pattern_bytes) {
+                char pattern[32];
+                forge__in_unit(pattern, sizeof pattern, v->plan.pattern_bytes, plan_div);
+                snprintf(captures, sizeof captures, ", captures %s with attention patterns %s (%u heads x keys %u .. %u)", amount,
+                         pattern, v->plan.pattern_n_heads, v->plan.pattern_key_first,
+                         v->plan.pattern_key_first + v->plan.pattern_n_keys - 1);
+            } else {
+                snprintf(captures, sizeof captures, ", captures %s", amount);
+            }
         }
         forge__in_unit(budget, sizeof budget, v->budget_bytes, budget_div);
         forge__in_unit(free_text, sizeof free_text, v->memory.free_bytes, free_div);
@@ -7161,6 +7273,9 @@ static forge_result forge__kv_layout_check(forge_context *ctx, uint64_t one_seq_
 #ifdef FORGE_HIP
 /* n floats of src into dst as the capture type (0 f32, 1 f16, 2 bf16), rounded as forge__capture_store. */
 int forge_hip_capture_store(void *dst, const float *src, size_t n, int dtype, void *stream, char *message, size_t message_bytes);
+/* attention probabilities of chosen heads against a key window (FORGE_CAPTURE_ATTN_PATTERN), as dtype */
+int forge_hip_attn_pattern(const forge_hip_attention_args *args, const uint32_t *dev_pos, void *dst, int dtype, uint32_t head_first,
+                           uint32_t n_heads, uint32_t key_first, uint32_t n_keys, void *stream, char *message, size_t message_bytes);
 #define FORGE__HIP(call)                                                                                              \
     do {                                                                                                              \
         char hip_message_[256];                                                                                       \
@@ -7715,6 +7830,17 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                          ctx->sched.values[op->src2].width / 2, op->n, forge__dev_val(ctx, op->dst), ctx->stream,
                                          FORGE__MSG));
             break;
+        case FORGE__OP_PATTERN: { /* the attention's own arguments (the op has no output value: its queries stand in) */
+            forge_hip_attention_args args;
+            forge__op as_attention = *op;
+            const uint32_t heads = ctx->sched.capture_heads[op->aux];
+            as_attention.dst = op->src;
+            forge__gpu_attention_args(ctx, &as_attention, n, 0, &args);
+            FORGE__HIP(forge_hip_attn_pattern(&args, dev_pos, ctx->dev + ctx->dev_capture + ctx->capture_offset[op->aux],
+                                              (int)ctx->r.capture_dtype, ctx->r.pattern_head_first, heads, ctx->r.pattern_key_first,
+                                              ctx->sched.capture_width[op->aux] / heads, ctx->stream, FORGE__MSG));
+            break;
+        }
         case FORGE__OP_CAPTURE:
             FORGE__HIP(forge_hip_capture_store(ctx->dev + ctx->dev_capture + ctx->capture_offset[op->aux], forge__dev_val(ctx, op->src),
                                                (size_t)n * op->n, (int)ctx->r.capture_dtype, ctx->stream, FORGE__MSG));
@@ -8008,6 +8134,7 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
         memcpy(ctx->captures, desc->captures, desc->n_captures * sizeof *desc->captures);
     if ((res = forge__schedule_build(m, a, &ctx->sched, desc->captures ? ctx->captures : NULL, desc->n_captures, error)))
         goto fail;
+    if ((res = forge__pattern_setup(&ctx->sched, &m->config, &ctx->r, error))) goto fail;
     if (ctx->r.backend == FORGE_BACKEND_GPU) {
         /* the values' offsets in the scratch region come from packing, as the plan counted them */
         if ((res = forge__plan_with(m, &ctx->r, &ctx->sched, forge__schedule_pack(&ctx->sched, ctx->r.n_batch), 1,
@@ -8357,6 +8484,12 @@ static void forge__rmsnorm_row(const float *x, const float *w, float *y, uint32_
     for (i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
 }
 
+/* The first position a query at pos attends to: a sliding-window layer sees the last n_swa
+   positions, this one included; every other layer all of them. */
+static uint32_t forge__attn_first(const forge_config *c, uint32_t layer, uint32_t pos) {
+    return c->layer_is_swa[layer] && pos >= c->n_swa ? pos - c->n_swa + 1 : 0;
+}
+
 typedef struct forge__attn_job {
     forge_context *ctx;
     const forge__op *op;
@@ -8373,8 +8506,7 @@ static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32
     uint32_t layer = job->op->layer, n_head = job->op->n, n_kv = c->layer_n_head_kv[layer];
     uint32_t t = task / n_head, h = task % n_head, kv_head = h / (n_head / n_kv), p, i;
     uint32_t pos = forge__row_pos(ctx, t), seq = forge__row_seq(ctx, t), hd = c->head_dim, hdv = c->head_dim_v;
-    /* a sliding-window layer sees the last n_swa positions, this one included */
-    uint32_t first = c->layer_is_swa[layer] && pos >= c->n_swa ? pos - c->n_swa + 1 : 0;
+    uint32_t first = forge__attn_first(c, layer, pos);
     const double cap = (double)c->attn_softcap;
     uint32_t kv_type = forge__kv_storage_type(ctx->r.kv_type);
     const float *q = job->q + (uint64_t)t * n_head * hd + (uint64_t)h * hd;
@@ -8403,6 +8535,74 @@ static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32
         for (i = 0; i < hdv; i++) acc[i] += w * vrow[i];
     }
     for (i = 0; i < hdv; i++) out[i] = (float)(acc[i] / sum);
+}
+
+/* Attention patterns: for one (token, chosen head) per task, the probabilities the attention of that
+   head gives the keys of the window. The scores are the attention task's own (the same key reads, the
+   same double arithmetic, scale and soft-cap); a first pass finds their maximum and the softmax's sum
+   over every key the query sees, a second recomputes the window's scores and writes exp(s - max) / sum,
+   0 for keys the query cannot see. Nothing is buffered: the work is twice the window's dot products. */
+typedef struct forge__pattern_job {
+    forge_context *ctx;
+    const forge__op *op;
+    const float *q;
+    uint8_t *dst;
+    uint32_t heads, keys;
+} forge__pattern_job;
+
+/* One attention score: q . k of position p, scaled and soft-capped as forge__attn_task does. */
+static double forge__attn_score(forge_context *ctx, const float *q, uint32_t seq, uint32_t layer, uint32_t p, uint32_t kv_head,
+                                float *krow) {
+    const forge_config *c = ctx->c;
+    double s = 0.0;
+    uint32_t i;
+    forge_dequantize(forge__kv_storage_type(ctx->r.kv_type), forge__k_row(ctx, seq, layer, p, kv_head), krow, c->head_dim);
+    for (i = 0; i < c->head_dim; i++) s += (double)q[i] * krow[i];
+    s *= (double)c->attn_scale;
+    if (c->attn_softcap > 0.0f) s = (double)c->attn_softcap * tanh(s / (double)c->attn_softcap);
+    return s;
+}
+
+static uint16_t forge__f32_to_bf16(float f);
+
+/* value i of a capture region of type t */
+static void forge__capture_put(forge_capture_dtype t, float x, uint8_t *dst, uint64_t i) {
+    if (t == FORGE_CAPTURE_F32) {
+        memcpy(dst + 4 * i, &x, 4);
+    } else {
+        uint16_t h = t == FORGE_CAPTURE_F16 ? forge_f32_to_f16(x) : forge__f32_to_bf16(x);
+        dst[2 * i] = (uint8_t)(h & 0xff);
+        dst[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+}
+
+static void forge__pattern_task(void *user, uint32_t task, uint32_t n_tasks, uint32_t thread) {
+    forge__pattern_job *job = (forge__pattern_job *)user;
+    forge_context *ctx = job->ctx;
+    const forge_config *c = ctx->c;
+    uint32_t layer = job->op->layer, n_head = job->op->n, n_kv = c->layer_n_head_kv[layer];
+    uint32_t t = task / job->heads, hh = task % job->heads, h = ctx->r.pattern_head_first + hh, kv_head = h / (n_head / n_kv);
+    uint32_t pos = forge__row_pos(ctx, t), seq = forge__row_seq(ctx, t), p, j;
+    uint32_t first = forge__attn_first(c, layer, pos);
+    const float *q = job->q + (uint64_t)t * n_head * c->head_dim + (uint64_t)h * c->head_dim;
+    uint64_t row = ((uint64_t)t * job->heads + hh) * job->keys;
+    float krow[FORGE__MAX_HEAD_DIM];
+    double max = -INFINITY, sum = 0.0;
+    (void)n_tasks;
+    (void)thread;
+    for (p = first; p <= pos; p++) {
+        double s = forge__attn_score(ctx, q, seq, layer, p, kv_head, krow);
+        if (s > max) {
+            sum *= exp(max - s);
+            max = s;
+        }
+        sum += exp(s - max);
+    }
+    for (j = 0; j < job->keys; j++) {
+        uint32_t key = ctx->r.pattern_key_first + j;
+        double w = key >= first && key <= pos ? exp(forge__attn_score(ctx, q, seq, layer, key, kv_head, krow) - max) / sum : 0.0;
+        forge__capture_put(ctx->r.capture_dtype, (float)w, job->dst, row + j);
+    }
 }
 
 /* Rotary embedding of n_heads heads of every token; sliding-window layers may use their own base
@@ -8665,6 +8865,17 @@ static void forge__run_schedule(forge_context *ctx) {
             forge__capture_store(ctx->r.capture_dtype, forge__val(ctx, op->src), (uint64_t)n * op->n,
                                  ctx->capture + ctx->capture_offset[op->aux]);
             break;
+        case FORGE__OP_PATTERN: {
+            forge__pattern_job job;
+            job.ctx = ctx;
+            job.op = op;
+            job.q = forge__val(ctx, op->src);
+            job.dst = ctx->capture + ctx->capture_offset[op->aux];
+            job.heads = ctx->sched.capture_heads[op->aux];
+            job.keys = ctx->sched.capture_width[op->aux] / job.heads;
+            forge__pool_run(ctx->pool, forge__pattern_task, &job, n * job.heads);
+            break;
+        }
         }
     }
 }
@@ -8851,12 +9062,13 @@ FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chu
 /* >>impl-capture */
 
 static const char *const forge__capture_points[FORGE_CAPTURE_POINT_COUNT] = {"resid_pre", "attn_out", "mlp_out",
-                                                                             "resid_post", "final"};
+                                                                             "resid_post", "final", "pattern"};
 
 FORGE_API const char *forge_capture_name(const forge_capture *capture, char *out, size_t out_bytes) {
     if (!out || out_bytes == 0) return out;
     if (!capture || (unsigned)capture->point >= FORGE_CAPTURE_POINT_COUNT) snprintf(out, out_bytes, "?");
     else if (capture->point == FORGE_CAPTURE_FINAL) snprintf(out, out_bytes, "ln_final.hook_normalized");
+    else if (capture->point == FORGE_CAPTURE_ATTN_PATTERN) snprintf(out, out_bytes, "blocks.%u.attn.hook_pattern", capture->layer);
     else snprintf(out, out_bytes, "blocks.%u.hook_%s", capture->layer, forge__capture_points[capture->point]);
     return out;
 }
@@ -8992,17 +9204,23 @@ FORGE_API forge_result forge_capture_parse(const forge_config *c, const char *la
                 long v;
                 uint32_t layer = 0;
                 while (dot < end && *dot != '.') dot++;
-                if (dot == end || !forge__parse_int(p + 7, dot, &v) || (size_t)(end - dot) < 6 || memcmp(dot, ".hook_", 6) != 0 ||
-                    (point = forge__capture_point_of(dot + 6, (size_t)(end - dot - 6))) < 0 || point == FORGE_CAPTURE_FINAL)
+                if (dot < end && (size_t)(end - dot) == 18 && memcmp(dot, ".attn.hook_pattern", 18) == 0)
+                    point = FORGE_CAPTURE_ATTN_PATTERN; /* the one hook under blocks.L.attn */
+                else if (dot == end || (size_t)(end - dot) < 6 || memcmp(dot, ".hook_", 6) != 0 ||
+                         (point = forge__capture_point_of(dot + 6, (size_t)(end - dot - 6))) < 0 || point == FORGE_CAPTURE_FINAL ||
+                         point == FORGE_CAPTURE_ATTN_PATTERN)
+                    point = -1;
+                if (point < 0 || !forge__parse_int(p + 7, dot, &v))
                     return forge__fail(error, FORGE_ERR_ARGUMENT,
-                                       "'%.*s' is not a hook name (blocks.L.hook_resid_pre, _attn_out, _mlp_out, _resid_post)",
+                                       "'%.*s' is not a hook name (blocks.L.hook_resid_pre, _attn_out, _mlp_out, _resid_post, "
+                                       "blocks.L.attn.hook_pattern)",
                                        (int)len, p);
                 if ((r = forge__capture_layer(c, v, p, (int)len, &layer, error)) ||
                     (r = forge__capture_add(out, capacity, &n, layer, (forge_capture_point)point, error)))
                     return r;
             } else {
                 return forge__fail(error, FORGE_ERR_ARGUMENT,
-                                   "'%.*s' is not a capture point (resid_pre, attn_out, mlp_out, resid_post, final) or hook name",
+                                   "'%.*s' is not a capture point (resid_pre, attn_out, mlp_out, resid_post, final, pattern) or hook name",
                                    (int)len, p);
             }
             p = *end ? end + 1 : end;

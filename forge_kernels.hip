@@ -5668,6 +5668,117 @@ int forge_hip_capture_store(void *dst, const float *src, size_t n, int dtype, vo
 
 }  // extern "C"
 
+// Attention patterns: one block per (query row, chosen head). Each thread walks the keys its query
+// sees in strides of the block, keeping a running maximum and sum of exp (online softmax); the block
+// merges the threads' pairs in shared memory by halving (any block size that is a power of two, no
+// assumption on the wave size), then writes the probabilities of the window's keys, 0 for keys the
+// query cannot see, as the capture type. The scores are the attention's: the same cache reads, scale
+// and soft-cap; float arithmetic (the CPU backend's pattern sums in double).
+#define FORGE__PATTERN_THREADS 128
+
+__device__ __forceinline__ void forge__capture_put(uint8_t *dst, size_t i, float v, int dtype) {
+    if (dtype == 0) {
+        ((float *)dst)[i] = v;
+    } else if (dtype == 1) {
+        ((uint16_t *)dst)[i] = (uint16_t)forge__to_f16(v);
+    } else {
+        const uint32_t bits = __float_as_uint(v);
+        ((uint16_t *)dst)[i] = (bits & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((bits >> 16) | 0x40u)
+                                                                  : (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+}
+
+template <int TYPE>
+__device__ __forceinline__ float forge__pattern_score(const forge_hip_attention_args &a, const float *q, const uint8_t *cache,
+                                                      uint32_t p, uint32_t kv_head, size_t row_k_bytes) {
+    const uint8_t *row = cache + ((size_t)(a.n_cells ? p % a.n_cells : p) * a.n_head_kv + kv_head) * row_k_bytes;
+    float dot = 0.0f;
+    for (uint32_t d = 0; d < a.head_dim; d++) dot += q[d] * forge__kv_at<TYPE>(row, d, a.head_dim);
+    dot *= a.scale != 0.0f ? a.scale : rsqrtf((float)a.head_dim);
+    return a.softcap > 0.0f ? a.softcap * tanhf(dot / a.softcap) : dot;
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(FORGE__PATTERN_THREADS)
+forge__k_attn_pattern(forge_hip_attention_args a, const uint32_t *__restrict__ dev_pos, uint8_t *__restrict__ dst, int dtype,
+                      uint32_t head_first, uint32_t n_heads, uint32_t key_first, uint32_t n_keys, size_t row_k_bytes) {
+    extern __shared__ float q_row[]; // head_dim floats
+    __shared__ float part_max[FORGE__PATTERN_THREADS], part_sum[FORGE__PATTERN_THREADS];
+    const uint32_t t = blockIdx.x / n_heads, hh = blockIdx.x % n_heads, h = head_first + hh;
+    const uint32_t kv_head = h / (a.n_head / a.n_head_kv);
+    const uint32_t pos = a.row_pos ? a.row_pos[t] : (dev_pos ? *dev_pos : a.pos0) + t;
+    const uint32_t first = a.window && pos >= a.window ? pos - a.window + 1 : 0;
+    const uint8_t *cache = (const uint8_t *)a.cache_k + (a.row_seq ? (size_t)a.row_seq[t] * a.seq_stride : 0);
+    const float *q = a.q + ((size_t)t * a.n_head + h) * a.head_dim;
+    const float none = -__int_as_float(0x7f800000); // -inf: no key yet
+    float m = none, l = 0.0f;
+    for (uint32_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) q_row[d] = q[d];
+    __syncthreads();
+    for (uint32_t p = first + threadIdx.x; p <= pos; p += blockDim.x) {
+        const float x = forge__pattern_score<TYPE>(a, q_row, cache, p, kv_head, row_k_bytes);
+        if (x > m) {
+            l = m == none ? 0.0f : l * __expf(m - x);
+            m = x;
+        }
+        l += __expf(x - m);
+    }
+    part_max[threadIdx.x] = m;
+    part_sum[threadIdx.x] = l;
+    __syncthreads();
+    for (uint32_t half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half && part_max[threadIdx.x + half] != none) {
+            const float m1 = part_max[threadIdx.x], m2 = part_max[threadIdx.x + half];
+            const float top = m1 > m2 ? m1 : m2;
+            part_sum[threadIdx.x] = (m1 == none ? 0.0f : part_sum[threadIdx.x] * __expf(m1 - top)) +
+                                    part_sum[threadIdx.x + half] * __expf(m2 - top);
+            part_max[threadIdx.x] = top;
+        }
+        __syncthreads();
+    }
+    const float max = part_max[0], sum = part_sum[0];
+    const size_t row = ((size_t)t * n_heads + hh) * n_keys;
+    for (uint32_t j = threadIdx.x; j < n_keys; j += blockDim.x) {
+        const uint32_t key = key_first + j;
+        const float w = key >= first && key <= pos ? __expf(forge__pattern_score<TYPE>(a, q_row, cache, key, kv_head, row_k_bytes) - max) / sum
+                                                   : 0.0f;
+        forge__capture_put(dst, row + j, w, dtype);
+    }
+}
+
+extern "C" {
+
+// The attention probabilities of query heads [head_first, head_first + n_heads) of args' queries (their
+// rotated q and the layer's cache, as forge_hip_attention reads them) against the key positions
+// [key_first, key_first + n_keys): dst holds n_tokens rows of n_heads x n_keys values of dtype
+// (0 f32, 1 f16, 2 bf16). dev_pos: NULL, or the step's first position in device memory (graphs).
+int forge_hip_attn_pattern(const forge_hip_attention_args *args, const uint32_t *dev_pos, void *dst, int dtype,
+                           uint32_t head_first, uint32_t n_heads, uint32_t key_first, uint32_t n_keys, void *stream, char *message,
+                           size_t message_bytes) {
+    const forge_hip_attention_args &a = *args;
+    const size_t row_k_bytes = forge__hip_kv_row_bytes(a.kv_type, a.head_dim);
+    const uint64_t blocks = (uint64_t)a.n_tokens * n_heads;
+    if (!row_k_bytes || dtype < 0 || dtype > 2 || n_heads == 0 || a.n_head_kv == 0 || a.n_head % a.n_head_kv ||
+        head_first + n_heads > a.n_head || blocks > 0x7fffffffu || a.head_dim > 4096) {
+        if (message && message_bytes)
+            snprintf(message, message_bytes, "attn_pattern: kv type %u, dtype %d, heads %u + %u of %u (%u KV), %llu blocks", a.kv_type,
+                     dtype, head_first, n_heads, a.n_head, a.n_head_kv, (unsigned long long)blocks);
+        return -1;
+    }
+    if (blocks == 0 || n_keys == 0) return 0;
+    const size_t shared = (size_t)a.head_dim * sizeof(float);
+    hipStream_t s = (hipStream_t)stream;
+    uint8_t *out = (uint8_t *)dst;
+    switch (a.kv_type) {
+    case FORGE_HIP_F32: forge__k_attn_pattern<FORGE_HIP_F32><<<(unsigned)blocks, FORGE__PATTERN_THREADS, shared, s>>>(a, dev_pos, out, dtype, head_first, n_heads, key_first, n_keys, row_k_bytes); break;
+    case FORGE_HIP_F16: forge__k_attn_pattern<FORGE_HIP_F16><<<(unsigned)blocks, FORGE__PATTERN_THREADS, shared, s>>>(a, dev_pos, out, dtype, head_first, n_heads, key_first, n_keys, row_k_bytes); break;
+    case FORGE_HIP_Q8_0: forge__k_attn_pattern<FORGE_HIP_Q8_0><<<(unsigned)blocks, FORGE__PATTERN_THREADS, shared, s>>>(a, dev_pos, out, dtype, head_first, n_heads, key_first, n_keys, row_k_bytes); break;
+    default: forge__k_attn_pattern<FORGE_HIP_Q4_0><<<(unsigned)blocks, FORGE__PATTERN_THREADS, shared, s>>>(a, dev_pos, out, dtype, head_first, n_heads, key_first, n_keys, row_k_bytes); break;
+    }
+    return forge__hip_launched("attn_pattern launch", message, message_bytes);
+}
+
+}  // extern "C"
+
 /* >>sample ------------------------------------------------------------------------------------ */
 
 // The k best logits of a row for the sampler, so a sampled decode step copies back k candidates

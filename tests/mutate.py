@@ -79,6 +79,8 @@ MUTATIONS = [
      "scale = (float)(1.0 / sqrt(sum / n + (double)eps));", "scale = (float)(1.0 / (sqrt(sum / n) + (double)eps));"),
     ("swa-window", "a sliding-window layer sees one position too many",
      "pos >= c->n_swa ? pos - c->n_swa + 1 : 0;", "pos >= c->n_swa ? pos - c->n_swa : 0;"),
+    ("pattern-softcap", "attention patterns forget the soft-cap of the scores",
+     "if (c->attn_softcap > 0.0f) s = (double)c->attn_softcap * tanh(s / (double)c->attn_softcap);", "(void)0;"),
     ("final-softcap", "the final soft-cap applied without dividing first",
      "ctx->logits[j] = c->final_softcap * tanhf(ctx->logits[j] / c->final_softcap);",
      "ctx->logits[j] = c->final_softcap * tanhf(ctx->logits[j]);"),

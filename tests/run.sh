@@ -70,6 +70,7 @@ PEER=${FORGE_PEER:-../shared/peer/llama.cpp-d32676d.tar.gz}
 run serve       $PY tests/check_serve.py --forge $B/forge --model "${FORGE_SMOLLM2:-$HOME/.cache/forge/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}" \
   --big "${FORGE_QWEN25CODER:-$HOME/.cache/forge/qwen25coder/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}"
 run extract     $PY tests/check_extract.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
+run python      env BUILD=$B PYTHON=$PY FORGE_FIXTURES="${FORGE_FIXTURES:-../shared/fixtures}" sh tests/check_python.sh
 [ -n "$broken" ] && echo "suites with failures:$broken"
 echo "all suites: $(( $(now) - start_all )) s"
 echo "$total_passed passed, $total_failed failed"

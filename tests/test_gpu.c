@@ -513,6 +513,80 @@ static void compare_captures(const char *dir, const char *name) {
     forge_model_close(m);
 }
 
+/* Attention patterns, GPU against CPU: every row of every chunk gathered, in chunks of 7 (prompt
+   kernels) and of 1 (decode, graphs and plain launches), heads 1-3 against keys 2 .. 41 of 64. */
+typedef struct pattern_rows {
+    float rows[32 * 3 * 40];
+    uint32_t seen;
+} pattern_rows;
+
+static void pattern_gather(void *user, const forge_capture_chunk *chunk) {
+    pattern_rows *g = (pattern_rows *)user;
+    if (chunk->width[0] == 3 * 40 && chunk->pos + chunk->n_tokens <= 32) {
+        memcpy(g->rows + (size_t)chunk->pos * 120, chunk->data[0], (size_t)chunk->n_tokens * 120 * sizeof(float));
+        g->seen += chunk->n_tokens;
+    }
+}
+
+static void compare_patterns(const char *dir, const char *name, uint32_t layer) {
+    static pattern_rows got[2];
+    char path[1024], label[256];
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_context_desc d;
+    forge_capture cap;
+    forge_error e;
+    uint32_t k, batch, i;
+    snprintf(path, sizeof path, "%s/models/%s", dir, name);
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
+    cap.layer = layer, cap.point = FORGE_CAPTURE_ATTN_PATTERN;
+    for (batch = 7; batch >= 1; batch -= 6) {
+        double worst = 0.0, worst_sum = 0.0;
+        snprintf(label, sizeof label, "GPU vs CPU attention pattern: %s layer %u, heads 1-3 x keys 2..41, chunks of %u", name, layer, batch);
+        TEST_CASE(label);
+        memset(&d, 0, sizeof d);
+        d.n_ctx = 64;
+        d.n_batch = batch;
+        d.captures = &cap;
+        d.n_captures = 1;
+        d.on_capture = pattern_gather;
+        d.pattern_head_first = 1, d.pattern_n_heads = 3, d.pattern_key_first = 2, d.pattern_n_keys = 40;
+        for (k = 0; k < 2; k++) {
+            memset(&got[k], 0, sizeof got[k]);
+            d.backend = k ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
+            d.capture_user_data = &got[k];
+            CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message);
+            if (ctx) CHECK(forge_eval(ctx, tokens, 32, &e) == FORGE_OK && got[k].seen == 32, "eval: %s", e.message);
+            forge_context_destroy(ctx);
+            ctx = NULL;
+        }
+        { /* the GPU's prompt products run on f16 activations: normalized error, as for the other captures;
+             rows whose visible keys all lie in the window (a sliding-window layer's later rows) sum to 1 */
+            const forge_config *c = forge_model_config(m);
+            double num = 0.0, den = 0.0;
+            for (i = 0; i < 32 * 3; i++) {
+                const uint32_t t = i / 3;
+                double sum_gpu = 0.0;
+                uint32_t j;
+                for (j = 0; j < 40; j++) {
+                    const double a = got[0].rows[i * 40 + j], b = got[1].rows[i * 40 + j];
+                    num += (a - b) * (a - b);
+                    den += a * a;
+                    worst = fmax(worst, fabs(a - b));
+                    sum_gpu += b;
+                }
+                if (c->layer_is_swa[layer] && t >= c->n_swa + 1 && t <= 41) worst_sum = fmax(worst_sum, fabs(sum_gpu - 1.0));
+            }
+            CHECK(den > 0 && sqrt(num / den) < GPU_VS_CPU_BOUND, "normalized error %.3g (largest difference %.3g)",
+                  den > 0 ? sqrt(num / den) : -1.0, worst);
+            CHECK(worst_sum <= 1e-5, "GPU rows holding every visible key sum to 1 within %.3g", worst_sum);
+            printf("  %-32s pattern GPU vs CPU, chunks of %u: normalized error %.3g, largest difference %.3g\n", name, batch,
+                   den > 0 ? sqrt(num / den) : -1.0, worst);
+        }
+    }
+    forge_model_close(m);
+}
+
 /* Nothing allocated after load on the device or through the context's host allocator: prompt
    batches (ring-sized on a sliding-window model), decode steps, device and host sampler draws, the
    device argmax, and a generator's steps. */
@@ -1033,6 +1107,8 @@ int main(int argc, char **argv) {
     compare_fixture(argv[1], "tiny-gemma3-q4_k_m.gguf", FORGE_KV_Q8_0, 3);
     compare_captures(argv[1], "tiny-gemma3-q4_k_m.gguf");
     compare_captures(argv[1], "tiny-qwen2moe-q4_k_m.gguf");
+    compare_patterns(argv[1], "tiny-gemma2-f16.gguf", 0); /* a sliding window and a soft-cap */
+    compare_patterns(argv[1], "tiny-llama-q4_k_m.gguf", 2);
     /* the decode graph: rings of sliding windows in small batches, soft-caps, MoE, q8_0, split attention */
     graph_vs_plain(argv[1], "tiny-gemma3-f16.gguf", FORGE_KV_F16, 3, 64, 8, 48);
     graph_vs_plain(argv[1], "tiny-gemma3-f16.gguf", FORGE_KV_Q8_0, 1, 64, 5, 50);

@@ -6,7 +6,8 @@
                  [--chunk 512] [--dtype f32|f16|bf16] -o OUTDIR [--bos|--no-bos] [--cpu|--gpu] [--ctx N] [--kv TYPE]
 
    OUTDIR/<hook name>.npy: shape [n_tokens, width], '<f4' (f32), '<f2' (f16) or '<u2' (bf16 bits: numpy
-   has no bfloat16; widen with (a.astype(np.uint32) << 16).view(np.float32)). OUTDIR/tokens.npy: the
+   has no bfloat16; widen with (a.astype(np.uint32) << 16).view(np.float32)); an attention pattern
+   (blocks.L.attn.hook_pattern) is [n_tokens, heads, keys] for --pattern-heads and --pattern-keys. OUTDIR/tokens.npy: the
    token ids, '<i4'. OUTDIR/index.json: model, tokens, chunk size, dtype, and per capture its hook name,
    layer, point, file, shape and dtype. Memory stays flat: each chunk's rows go to disk as they come. */
 #include <errno.h>
@@ -14,11 +15,20 @@
 
 /* The .npy header (format 1.0) for a C-order array of `descr` values of this shape: magic,
    version, little-endian header length, the dict padded with spaces to a multiple of 64 bytes. */
+static int npy_header3(FILE *f, const char *descr, uint64_t rows, uint64_t cols, uint64_t depth, int two_d);
 static int npy_header(FILE *f, const char *descr, uint64_t rows, uint64_t cols, int two_d) {
-    char dict[160];
+    return npy_header3(f, descr, rows, cols, 0, two_d);
+}
+
+/* The same with a third dimension when depth is not 0. */
+static int npy_header3(FILE *f, const char *descr, uint64_t rows, uint64_t cols, uint64_t depth, int two_d) {
+    char dict[200];
     unsigned char head[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0};
     size_t len, total;
-    if (two_d)
+    if (depth)
+        len = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu, %llu), }", descr,
+                               (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)depth);
+    else if (two_d)
         len = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu), }", descr,
                                (unsigned long long)rows, (unsigned long long)cols);
     else
@@ -103,6 +113,31 @@ static char *read_text_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* "A" or "A-B" (inclusive) into first and count; 1 on success. */
+static int parse_span(const char *text, const char *flag, uint32_t *first, uint32_t *count) {
+    const char *dash = strchr(text, '-');
+    uint32_t a = 0, b = 0;
+    char head[32];
+    if (!dash) {
+        if (!parse_u32_in(text, flag, 0, 1u << 30, &a)) return 0;
+        *first = a, *count = 1;
+        return 1;
+    }
+    if ((size_t)(dash - text) >= sizeof head || dash == text) {
+        fprintf(stderr, "forge: %s '%s' must be N or A-B\n", flag, text);
+        return 0;
+    }
+    memcpy(head, text, (size_t)(dash - text));
+    head[dash - text] = '\0';
+    if (!parse_u32_in(head, flag, 0, 1u << 30, &a) || !parse_u32_in(dash + 1, flag, 0, 1u << 30, &b)) return 0;
+    if (b < a) {
+        fprintf(stderr, "forge: %s '%s' runs backwards\n", flag, text);
+        return 0;
+    }
+    *first = a, *count = b - a + 1;
+    return 1;
+}
+
 #define EXTRACT_USAGE \
     "usage: forge extract -m FILE (-f TEXTFILE | -p TEXT | --tokens IDS) -o OUTDIR [options]\n" \
     "  hidden states of chosen layers for a whole text, streamed chunk by chunk into OUTDIR/<hook>.npy, with\n" \
@@ -112,7 +147,10 @@ static char *read_text_file(const char *path, size_t *len) {
     "  --tokens IDS          or comma-separated token ids\n" \
     "  -o OUTDIR             where the files go (created if missing)\n" \
     "  --layers LIST         layer indices, comma-separated; negative ones count from the end (-1 = the last)\n" \
-    "  --points LIST         resid_pre, attn_out, mlp_out, resid_post (default), final, or hook names\n" \
+    "  --points LIST         resid_pre, attn_out, mlp_out, resid_post (default), final, pattern, or hook names\n" \
+    "                        (pattern: attention probabilities, blocks.L.attn.hook_pattern, [tokens, heads, keys])\n" \
+    "  --pattern-heads H     query heads of the patterns, N or A-B; default every head\n" \
+    "  --pattern-keys K      key positions of the patterns, N or A-B; default every position of the context\n" \
     "  --chunk N             tokens per step, [1, 65536]; default 512 (it is the batch: --batch is ignored)\n" \
     "  --dtype TYPE          f32 (default), f16 or bf16\n" \
     "  --bos, --no-bos       add the beginning-of-sequence token or not; default the model's choice\n" \
@@ -161,6 +199,10 @@ static int cmd_extract(int argc, char **argv) {
         else if (!strcmp(argv[i], "--layers") && i + 1 < (uint32_t)argc) layers = argv[++i];
         else if ((!strcmp(argv[i], "--points") || !strcmp(argv[i], "--hooks")) && i + 1 < (uint32_t)argc) points = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < (uint32_t)argc) dtype_name = argv[++i];
+        else if (!strcmp(argv[i], "--pattern-heads") && i + 1 < (uint32_t)argc)
+            bad |= !parse_span(argv[++i], "--pattern-heads", &desc.pattern_head_first, &desc.pattern_n_heads);
+        else if (!strcmp(argv[i], "--pattern-keys") && i + 1 < (uint32_t)argc)
+            bad |= !parse_span(argv[++i], "--pattern-keys", &desc.pattern_key_first, &desc.pattern_n_keys);
         else if (!strcmp(argv[i], "--chunk") && i + 1 < (uint32_t)argc) bad |= !parse_u32_in(argv[++i], "--chunk", 1, 65536, &chunk);
         else if (!strcmp(argv[i], "--monitor") && i + 1 < (uint32_t)argc)
             bad |= !parse_number_in(argv[++i], "--monitor", 0.0, 1.0, 0, &monitor);
@@ -258,7 +300,10 @@ static int cmd_extract(int argc, char **argv) {
             snprintf(file_path, sizeof file_path, "%s/%s.npy", out_dir, forge_capture_name(&captures[i], name, sizeof name));
             st.files[i] = fopen(file_path, "wb");
             st.n_files = i + 1;
-            if (!st.files[i] || !npy_header(st.files[i], descr, n_ids, info.width[i], 1)) {
+            const forge_plan *plan = forge_context_plan(ctx);
+            int pattern = captures[i].point == FORGE_CAPTURE_ATTN_PATTERN;
+            if (!st.files[i] || !npy_header3(st.files[i], descr, n_ids, pattern ? info.width[i] / plan->pattern_n_keys : info.width[i],
+                                             pattern ? plan->pattern_n_keys : 0, 1)) {
                 fprintf(stderr, "forge extract: cannot write '%s'\n", file_path);
                 goto done;
             }
@@ -309,13 +354,21 @@ static int cmd_extract(int argc, char **argv) {
             fprintf(index, "%s\n  {\"name\": \"%s\", \"layer\": ", i ? "," : "", name);
             if (captures[i].point == FORGE_CAPTURE_FINAL) fprintf(index, "null");
             else fprintf(index, "%u", captures[i].layer);
-            fprintf(index, ", \"point\": \"%s\", \"file\": \"%s.npy\", \"shape\": [%llu, %u], \"dtype\": \"%s\"}",
+            fprintf(index, ", \"point\": \"%s\", \"file\": \"%s.npy\", \"shape\": [%llu, ",
                     captures[i].point == FORGE_CAPTURE_RESID_PRE    ? "resid_pre"
                     : captures[i].point == FORGE_CAPTURE_ATTN_OUT   ? "attn_out"
                     : captures[i].point == FORGE_CAPTURE_MLP_OUT    ? "mlp_out"
                     : captures[i].point == FORGE_CAPTURE_RESID_POST ? "resid_post"
-                                                                    : "final",
-                    name, (unsigned long long)n_ids, info.width[i], forge_capture_dtype_name(desc.capture_dtype));
+                    : captures[i].point == FORGE_CAPTURE_FINAL      ? "final"
+                                                                    : "pattern",
+                    name, (unsigned long long)n_ids);
+            if (captures[i].point == FORGE_CAPTURE_ATTN_PATTERN)
+                fprintf(index, "%u, %u], \"heads\": [%u, %u], \"keys\": [%u, %u]", info.width[i] / plan->pattern_n_keys, plan->pattern_n_keys,
+                        desc.pattern_head_first, desc.pattern_head_first + info.width[i] / plan->pattern_n_keys - 1, plan->pattern_key_first,
+                        plan->pattern_key_first + plan->pattern_n_keys - 1);
+            else
+                fprintf(index, "%u]", info.width[i]);
+            fprintf(index, ", \"dtype\": \"%s\"}", forge_capture_dtype_name(desc.capture_dtype));
         }
         fprintf(index, "\n]}\n");
     }

@@ -743,10 +743,10 @@ static int cmd_plan(int argc, char **argv) {
         printf(", \"n_seq\": %u, \"seq_kv_bytes\": %llu, \"seq_bytes\": %llu, \"max_seq_that_fits\": %u", p->n_seq,
                (unsigned long long)(p->kv_bytes / p->n_seq), (unsigned long long)v.seq_bytes, v.max_seq_that_fits);
         printf(", \"plan\": {\"weights_bytes\": %llu, \"kv_bytes\": %llu, \"scratch_bytes\": %llu, \"logits_bytes\": %llu, "
-               "\"capture_bytes\": %llu, \"reserve_bytes\": %llu, \"total_bytes\": %llu}",
+               "\"capture_bytes\": %llu, \"pattern_bytes\": %llu, \"reserve_bytes\": %llu, \"total_bytes\": %llu}",
                (unsigned long long)p->weights_bytes, (unsigned long long)p->kv_bytes, (unsigned long long)p->scratch_bytes,
-               (unsigned long long)p->logits_bytes, (unsigned long long)p->capture_bytes, (unsigned long long)p->reserve_bytes,
-               (unsigned long long)p->total_bytes);
+               (unsigned long long)p->logits_bytes, (unsigned long long)p->capture_bytes, (unsigned long long)p->pattern_bytes,
+               (unsigned long long)p->reserve_bytes, (unsigned long long)p->total_bytes);
         printf(", \"mem_fraction\": ");
         json_float(stdout, v.mem_fraction);
         printf(", \"budget_bytes\": %llu, \"fits\": %s", (unsigned long long)v.budget_bytes, v.fits ? "true" : "false");
