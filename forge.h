@@ -88,7 +88,8 @@
         the numbers. The library never exits, aborts or prints (logging goes to desc.log if given).
       - Environment: the library reads no environment variable unless the program calls
         forge_context_desc_apply_env, which applies FORGE_MEM_FRACTION, FORGE_NO_GRAPH, FORGE_NO_Q8,
-        FORGE_NORM_FUSION, FORGE_NO_PDL and FORGE_NO_STAGE to a descriptor (the CLI calls it).
+        FORGE_NORM_FUSION, FORGE_NO_PDL, FORGE_NO_STAGE and FORGE_CPU_NO_Q8 to a descriptor (the CLI
+        calls it).
       - Memory: host memory through the descriptor's forge_allocator (both callbacks or neither: one
         without the other is refused with FORGE_ERR_ARGUMENT at creation); a context allocates all it
         needs at create and nothing per token; any failed create frees what it took.
@@ -810,6 +811,7 @@ typedef struct forge_context_desc {
     int gpu_norm_fusion;          /* 0: where faster; 1: wherever the shapes allow; -1: never (FORGE_NORM_FUSION=1/0) */
     int gpu_no_pdl;               /* 1: no programmatic dependent launch on NVIDIA sm_90+ (FORGE_NO_PDL=1) */
     int gpu_no_stage;             /* 1: decode products never stage rows in shared memory (FORGE_NO_STAGE=1) */
+    int cpu_no_q8;                /* 1: CPU products on f32 activations, not 8-bit (FORGE_CPU_NO_Q8=1) */
     /* hidden-state capture (see forge_capture_parse); the staging is part of the plan */
     const forge_capture *captures;
     uint32_t n_captures;              /* at most FORGE_MAX_CAPTURES */
@@ -955,6 +957,7 @@ FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chu
       FORGE_NO_GRAPH=1       gpu_no_graph        FORGE_NO_Q8=1     gpu_no_q8
       FORGE_NORM_FUSION=0|1  gpu_norm_fusion -1 or 1
       FORGE_NO_PDL=1         gpu_no_pdl          FORGE_NO_STAGE=1  gpu_no_stage
+      FORGE_CPU_NO_Q8=1      cpu_no_q8
    A switch is on when its variable is set to anything but "" or "0". FORGE_ERR_ARGUMENT names a
    variable whose value cannot be read (FORGE_MEM_FRACTION=abc, =1.5); desc is then unchanged. */
 FORGE_API forge_result forge_context_desc_apply_env(forge_context_desc *desc, forge_error *error);
@@ -3667,6 +3670,489 @@ static FORGE__MAYBE_UNUSED void forge__matmul(forge__pool *p, uint32_t type, con
         n_tasks = (uint32_t)(((uint64_t)n_rows + job.rows_per_task - 1) / job.rows_per_task);
     }
     forge__pool_run(p, forge__matmul_task, &job, n_tasks);
+}
+
+/* ---- products on 8-bit activations ----
+   The input of a quantized product is rounded once per token to 8 bits in blocks of 32 (d = max|x| / 127,
+   q = x / d rounded to the nearest, ties to even: the rule of the GPU decode path), and each weight block
+   then meets it in integer multiply-adds: sum_j w_j x_j = d_w d_x sum_j q_w,j q_x,j, a weight type's
+   offset or minimum applied through the block's sums of q_x. Weights are used unsigned (0..15, 0..31,
+   0..63) with their offsets taken out through those sums: the form x86's byte products (unsigned by
+   signed) take. The cost is the rounding of the activations, about 0.4% of a block's largest value per
+   element, the trade the reference engine makes in its CPU products too; desc.cpu_no_q8 keeps the f32
+   products above. A row's tokens each get the sums they get alone, so a prompt's logits do not depend
+   on how it is cut into steps. */
+typedef struct forge__q8_block {
+    float d;        /* max|x| / 127 over the block */
+    int16_t sum[2]; /* sums of q over elements 0..15 and 16..31 */
+    int8_t q[32];
+} forge__q8_block;
+
+/* Rounds n_blocks blocks of 32 floats. A NaN or infinite input gives a block of zeros or a NaN scale,
+   never an out-of-range byte. */
+static void forge__q8_quantize(const float *FORGE__RESTRICT x, forge__q8_block *FORGE__RESTRICT out, uint32_t n_blocks) {
+    uint32_t b, j;
+    for (b = 0; b < n_blocks; b++, x += 32, out++) {
+        float amax = 0.0f, inv;
+        int s0 = 0, s1 = 0;
+        for (j = 0; j < 32; j++) {
+            const float a = fabsf(x[j]);
+            amax = a > amax ? a : amax;
+        }
+        out->d = amax / 127.0f;
+        inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (j = 0; j < 32; j++) {
+            const float v = x[j] * inv;
+            const long q = v >= -127.5f && v <= 127.5f ? lrintf(v) : 0; /* lrintf: to nearest, ties to even */
+            out->q[j] = (int8_t)q;
+            if (j < 16) s0 += (int)q;
+            else s1 += (int)q;
+        }
+        out->sum[0] = (int16_t)s0;
+        out->sum[1] = (int16_t)s1;
+    }
+}
+
+/* Dot product of one row (n_blocks blocks of 32 of its elements) with a quantized vector. */
+typedef float (*forge__qdot_fn)(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks);
+
+static int forge__q8_sum(const forge__q8_block *x) { return (int)x->sum[0] + (int)x->sum[1]; }
+
+/* The portable forms: the reference for the vector ones below, and what every other machine runs. */
+static float forge__qdot_q4_0(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    float total = 0.0f;
+    uint32_t b, j;
+    for (b = 0; b < n_blocks; b++, w += 18, x++) {
+        const uint8_t *q = w + 2;
+        int32_t dot = 0;
+        for (j = 0; j < 16; j++) dot += (q[j] & 0xf) * x->q[j] + (q[j] >> 4) * x->q[j + 16];
+        total += forge__half_at(w) * x->d * (float)(dot - 8 * forge__q8_sum(x));
+    }
+    return total;
+}
+
+static float forge__qdot_q4_1(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    float total = 0.0f;
+    uint32_t b, j;
+    for (b = 0; b < n_blocks; b++, w += 20, x++) {
+        const uint8_t *q = w + 4;
+        int32_t dot = 0;
+        for (j = 0; j < 16; j++) dot += (q[j] & 0xf) * x->q[j] + (q[j] >> 4) * x->q[j + 16];
+        total += x->d * (forge__half_at(w) * (float)dot + forge__half_at(w + 2) * (float)forge__q8_sum(x));
+    }
+    return total;
+}
+
+/* Q5_0 and Q5_1: the fifth bits of the 32 elements in one little-endian word after the scale(s). */
+static int32_t forge__q5_dot(const uint8_t *q, uint32_t high, const int8_t *x) {
+    int32_t dot = 0;
+    uint32_t j;
+    for (j = 0; j < 16; j++)
+        dot += (int32_t)((q[j] & 0xfu) | ((high >> j & 1u) << 4)) * x[j] +
+               (int32_t)((q[j] >> 4) | ((high >> (j + 16) & 1u) << 4)) * x[j + 16];
+    return dot;
+}
+
+static float forge__qdot_q5_0(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    float total = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 22, x++)
+        total += forge__half_at(w) * x->d * (float)(forge__q5_dot(w + 6, forge__le32(w + 2), x->q) - 16 * forge__q8_sum(x));
+    return total;
+}
+
+static float forge__qdot_q5_1(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    float total = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 24, x++)
+        total += x->d * (forge__half_at(w) * (float)forge__q5_dot(w + 8, forge__le32(w + 4), x->q) +
+                         forge__half_at(w + 2) * (float)forge__q8_sum(x));
+    return total;
+}
+
+static float forge__qdot_q8_0(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    float total = 0.0f;
+    uint32_t b, j;
+    for (b = 0; b < n_blocks; b++, w += 34, x++) {
+        const int8_t *q = (const int8_t *)(w + 2);
+        int32_t dot = 0;
+        for (j = 0; j < 32; j++) dot += q[j] * x->q[j];
+        total += forge__half_at(w) * x->d * (float)dot;
+    }
+    return total;
+}
+
+/* Q4_K and Q5_K: each 32 elements of a 256-element super-block have a 6-bit scale and minimum. */
+static float forge__qdot_q4_k(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    float total = 0.0f;
+    uint32_t b, l;
+    for (b = 0; b < n_blocks / 8; b++, w += 144) {
+        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+        const uint8_t *qs = w + 16;
+        int sub;
+        for (sub = 0; sub < 8; sub++, x++) {
+            const uint8_t *q = qs + 32 * (sub / 2);
+            const int shift = 4 * (sub & 1);
+            int sc, mn;
+            int32_t dot = 0;
+            forge__k4_scale_min(sub, w + 4, &sc, &mn);
+            for (l = 0; l < 32; l++) dot += (q[l] >> shift & 0xf) * x->q[l];
+            total += x->d * (d * (float)sc * (float)dot - dmin * (float)mn * (float)forge__q8_sum(x));
+        }
+    }
+    return total;
+}
+
+static float forge__qdot_q5_k(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    float total = 0.0f;
+    uint32_t b, l;
+    for (b = 0; b < n_blocks / 8; b++, w += 176) {
+        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+        const uint8_t *qh = w + 16, *qs = w + 48;
+        int sub;
+        for (sub = 0; sub < 8; sub++, x++) {
+            const uint8_t *q = qs + 32 * (sub / 2);
+            const int shift = 4 * (sub & 1);
+            int sc, mn;
+            int32_t dot = 0;
+            forge__k4_scale_min(sub, w + 4, &sc, &mn);
+            for (l = 0; l < 32; l++) dot += ((q[l] >> shift & 0xf) | ((qh[l] >> sub & 1) << 4)) * x->q[l];
+            total += x->d * (d * (float)sc * (float)dot - dmin * (float)mn * (float)forge__q8_sum(x));
+        }
+    }
+    return total;
+}
+
+/* Q6_K: [ql 128][qh 64][scales 16 int8][d f16]; each half of 128 elements takes 64 bytes of ql and 32
+   of qh, its k-th 32 elements (k = 0..3) the low or high nibbles of ql[0..31] or ql[32..63] and bits
+   2k..2k+1 of qh, with a scale for each 16. */
+static float forge__qdot_q6_k(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    float total = 0.0f;
+    uint32_t b, l;
+    for (b = 0; b < n_blocks / 8; b++, w += 210) {
+        const float d = forge__half_at(w + 208);
+        int half, k;
+        for (half = 0; half < 2; half++) {
+            const uint8_t *ql = w + 64 * half, *qh = w + 128 + 32 * half;
+            const int8_t *scales = (const int8_t *)(w + 192) + 8 * half;
+            for (k = 0; k < 4; k++, x++) {
+                const uint8_t *lo = ql + 32 * (k & 1);
+                const int shift = 4 * (k >> 1);
+                int32_t dot[2] = {0, 0};
+                for (l = 0; l < 32; l++)
+                    dot[l / 16] += (int32_t)((lo[l] >> shift & 0xf) | ((qh[l] >> (2 * k) & 3) << 4)) * x->q[l];
+                total += d * x->d *
+                         (float)(scales[2 * k] * (dot[0] - 32 * x->sum[0]) + scales[2 * k + 1] * (dot[1] - 32 * x->sum[1]));
+            }
+        }
+    }
+    return total;
+}
+
+/* x86 vector forms (AVX2 and FMA): a compiler given -mavx2 -mfma (or /arch:AVX2) builds them plain;
+   GCC and Clang on x86 otherwise build them as target functions and forge picks them when the CPU
+   says it has both, so a plain `make` runs them where they run. Other compilers and FORGE_NO_SIMD
+   keep the portable forms. */
+#if !defined(FORGE_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64) || defined(__i386__))
+#if defined(__AVX2__) && defined(__FMA__)
+#define FORGE__AVX2 1
+#define FORGE__AVX2_FN
+#define FORGE__AVX2_PRESENT() 1
+#elif (defined(__GNUC__) && __GNUC__ >= 6) || (defined(__clang__) && __clang_major__ >= 5)
+#define FORGE__AVX2 1
+#define FORGE__AVX2_FN __attribute__((target("avx2,fma")))
+#define FORGE__AVX2_PRESENT() (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+#endif
+#endif
+
+#ifdef FORGE__AVX2
+#include <immintrin.h>
+
+/* 32 unsigned bytes times 32 signed ones, added in fours: 8 int32. Each pair of products stays
+   within int16 for weights up to 63 and activations within +-127. */
+static FORGE__AVX2_FN __m256i forge__avx2_dot(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+static FORGE__AVX2_FN float forge__avx2_sum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+static FORGE__AVX2_FN __m256i forge__avx2_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* The 16 bytes at q as 32 nibbles: low ones in bytes 0..15, high ones in 16..31. */
+static FORGE__AVX2_FN __m256i forge__avx2_nibbles(const uint8_t *q) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)q), mask = _mm_set1_epi8(0xf);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(raw, mask)),
+                                   _mm_and_si128(_mm_srli_epi16(raw, 4), mask), 1);
+}
+
+/* Byte j = 16 where bit j of `high` is set, else 0. */
+static FORGE__AVX2_FN __m256i forge__avx2_fifth_bits(uint32_t high) {
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)high), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+
+static FORGE__AVX2_FN float forge__qdot_q4_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    __m256 acc = _mm256_setzero_ps();
+    float offset = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 18, x++) {
+        const float scale = forge__half_at(w) * x->d;
+        const __m256i dot = forge__avx2_dot(forge__avx2_nibbles(w + 2), forge__avx2_load(x->q));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
+        offset += scale * (float)forge__q8_sum(x);
+    }
+    return forge__avx2_sum(acc) - 8.0f * offset;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q4_1_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    __m256 acc = _mm256_setzero_ps();
+    float offset = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 20, x++) {
+        const __m256i dot = forge__avx2_dot(forge__avx2_nibbles(w + 4), forge__avx2_load(x->q));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(forge__half_at(w) * x->d), acc);
+        offset += forge__half_at(w + 2) * x->d * (float)forge__q8_sum(x);
+    }
+    return forge__avx2_sum(acc) + offset;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q5_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    __m256 acc = _mm256_setzero_ps();
+    float offset = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 22, x++) {
+        const float scale = forge__half_at(w) * x->d;
+        const __m256i q = _mm256_or_si256(forge__avx2_nibbles(w + 6), forge__avx2_fifth_bits(forge__le32(w + 2)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(forge__avx2_dot(q, forge__avx2_load(x->q))), _mm256_set1_ps(scale), acc);
+        offset += scale * (float)forge__q8_sum(x);
+    }
+    return forge__avx2_sum(acc) - 16.0f * offset;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q5_1_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    __m256 acc = _mm256_setzero_ps();
+    float offset = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 24, x++) {
+        const __m256i q = _mm256_or_si256(forge__avx2_nibbles(w + 8), forge__avx2_fifth_bits(forge__le32(w + 4)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(forge__avx2_dot(q, forge__avx2_load(x->q))),
+                              _mm256_set1_ps(forge__half_at(w) * x->d), acc);
+        offset += forge__half_at(w + 2) * x->d * (float)forge__q8_sum(x);
+    }
+    return forge__avx2_sum(acc) + offset;
+}
+
+/* signed by signed: |w| times x with w's sign */
+static FORGE__AVX2_FN float forge__qdot_q8_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    __m256 acc = _mm256_setzero_ps();
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 34, x++) {
+        const __m256i q = forge__avx2_load(w + 2);
+        const __m256i dot = forge__avx2_dot(_mm256_abs_epi8(q), _mm256_sign_epi8(forge__avx2_load(x->q), q));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(forge__half_at(w) * x->d), acc);
+    }
+    return forge__avx2_sum(acc);
+}
+
+static FORGE__AVX2_FN float forge__qdot_q4_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    const __m256i mask = _mm256_set1_epi8(0xf);
+    __m256 acc = _mm256_setzero_ps();
+    float offset = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks / 8; b++, w += 144) {
+        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+        int chunk;
+        for (chunk = 0; chunk < 4; chunk++, x += 2) {
+            const __m256i raw = forge__avx2_load(w + 16 + 32 * chunk);
+            const __m256i lo = forge__avx2_dot(_mm256_and_si256(raw, mask), forge__avx2_load(x[0].q));
+            const __m256i hi = forge__avx2_dot(_mm256_and_si256(_mm256_srli_epi16(raw, 4), mask), forge__avx2_load(x[1].q));
+            int sc0, mn0, sc1, mn1;
+            forge__k4_scale_min(2 * chunk, w + 4, &sc0, &mn0);
+            forge__k4_scale_min(2 * chunk + 1, w + 4, &sc1, &mn1);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_set1_ps(d * (float)sc0 * x[0].d), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(d * (float)sc1 * x[1].d), acc);
+            offset += dmin * ((float)mn0 * x[0].d * (float)forge__q8_sum(&x[0]) + (float)mn1 * x[1].d * (float)forge__q8_sum(&x[1]));
+        }
+    }
+    return forge__avx2_sum(acc) - offset;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q5_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    const __m256i mask = _mm256_set1_epi8(0xf), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float offset = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks / 8; b++, w += 176) {
+        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+        const __m256i qh = forge__avx2_load(w + 16);
+        int chunk;
+        for (chunk = 0; chunk < 4; chunk++, x += 2) {
+            const __m256i raw = forge__avx2_load(w + 48 + 32 * chunk);
+            const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk)), one);
+            const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk + 1)), one);
+            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(raw, mask), _mm256_slli_epi16(h0, 4));
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), mask), _mm256_slli_epi16(h1, 4));
+            int sc0, mn0, sc1, mn1;
+            forge__k4_scale_min(2 * chunk, w + 4, &sc0, &mn0);
+            forge__k4_scale_min(2 * chunk + 1, w + 4, &sc1, &mn1);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(forge__avx2_dot(q0, forge__avx2_load(x[0].q))),
+                                  _mm256_set1_ps(d * (float)sc0 * x[0].d), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(forge__avx2_dot(q1, forge__avx2_load(x[1].q))),
+                                  _mm256_set1_ps(d * (float)sc1 * x[1].d), acc);
+            offset += dmin * ((float)mn0 * x[0].d * (float)forge__q8_sum(&x[0]) + (float)mn1 * x[1].d * (float)forge__q8_sum(&x[1]));
+        }
+    }
+    return forge__avx2_sum(acc) - offset;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q6_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    const __m256i mask = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    uint32_t b;
+    for (b = 0; b < n_blocks / 8; b++, w += 210) {
+        const float d = forge__half_at(w + 208);
+        int half;
+        for (half = 0; half < 2; half++) {
+            const __m256i ql0 = forge__avx2_load(w + 64 * half), ql1 = forge__avx2_load(w + 64 * half + 32);
+            const __m256i qh = forge__avx2_load(w + 128 + 32 * half);
+            const int8_t *scales = (const int8_t *)(w + 192) + 8 * half;
+            __m256i q[4];
+            int k;
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, mask), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, mask),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
+            for (k = 0; k < 4; k++, x++) {
+                /* pairs of products in int16, then each 16's scale applied as they are added in pairs */
+                const __m256i pairs = _mm256_maddubs_epi16(q[k], forge__avx2_load(x->q));
+                const __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(scales[2 * k])),
+                                                              _mm_set1_epi16(scales[2 * k + 1]), 1);
+                const int32_t offset = 32 * (scales[2 * k] * x->sum[0] + scales[2 * k + 1] * x->sum[1]);
+                __m256i dot = _mm256_madd_epi16(pairs, scale);
+                dot = _mm256_sub_epi32(dot, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * x->d), acc);
+            }
+        }
+    }
+    return forge__avx2_sum(acc);
+}
+#endif /* FORGE__AVX2 */
+
+/* The dot product for rows of `type` on 8-bit activations, NULL where the type has none (the f32
+   products take it); vector forms where the machine has them and `simd` allows. */
+static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
+#ifdef FORGE__AVX2
+    if (simd && FORGE__AVX2_PRESENT()) switch (type) {
+        case FORGE_TYPE_Q4_0: return forge__qdot_q4_0_avx2;
+        case FORGE_TYPE_Q4_1: return forge__qdot_q4_1_avx2;
+        case FORGE_TYPE_Q5_0: return forge__qdot_q5_0_avx2;
+        case FORGE_TYPE_Q5_1: return forge__qdot_q5_1_avx2;
+        case FORGE_TYPE_Q8_0: return forge__qdot_q8_0_avx2;
+        case FORGE_TYPE_Q4_K: return forge__qdot_q4_k_avx2;
+        case FORGE_TYPE_Q5_K: return forge__qdot_q5_k_avx2;
+        case FORGE_TYPE_Q6_K: return forge__qdot_q6_k_avx2;
+        default: break;
+        }
+#endif
+    (void)simd;
+    switch (type) {
+    case FORGE_TYPE_Q4_0: return forge__qdot_q4_0;
+    case FORGE_TYPE_Q4_1: return forge__qdot_q4_1;
+    case FORGE_TYPE_Q5_0: return forge__qdot_q5_0;
+    case FORGE_TYPE_Q5_1: return forge__qdot_q5_1;
+    case FORGE_TYPE_Q8_0: return forge__qdot_q8_0;
+    case FORGE_TYPE_Q4_K: return forge__qdot_q4_k;
+    case FORGE_TYPE_Q5_K: return forge__qdot_q5_k;
+    case FORGE_TYPE_Q6_K: return forge__qdot_q6_k;
+    default: return NULL;
+    }
+}
+
+typedef struct forge__qmatmul_job {
+    forge__qdot_fn qdot;
+    const uint8_t *w;
+    uint64_t row_bytes;
+    uint32_t n_rows, n_blocks, n_tokens, rows_per_task;
+    const forge__q8_block *x;
+    float *y;
+} forge__qmatmul_job;
+
+/* Each row read once for all the step's tokens: the ones after the first find it in cache. */
+static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
+    const forge__qmatmul_job *job = (const forge__qmatmul_job *)ctx;
+    const uint32_t first = task * job->rows_per_task, n_rows = job->n_rows;
+    const uint32_t end = (uint32_t)FORGE__MIN((uint64_t)first + job->rows_per_task, (uint64_t)n_rows);
+    uint32_t r, t;
+    (void)n_tasks;
+    (void)thread;
+    for (r = first; r < end; r++) {
+        const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
+        for (t = 0; t < job->n_tokens; t++)
+            job->y[(size_t)t * n_rows + r] = job->qdot(row, job->x + (size_t)t * job->n_blocks, job->n_blocks);
+    }
+}
+
+/* Bytes of the quantized activations of n_tokens rows of n_cols (forge__matmul_q8's `work`). */
+static FORGE__MAYBE_UNUSED size_t forge__matmul_q8_work_bytes(uint32_t n_cols, uint32_t n_tokens) {
+    return (size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block) + FORGE__WORK_ALIGN;
+}
+
+/* Whether forge__matmul_q8 handles rows of n_cols elements of this type. */
+static FORGE__MAYBE_UNUSED int forge__matmul_q8_supported(uint32_t type, uint32_t n_cols) {
+    return forge__qdot_for(type, 0) != NULL && forge__matmul_supported(type, n_cols);
+}
+
+/* forge__matmul on 8-bit activations, for the types forge__matmul_q8_supported accepts (others
+   yield zeros): x is rounded into `work` (forge__matmul_q8_work_bytes), then every row meets every
+   token. simd 0 runs the portable dot products (the tests' reference). */
+static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, const uint8_t *w, uint64_t row_bytes,
+                                                 uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                                                 uint32_t n_tokens, void *work, int simd) {
+    forge__qmatmul_job job;
+    forge__q8_block *q;
+    uint32_t n_tasks, target_tasks, t;
+    uint64_t per_task, macs = (uint64_t)n_rows * n_cols * n_tokens;
+    if (n_rows == 0 || n_tokens == 0) return;
+    if (!forge__matmul_q8_supported(type, n_cols) || !work) {
+        memset(y, 0, (size_t)n_rows * n_tokens * sizeof(float));
+        return;
+    }
+    q = (forge__q8_block *)(void *)((uint8_t *)work + (FORGE__WORK_ALIGN - (size_t)((uintptr_t)work % FORGE__WORK_ALIGN)) %
+                                                          FORGE__WORK_ALIGN);
+    for (t = 0; t < n_tokens; t++) forge__q8_quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
+    job.qdot = forge__qdot_for(type, simd);
+    job.w = w;
+    job.row_bytes = row_bytes;
+    job.n_rows = n_rows;
+    job.n_blocks = n_cols / 32;
+    job.n_tokens = n_tokens;
+    job.x = q;
+    job.y = y;
+    target_tasks = macs < 65536 ? 1u : forge__pool_size(p) * 4u;
+    per_task = ((uint64_t)n_rows + target_tasks - 1) / target_tasks;
+    per_task = (per_task + 15u) / 16u * 16u;
+    job.rows_per_task = (uint32_t)FORGE__MIN(per_task, (uint64_t)UINT32_MAX - 15u);
+    n_tasks = (uint32_t)(((uint64_t)n_rows + job.rows_per_task - 1) / job.rows_per_task);
+    forge__pool_run(p, forge__qmatmul_task, &job, n_tasks);
 }
 
 /* end of >>impl-cpu */
@@ -6745,6 +7231,11 @@ static uint64_t forge__cpu_work_bytes(uint32_t n_threads, uint32_t max_cols) {
     return forge__align64((uint64_t)n_threads * forge__matmul_slot_bytes(max_cols) + FORGE__WORK_ALIGN);
 }
 
+/* The f32 products' rows (forge__cpu_work_bytes), then a step's product input in 8 bits. */
+static uint64_t forge__cpu_reserve_bytes(uint32_t n_threads, uint32_t max_cols, uint32_t n_batch) {
+    return forge__cpu_work_bytes(n_threads, max_cols) + forge__align64(forge__matmul_q8_work_bytes(max_cols, n_batch));
+}
+
 /* Bytes of one element of a capture type. */
 FORGE_API uint32_t forge_capture_dtype_bytes(forge_capture_dtype dtype) { return dtype == FORGE_CAPTURE_F32 ? 4u : 2u; }
 
@@ -6786,9 +7277,10 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
         p->weights_bytes = forge__schedule_weight_bytes(s, m);
         p->scratch_bytes = scratch_bytes;
         p->logits_bytes = forge__align64((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
-        /* the CPU backend's working memory: the matmul rows of every thread, and one vector (a norm's
-           weights or a bias) in f32 */
-        p->reserve_bytes = forge__cpu_work_bytes(n_threads, s->max_cols) + forge__align64((uint64_t)s->max_vec * sizeof(float));
+        /* the CPU backend's working memory: the matmul rows of every thread, a step's product input
+           in 8 bits, and one vector (a norm's weights or a bias) in f32 */
+        p->reserve_bytes = forge__cpu_reserve_bytes(n_threads, s->max_cols, r->n_batch) +
+                           forge__align64((uint64_t)s->max_vec * sizeof(float));
     }
     p->total_bytes = p->weights_bytes + p->kv_bytes + p->scratch_bytes + p->logits_bytes + p->capture_bytes +
                      p->reserve_bytes;
@@ -7055,6 +7547,8 @@ struct forge_context {
     uint64_t row_k_bytes, row_v_bytes;
     float *scratch, *logits;
     void *work;
+    void *q8_work;          /* a step's product input rounded to 8 bits (forge__matmul_q8) */
+    int cpu_q8;             /* products of the types that have them on 8-bit activations (desc.cpu_no_q8 turns them off) */
     float *vec;             /* one norm weight or bias in f32 */
     float rope_factors[FORGE__MAX_HEAD_DIM / 2];
     uint32_t pos, n_logit_rows; /* pos: sequence 0's position, where a forge_eval step starts */
@@ -8032,7 +8526,9 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     ctx->logits = (float *)(void *)(ctx->arena + offset);
     offset += ctx->plan.logits_bytes;
     ctx->work = ctx->arena + offset;
-    offset += forge__cpu_work_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols);
+    ctx->q8_work = ctx->arena + offset + forge__cpu_work_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols);
+    ctx->cpu_q8 = !desc->cpu_no_q8;
+    offset += forge__cpu_reserve_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols, ctx->r.n_batch);
     ctx->vec = (float *)(void *)(ctx->arena + offset);
     offset += forge__align64((uint64_t)ctx->sched.max_vec * sizeof(float));
     ctx->capture = ctx->arena + offset;
@@ -8474,6 +8970,16 @@ static void forge__load_vector(const forge_gguf_tensor *t, float *out) {
     forge_dequantize(t->type, t->data, out, t->n_elements);
 }
 
+/* y = W x for n_tokens rows of x: on 8-bit activations where the type has integer dot products and
+   the context allows them, else on f32. */
+static void forge__cpu_product(forge_context *ctx, uint32_t type, const uint8_t *w, uint64_t row_bytes, uint32_t n_rows,
+                               uint32_t n_cols, const float *x, float *y, uint32_t n_tokens) {
+    if (ctx->cpu_q8 && forge__matmul_q8_supported(type, n_cols))
+        forge__matmul_q8(ctx->pool, type, w, row_bytes, n_rows, n_cols, x, y, n_tokens, ctx->q8_work, 1);
+    else
+        forge__matmul(ctx->pool, type, w, row_bytes, n_rows, n_cols, x, y, n_tokens, ctx->work);
+}
+
 /* Runs the schedule on ctx->tokens[0..n_tokens) at positions pos.. */
 static void forge__run_schedule(forge_context *ctx) {
     const forge_config *c = ctx->c;
@@ -8504,8 +9010,8 @@ static void forge__run_schedule(forge_context *ctx) {
         case FORGE__OP_MATMUL: {
             float *y = forge__val(ctx, op->dst);
             uint32_t cols = (uint32_t)op->w->ne[0];
-            forge__matmul(ctx->pool, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n, cols,
-                          forge__val(ctx, op->src), y, n, ctx->work);
+            forge__cpu_product(ctx, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n, cols,
+                               forge__val(ctx, op->src), y, n);
             if (op->bias) {
                 float *b = ctx->vec;
                 forge__load_vector(op->bias, b);
@@ -8572,8 +9078,8 @@ static void forge__run_schedule(forge_context *ctx) {
                         memcpy(xs + (uint64_t)i * c->n_embd, xs + (uint64_t)ctx->logit_src[i] * c->n_embd, c->n_embd * sizeof(float));
                 x = xs;
             }
-            forge__matmul(ctx->pool, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n,
-                          (uint32_t)op->w->ne[0], x, ctx->logits, rows, ctx->work);
+            forge__cpu_product(ctx, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n,
+                               (uint32_t)op->w->ne[0], x, ctx->logits, rows);
             if (c->final_softcap > 0.0f) {
                 uint64_t total = (uint64_t)rows * op->n, j;
                 for (j = 0; j < total; j++) ctx->logits[j] = c->final_softcap * tanhf(ctx->logits[j] / c->final_softcap);
@@ -8622,8 +9128,8 @@ static void forge__run_schedule(forge_context *ctx) {
                     uint32_t e = (uint32_t)route[(uint64_t)t * 2 * k + j];
                     if (e >= op->w->ne[2]) e = 0; /* cannot happen: forge__route writes the ids */
                     const float *in = x + (op->aux ? ((uint64_t)t * k + j) * cols : (uint64_t)t * cols);
-                    forge__matmul(ctx->pool, op->w->type, op->w->data + e * expert_bytes, row_bytes, op->n, cols, in,
-                                  y + ((uint64_t)t * k + j) * op->n, 1, ctx->work);
+                    forge__cpu_product(ctx, op->w->type, op->w->data + e * expert_bytes, row_bytes, op->n, cols, in,
+                                       y + ((uint64_t)t * k + j) * op->n, 1);
                 }
             break;
         }
@@ -9394,6 +9900,7 @@ FORGE_API forge_result forge_context_desc_apply_env(forge_context_desc *desc, fo
     if (!d.gpu_no_q8) d.gpu_no_q8 = forge__env_on("FORGE_NO_Q8");
     if (!d.gpu_no_pdl) d.gpu_no_pdl = forge__env_on("FORGE_NO_PDL");
     if (!d.gpu_no_stage) d.gpu_no_stage = forge__env_on("FORGE_NO_STAGE");
+    if (!d.cpu_no_q8) d.cpu_no_q8 = forge__env_on("FORGE_CPU_NO_Q8");
     *desc = d;
     forge__ok(error);
     return FORGE_OK;
