@@ -3572,6 +3572,7 @@ typedef struct forge__matmul_job {
     float *y;
     uint8_t *work; /* aligned; slot_bytes per thread */
     size_t slot_bytes;
+    int per_token; /* every token through vdot, row by row */
 } forge__matmul_job;
 
 static void forge__matmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
@@ -3580,7 +3581,7 @@ static void forge__matmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint3
     const uint32_t end = (uint32_t)FORGE__MIN((uint64_t)first + job->rows_per_task, (uint64_t)n_rows);
     uint32_t r;
     (void)n_tasks;
-    if (job->n_tokens <= FORGE__VDOT_TOKENS) { /* each row read once, from cache for the tokens after the first */
+    if (job->per_token) { /* each row read once, from cache for the tokens after the first */
         for (r = first; r < end; r++) {
             const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
             uint32_t t;
@@ -3644,12 +3645,16 @@ static FORGE__MAYBE_UNUSED void forge__matmul(forge__pool *p, uint32_t type, con
     uint32_t n_tasks, target_tasks;
     uint64_t macs = (uint64_t)n_rows * n_cols * n_tokens;
     if (n_rows == 0 || n_tokens == 0) return;
-    if (!forge__matmul_supported(type, n_cols) || (n_tokens > 1 && !work)) {
+    if (!forge__matmul_supported(type, n_cols) || (n_tokens > FORGE__VDOT_TOKENS && type != FORGE_TYPE_F32 && !work)) {
         memset(y, 0, (size_t)n_rows * n_tokens * sizeof(float));
         return;
     }
     job.traits = forge_type_info(type);
     job.vdot = forge__vdot_for(type);
+    /* f32 rows have nothing to dequantize: every token takes the one-token sums, so a token's result
+       does not depend on its step (a router's logits before an 8-bit product, which would magnify any
+       difference to a step of its rounding) */
+    job.per_token = n_tokens <= FORGE__VDOT_TOKENS || type == FORGE_TYPE_F32;
     job.w = w;
     job.row_bytes = row_bytes;
     job.n_rows = n_rows;
@@ -3676,12 +3681,9 @@ static FORGE__MAYBE_UNUSED void forge__matmul(forge__pool *p, uint32_t type, con
    The input of a quantized product is rounded once per token to 8 bits in blocks of 32 (d = max|x| / 127,
    q = x / d rounded to the nearest, ties to even: the rule of the GPU decode path), and each weight block
    then meets it in integer multiply-adds: sum_j w_j x_j = d_w d_x sum_j q_w,j q_x,j, a weight type's
-   offset or minimum applied through the block's sums of q_x. Weights are used unsigned (0..15, 0..31,
-   0..63) with their offsets taken out through those sums: the form x86's byte products (unsigned by
-   signed) take. The cost is the rounding of the activations, about 0.4% of a block's largest value per
-   element, the trade the reference engine makes in its CPU products too; desc.cpu_no_q8 keeps the f32
-   products above. A row's tokens each get the sums they get alone, so a prompt's logits do not depend
-   on how it is cut into steps. */
+   minimum applied through the block's sum of q_x. The cost is the rounding of the activations, about
+   0.4% of a block's largest value per element, the trade the reference engine makes in its CPU products
+   too; desc.cpu_no_q8 keeps the f32 products above. */
 typedef struct forge__q8_block {
     float d;        /* max|x| / 127 over the block */
     int16_t sum[2]; /* sums of q over elements 0..15 and 16..31 */
@@ -3718,135 +3720,164 @@ typedef float (*forge__qdot_fn)(const uint8_t *FORGE__RESTRICT w, const forge__q
 
 static int forge__q8_sum(const forge__q8_block *x) { return (int)x->sum[0] + (int)x->sum[1]; }
 
-/* The portable forms: the reference for the vector ones below, and what every other machine runs. */
-static float forge__qdot_q4_0(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
-    float total = 0.0f;
+/* A row's blocks of 32 unpacked: signed bytes, the scale of each 16 and the coefficient of the block's
+   activation sum, so that block b of the row times block b of x is
+   d_x * (scale[0] * sum_0..15 q w + scale[1] * sum_16..31 q w + offset * sum q_x). Every type comes to
+   this one form: a one-token product unpacks each block as it reads it, a step of more tokens unpacks
+   each row once into memory and runs it against four tokens at a time, and both add the blocks up in
+   the same order with the same operations, so a token's sums do not depend on the step it is in. */
+typedef struct forge__q8_row_block {
+    float scale[2]; /* of elements 0..15 and 16..31 */
+    float offset;
+    float pad;
+    int8_t q[32];
+} forge__q8_row_block;
+
+static void forge__q8_row_set(forge__q8_row_block *o, float scale0, float scale1, float offset) {
+    o->scale[0] = scale0;
+    o->scale[1] = scale1;
+    o->offset = offset;
+    o->pad = 0.0f;
+}
+
+/* The bytes of one unit of unpacking: a block of 32, or a K-quant super-block of 8 of them. */
+static uint32_t forge__q8_unit_bytes(uint32_t type) {
+    switch (type) {
+    case FORGE_TYPE_Q4_0: return 18;
+    case FORGE_TYPE_Q4_1: return 20;
+    case FORGE_TYPE_Q5_0: return 22;
+    case FORGE_TYPE_Q5_1: return 24;
+    case FORGE_TYPE_Q8_0: return 34;
+    case FORGE_TYPE_Q4_K: return 144;
+    case FORGE_TYPE_Q5_K: return 176;
+    case FORGE_TYPE_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+/* n_blocks blocks of 32 of a row of `type` (one forge__q8_unit_bytes accepts) into out. */
+static void forge__q8_row_unpack(uint32_t type, const uint8_t *w, forge__q8_row_block *out, uint32_t n_blocks) {
     uint32_t b, j;
-    for (b = 0; b < n_blocks; b++, w += 18, x++) {
-        const uint8_t *q = w + 2;
-        int32_t dot = 0;
-        for (j = 0; j < 16; j++) dot += (q[j] & 0xf) * x->q[j] + (q[j] >> 4) * x->q[j + 16];
-        total += forge__half_at(w) * x->d * (float)(dot - 8 * forge__q8_sum(x));
-    }
-    return total;
-}
-
-static float forge__qdot_q4_1(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
-    float total = 0.0f;
-    uint32_t b, j;
-    for (b = 0; b < n_blocks; b++, w += 20, x++) {
-        const uint8_t *q = w + 4;
-        int32_t dot = 0;
-        for (j = 0; j < 16; j++) dot += (q[j] & 0xf) * x->q[j] + (q[j] >> 4) * x->q[j + 16];
-        total += x->d * (forge__half_at(w) * (float)dot + forge__half_at(w + 2) * (float)forge__q8_sum(x));
-    }
-    return total;
-}
-
-/* Q5_0 and Q5_1: the fifth bits of the 32 elements in one little-endian word after the scale(s). */
-static int32_t forge__q5_dot(const uint8_t *q, uint32_t high, const int8_t *x) {
-    int32_t dot = 0;
-    uint32_t j;
-    for (j = 0; j < 16; j++)
-        dot += (int32_t)((q[j] & 0xfu) | ((high >> j & 1u) << 4)) * x[j] +
-               (int32_t)((q[j] >> 4) | ((high >> (j + 16) & 1u) << 4)) * x[j + 16];
-    return dot;
-}
-
-static float forge__qdot_q5_0(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
-    float total = 0.0f;
-    uint32_t b;
-    for (b = 0; b < n_blocks; b++, w += 22, x++)
-        total += forge__half_at(w) * x->d * (float)(forge__q5_dot(w + 6, forge__le32(w + 2), x->q) - 16 * forge__q8_sum(x));
-    return total;
-}
-
-static float forge__qdot_q5_1(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
-    float total = 0.0f;
-    uint32_t b;
-    for (b = 0; b < n_blocks; b++, w += 24, x++)
-        total += x->d * (forge__half_at(w) * (float)forge__q5_dot(w + 8, forge__le32(w + 4), x->q) +
-                         forge__half_at(w + 2) * (float)forge__q8_sum(x));
-    return total;
-}
-
-static float forge__qdot_q8_0(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
-    float total = 0.0f;
-    uint32_t b, j;
-    for (b = 0; b < n_blocks; b++, w += 34, x++) {
-        const int8_t *q = (const int8_t *)(w + 2);
-        int32_t dot = 0;
-        for (j = 0; j < 32; j++) dot += q[j] * x->q[j];
-        total += forge__half_at(w) * x->d * (float)dot;
-    }
-    return total;
-}
-
-/* Q4_K and Q5_K: each 32 elements of a 256-element super-block have a 6-bit scale and minimum. */
-static float forge__qdot_q4_k(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
-    float total = 0.0f;
-    uint32_t b, l;
-    for (b = 0; b < n_blocks / 8; b++, w += 144) {
-        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
-        const uint8_t *qs = w + 16;
-        int sub;
-        for (sub = 0; sub < 8; sub++, x++) {
-            const uint8_t *q = qs + 32 * (sub / 2);
-            const int shift = 4 * (sub & 1);
-            int sc, mn;
-            int32_t dot = 0;
-            forge__k4_scale_min(sub, w + 4, &sc, &mn);
-            for (l = 0; l < 32; l++) dot += (q[l] >> shift & 0xf) * x->q[l];
-            total += x->d * (d * (float)sc * (float)dot - dmin * (float)mn * (float)forge__q8_sum(x));
-        }
-    }
-    return total;
-}
-
-static float forge__qdot_q5_k(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
-    float total = 0.0f;
-    uint32_t b, l;
-    for (b = 0; b < n_blocks / 8; b++, w += 176) {
-        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
-        const uint8_t *qh = w + 16, *qs = w + 48;
-        int sub;
-        for (sub = 0; sub < 8; sub++, x++) {
-            const uint8_t *q = qs + 32 * (sub / 2);
-            const int shift = 4 * (sub & 1);
-            int sc, mn;
-            int32_t dot = 0;
-            forge__k4_scale_min(sub, w + 4, &sc, &mn);
-            for (l = 0; l < 32; l++) dot += ((q[l] >> shift & 0xf) | ((qh[l] >> sub & 1) << 4)) * x->q[l];
-            total += x->d * (d * (float)sc * (float)dot - dmin * (float)mn * (float)forge__q8_sum(x));
-        }
-    }
-    return total;
-}
-
-/* Q6_K: [ql 128][qh 64][scales 16 int8][d f16]; each half of 128 elements takes 64 bytes of ql and 32
-   of qh, its k-th 32 elements (k = 0..3) the low or high nibbles of ql[0..31] or ql[32..63] and bits
-   2k..2k+1 of qh, with a scale for each 16. */
-static float forge__qdot_q6_k(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
-    float total = 0.0f;
-    uint32_t b, l;
-    for (b = 0; b < n_blocks / 8; b++, w += 210) {
-        const float d = forge__half_at(w + 208);
-        int half, k;
-        for (half = 0; half < 2; half++) {
-            const uint8_t *ql = w + 64 * half, *qh = w + 128 + 32 * half;
-            const int8_t *scales = (const int8_t *)(w + 192) + 8 * half;
-            for (k = 0; k < 4; k++, x++) {
-                const uint8_t *lo = ql + 32 * (k & 1);
-                const int shift = 4 * (k >> 1);
-                int32_t dot[2] = {0, 0};
-                for (l = 0; l < 32; l++)
-                    dot[l / 16] += (int32_t)((lo[l] >> shift & 0xf) | ((qh[l] >> (2 * k) & 3) << 4)) * x->q[l];
-                total += d * x->d *
-                         (float)(scales[2 * k] * (dot[0] - 32 * x->sum[0]) + scales[2 * k + 1] * (dot[1] - 32 * x->sum[1]));
+    switch (type) {
+    case FORGE_TYPE_Q4_0: case FORGE_TYPE_Q4_1: { /* Q4_1's offset is its minimum; Q4_0's -8 is in the bytes */
+        const int one = type == FORGE_TYPE_Q4_1, bytes = one ? 20 : 18;
+        for (b = 0; b < n_blocks; b++, w += bytes, out++) {
+            const float d = forge__half_at(w);
+            forge__q8_row_set(out, d, d, one ? forge__half_at(w + 2) : 0.0f);
+            for (j = 0; j < 16; j++) {
+                out->q[j] = (int8_t)((w[2 + 2 * one + j] & 0xf) - (one ? 0 : 8));
+                out->q[j + 16] = (int8_t)((w[2 + 2 * one + j] >> 4) - (one ? 0 : 8));
             }
         }
+        break;
+    }
+    case FORGE_TYPE_Q5_0: case FORGE_TYPE_Q5_1: { /* the fifth bits of the 32 in one little-endian word */
+        const int one = type == FORGE_TYPE_Q5_1, bytes = one ? 24 : 22;
+        for (b = 0; b < n_blocks; b++, w += bytes, out++) {
+            const float d = forge__half_at(w);
+            const uint32_t high = forge__le32(w + 2 + 2 * one);
+            const uint8_t *q = w + 6 + 2 * one;
+            forge__q8_row_set(out, d, d, one ? forge__half_at(w + 2) : 0.0f);
+            for (j = 0; j < 16; j++) {
+                out->q[j] = (int8_t)((int)((q[j] & 0xfu) | ((high >> j & 1u) << 4)) - (one ? 0 : 16));
+                out->q[j + 16] = (int8_t)((int)((q[j] >> 4) | ((high >> (j + 16) & 1u) << 4)) - (one ? 0 : 16));
+            }
+        }
+        break;
+    }
+    case FORGE_TYPE_Q8_0:
+        for (b = 0; b < n_blocks; b++, w += 34, out++) {
+            const float d = forge__half_at(w);
+            forge__q8_row_set(out, d, d, 0.0f);
+            memcpy(out->q, w + 2, 32);
+        }
+        break;
+    case FORGE_TYPE_Q4_K: case FORGE_TYPE_Q5_K: { /* each 32 of a super-block: a 6-bit scale and minimum */
+        const int five = type == FORGE_TYPE_Q5_K;
+        for (b = 0; b < n_blocks / 8; b++, w += five ? 176 : 144) {
+            const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+            const uint8_t *qh = w + 16, *qs = w + (five ? 48 : 16);
+            int sub;
+            for (sub = 0; sub < 8; sub++, out++) {
+                const uint8_t *q = qs + 32 * (sub / 2);
+                const int shift = 4 * (sub & 1);
+                int sc, mn;
+                forge__k4_scale_min(sub, w + 4, &sc, &mn);
+                forge__q8_row_set(out, d * (float)sc, d * (float)sc, -dmin * (float)mn);
+                for (j = 0; j < 32; j++) out->q[j] = (int8_t)((q[j] >> shift & 0xf) | (five ? (qh[j] >> sub & 1) << 4 : 0));
+            }
+        }
+        break;
+    }
+    case FORGE_TYPE_Q6_K: /* [ql 128][qh 64][scales 16][d]: half h's 32k + l from ql, qh bits 2k..2k+1, a scale per 16 */
+        for (b = 0; b < n_blocks / 8; b++, w += 210) {
+            const float d = forge__half_at(w + 208);
+            int half, k;
+            for (half = 0; half < 2; half++) {
+                const uint8_t *ql = w + 64 * half, *qh = w + 128 + 32 * half;
+                const int8_t *scales = (const int8_t *)(w + 192) + 8 * half;
+                for (k = 0; k < 4; k++, out++) {
+                    const uint8_t *lo = ql + 32 * (k & 1);
+                    const int shift = 4 * (k >> 1);
+                    forge__q8_row_set(out, d * (float)scales[2 * k], d * (float)scales[2 * k + 1], 0.0f);
+                    for (j = 0; j < 32; j++) out->q[j] = (int8_t)(((lo[j] >> shift & 0xf) | ((qh[j] >> (2 * k) & 3) << 4)) - 32);
+                }
+            }
+        }
+        break;
+    default: break;
+    }
+}
+
+/* ---- the portable forms: the reference for the vector ones, and what other machines run ---- */
+
+static float forge__q8_block_dot(const forge__q8_row_block *w, const forge__q8_block *x) {
+    int32_t lo = 0, hi = 0;
+    uint32_t j;
+    for (j = 0; j < 16; j++) lo += w->q[j] * x->q[j], hi += w->q[j + 16] * x->q[j + 16];
+    return x->d * (w->scale[0] * (float)lo + w->scale[1] * (float)hi + w->offset * (float)forge__q8_sum(x));
+}
+
+/* One row of `type` against one token: each unit unpacked on the stack as it is read. */
+static float forge__qdot_portable(uint32_t type, const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                  uint32_t n_blocks) {
+    const uint32_t unit = type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K || type == FORGE_TYPE_Q6_K ? 8u : 1u;
+    const uint32_t unit_bytes = forge__q8_unit_bytes(type);
+    forge__q8_row_block tmp[8];
+    float total = 0.0f;
+    uint32_t b, i;
+    for (b = 0; b < n_blocks; b += unit, w += unit_bytes) {
+        forge__q8_row_unpack(type, w, tmp, unit);
+        for (i = 0; i < unit; i++) total += forge__q8_block_dot(&tmp[i], &x[b + i]);
     }
     return total;
+}
+
+#define FORGE__QDOT_PORTABLE(name, type)                                                                                     \
+    static float name(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {    \
+        return forge__qdot_portable(type, w, x, n_blocks);                                                                   \
+    }
+FORGE__QDOT_PORTABLE(forge__qdot_q4_0, FORGE_TYPE_Q4_0)
+FORGE__QDOT_PORTABLE(forge__qdot_q4_1, FORGE_TYPE_Q4_1)
+FORGE__QDOT_PORTABLE(forge__qdot_q5_0, FORGE_TYPE_Q5_0)
+FORGE__QDOT_PORTABLE(forge__qdot_q5_1, FORGE_TYPE_Q5_1)
+FORGE__QDOT_PORTABLE(forge__qdot_q8_0, FORGE_TYPE_Q8_0)
+FORGE__QDOT_PORTABLE(forge__qdot_q4_k, FORGE_TYPE_Q4_K)
+FORGE__QDOT_PORTABLE(forge__qdot_q5_k, FORGE_TYPE_Q5_K)
+FORGE__QDOT_PORTABLE(forge__qdot_q6_k, FORGE_TYPE_Q6_K)
+
+/* out[t] = an unpacked row times token t's activations (at x + t * x_stride), t < n_tokens <= 4. */
+typedef void (*forge__q8_rowdot_fn)(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                    size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out);
+
+static void forge__q8_rowdot(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                             size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    uint32_t t, b;
+    for (t = 0; t < n_tokens; t++) {
+        float total = 0.0f;
+        for (b = 0; b < n_blocks; b++) total += forge__q8_block_dot(&w[b], &x[t * x_stride + b]);
+        out[t] = total;
+    }
 }
 
 /* x86 vector forms (AVX2 and FMA): a compiler given -mavx2 -mfma (or /arch:AVX2) builds them plain;
@@ -3868,12 +3899,6 @@ static float forge__qdot_q6_k(const uint8_t *FORGE__RESTRICT w, const forge__q8_
 #ifdef FORGE__AVX2
 #include <immintrin.h>
 
-/* 32 unsigned bytes times 32 signed ones, added in fours: 8 int32. Each pair of products stays
-   within int16 for weights up to 63 and activations within +-127. */
-static FORGE__AVX2_FN __m256i forge__avx2_dot(__m256i u, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
 static FORGE__AVX2_FN float forge__avx2_sum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -3882,6 +3907,18 @@ static FORGE__AVX2_FN float forge__avx2_sum(__m256 v) {
 }
 
 static FORGE__AVX2_FN __m256i forge__avx2_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* One unpacked block (bytes q, scales s0 and s1, offset) times one token's block, into the token's
+   lanes and offset sum: |w| times x with w's sign, byte products added in fours (each pair within
+   int16: |w| <= 128, |x| <= 127). */
+static FORGE__AVX2_FN void forge__avx2_block(__m256i q, float s0, float s1, float offset, const forge__q8_block *x, __m256 *acc,
+                                            float *offsets) {
+    const __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(s0)), _mm_set1_ps(s1), 1);
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(forge__avx2_load(x->q), q));
+    const __m256i dot = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_set1_ps(x->d)), *acc);
+    *offsets += offset * x->d * (float)forge__q8_sum(x);
+}
 
 /* The 16 bytes at q as 32 nibbles: low ones in bytes 0..15, high ones in 16..31. */
 static FORGE__AVX2_FN __m256i forge__avx2_nibbles(const uint8_t *q) {
@@ -3899,131 +3936,111 @@ static FORGE__AVX2_FN __m256i forge__avx2_fifth_bits(uint32_t high) {
     return _mm256_and_si256(v, _mm256_set1_epi8(16));
 }
 
+/* The one-token forms unpack in registers exactly what forge__q8_row_unpack writes. */
 static FORGE__AVX2_FN float forge__qdot_q4_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                  uint32_t n_blocks) {
     __m256 acc = _mm256_setzero_ps();
-    float offset = 0.0f;
+    float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks; b++, w += 18, x++) {
-        const float scale = forge__half_at(w) * x->d;
-        const __m256i dot = forge__avx2_dot(forge__avx2_nibbles(w + 2), forge__avx2_load(x->q));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
-        offset += scale * (float)forge__q8_sum(x);
+        const float d = forge__half_at(w);
+        forge__avx2_block(_mm256_sub_epi8(forge__avx2_nibbles(w + 2), _mm256_set1_epi8(8)), d, d, 0.0f, x, &acc, &offsets);
     }
-    return forge__avx2_sum(acc) - 8.0f * offset;
+    return forge__avx2_sum(acc) + offsets;
 }
 
 static FORGE__AVX2_FN float forge__qdot_q4_1_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                  uint32_t n_blocks) {
     __m256 acc = _mm256_setzero_ps();
-    float offset = 0.0f;
+    float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks; b++, w += 20, x++) {
-        const __m256i dot = forge__avx2_dot(forge__avx2_nibbles(w + 4), forge__avx2_load(x->q));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(forge__half_at(w) * x->d), acc);
-        offset += forge__half_at(w + 2) * x->d * (float)forge__q8_sum(x);
+        const float d = forge__half_at(w);
+        forge__avx2_block(forge__avx2_nibbles(w + 4), d, d, forge__half_at(w + 2), x, &acc, &offsets);
     }
-    return forge__avx2_sum(acc) + offset;
+    return forge__avx2_sum(acc) + offsets;
 }
 
 static FORGE__AVX2_FN float forge__qdot_q5_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                  uint32_t n_blocks) {
     __m256 acc = _mm256_setzero_ps();
-    float offset = 0.0f;
+    float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks; b++, w += 22, x++) {
-        const float scale = forge__half_at(w) * x->d;
+        const float d = forge__half_at(w);
         const __m256i q = _mm256_or_si256(forge__avx2_nibbles(w + 6), forge__avx2_fifth_bits(forge__le32(w + 2)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(forge__avx2_dot(q, forge__avx2_load(x->q))), _mm256_set1_ps(scale), acc);
-        offset += scale * (float)forge__q8_sum(x);
+        forge__avx2_block(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), d, d, 0.0f, x, &acc, &offsets);
     }
-    return forge__avx2_sum(acc) - 16.0f * offset;
+    return forge__avx2_sum(acc) + offsets;
 }
 
 static FORGE__AVX2_FN float forge__qdot_q5_1_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                  uint32_t n_blocks) {
     __m256 acc = _mm256_setzero_ps();
-    float offset = 0.0f;
+    float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks; b++, w += 24, x++) {
+        const float d = forge__half_at(w);
         const __m256i q = _mm256_or_si256(forge__avx2_nibbles(w + 8), forge__avx2_fifth_bits(forge__le32(w + 4)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(forge__avx2_dot(q, forge__avx2_load(x->q))),
-                              _mm256_set1_ps(forge__half_at(w) * x->d), acc);
-        offset += forge__half_at(w + 2) * x->d * (float)forge__q8_sum(x);
+        forge__avx2_block(q, d, d, forge__half_at(w + 2), x, &acc, &offsets);
     }
-    return forge__avx2_sum(acc) + offset;
+    return forge__avx2_sum(acc) + offsets;
 }
 
-/* signed by signed: |w| times x with w's sign */
 static FORGE__AVX2_FN float forge__qdot_q8_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                  uint32_t n_blocks) {
     __m256 acc = _mm256_setzero_ps();
+    float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks; b++, w += 34, x++) {
-        const __m256i q = forge__avx2_load(w + 2);
-        const __m256i dot = forge__avx2_dot(_mm256_abs_epi8(q), _mm256_sign_epi8(forge__avx2_load(x->q), q));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(forge__half_at(w) * x->d), acc);
+        const float d = forge__half_at(w);
+        forge__avx2_block(forge__avx2_load(w + 2), d, d, 0.0f, x, &acc, &offsets);
     }
-    return forge__avx2_sum(acc);
+    return forge__avx2_sum(acc) + offsets;
 }
 
-static FORGE__AVX2_FN float forge__qdot_q4_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
-                                                 uint32_t n_blocks) {
-    const __m256i mask = _mm256_set1_epi8(0xf);
-    __m256 acc = _mm256_setzero_ps();
-    float offset = 0.0f;
-    uint32_t b;
-    for (b = 0; b < n_blocks / 8; b++, w += 144) {
-        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
-        int chunk;
-        for (chunk = 0; chunk < 4; chunk++, x += 2) {
-            const __m256i raw = forge__avx2_load(w + 16 + 32 * chunk);
-            const __m256i lo = forge__avx2_dot(_mm256_and_si256(raw, mask), forge__avx2_load(x[0].q));
-            const __m256i hi = forge__avx2_dot(_mm256_and_si256(_mm256_srli_epi16(raw, 4), mask), forge__avx2_load(x[1].q));
-            int sc0, mn0, sc1, mn1;
-            forge__k4_scale_min(2 * chunk, w + 4, &sc0, &mn0);
-            forge__k4_scale_min(2 * chunk + 1, w + 4, &sc1, &mn1);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_set1_ps(d * (float)sc0 * x[0].d), acc);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(d * (float)sc1 * x[1].d), acc);
-            offset += dmin * ((float)mn0 * x[0].d * (float)forge__q8_sum(&x[0]) + (float)mn1 * x[1].d * (float)forge__q8_sum(&x[1]));
-        }
-    }
-    return forge__avx2_sum(acc) - offset;
-}
-
-static FORGE__AVX2_FN float forge__qdot_q5_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
-                                                 uint32_t n_blocks) {
+static FORGE__AVX2_FN float forge__qdot_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                              uint32_t n_blocks, int five) {
     const __m256i mask = _mm256_set1_epi8(0xf), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
-    float offset = 0.0f;
+    float offsets = 0.0f;
     uint32_t b;
-    for (b = 0; b < n_blocks / 8; b++, w += 176) {
+    for (b = 0; b < n_blocks / 8; b++, w += five ? 176 : 144) {
         const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
         const __m256i qh = forge__avx2_load(w + 16);
         int chunk;
         for (chunk = 0; chunk < 4; chunk++, x += 2) {
-            const __m256i raw = forge__avx2_load(w + 48 + 32 * chunk);
-            const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk)), one);
-            const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk + 1)), one);
-            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(raw, mask), _mm256_slli_epi16(h0, 4));
-            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), mask), _mm256_slli_epi16(h1, 4));
+            const __m256i raw = forge__avx2_load(w + (five ? 48 : 16) + 32 * chunk);
+            __m256i q0 = _mm256_and_si256(raw, mask), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
             int sc0, mn0, sc1, mn1;
+            if (five) {
+                q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk)), one), 4));
+                q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk + 1)), one), 4));
+            }
             forge__k4_scale_min(2 * chunk, w + 4, &sc0, &mn0);
             forge__k4_scale_min(2 * chunk + 1, w + 4, &sc1, &mn1);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(forge__avx2_dot(q0, forge__avx2_load(x[0].q))),
-                                  _mm256_set1_ps(d * (float)sc0 * x[0].d), acc);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(forge__avx2_dot(q1, forge__avx2_load(x[1].q))),
-                                  _mm256_set1_ps(d * (float)sc1 * x[1].d), acc);
-            offset += dmin * ((float)mn0 * x[0].d * (float)forge__q8_sum(&x[0]) + (float)mn1 * x[1].d * (float)forge__q8_sum(&x[1]));
+            forge__avx2_block(q0, d * (float)sc0, d * (float)sc0, -dmin * (float)mn0, &x[0], &acc, &offsets);
+            forge__avx2_block(q1, d * (float)sc1, d * (float)sc1, -dmin * (float)mn1, &x[1], &acc, &offsets);
         }
     }
-    return forge__avx2_sum(acc) - offset;
+    return forge__avx2_sum(acc) + offsets;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q4_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    return forge__qdot_k_avx2(w, x, n_blocks, 0);
+}
+
+static FORGE__AVX2_FN float forge__qdot_q5_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    return forge__qdot_k_avx2(w, x, n_blocks, 1);
 }
 
 static FORGE__AVX2_FN float forge__qdot_q6_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                  uint32_t n_blocks) {
-    const __m256i mask = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);
+    const __m256i mask = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
+    float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks / 8; b++, w += 210) {
         const float d = forge__half_at(w + 208);
@@ -4041,19 +4058,28 @@ static FORGE__AVX2_FN float forge__qdot_q6_k_avx2(const uint8_t *FORGE__RESTRICT
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
-            for (k = 0; k < 4; k++, x++) {
-                /* pairs of products in int16, then each 16's scale applied as they are added in pairs */
-                const __m256i pairs = _mm256_maddubs_epi16(q[k], forge__avx2_load(x->q));
-                const __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(scales[2 * k])),
-                                                              _mm_set1_epi16(scales[2 * k + 1]), 1);
-                const int32_t offset = 32 * (scales[2 * k] * x->sum[0] + scales[2 * k + 1] * x->sum[1]);
-                __m256i dot = _mm256_madd_epi16(pairs, scale);
-                dot = _mm256_sub_epi32(dot, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * x->d), acc);
-            }
+            for (k = 0; k < 4; k++, x++)
+                forge__avx2_block(_mm256_sub_epi8(q[k], bias), d * (float)scales[2 * k], d * (float)scales[2 * k + 1], 0.0f, x,
+                                  &acc, &offsets);
         }
     }
-    return forge__avx2_sum(acc);
+    return forge__avx2_sum(acc) + offsets;
+}
+
+static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    __m256 acc[4];
+    float offsets[4] = {0, 0, 0, 0};
+    uint32_t b, t;
+    for (t = 0; t < 4; t++) acc[t] = _mm256_setzero_ps();
+    for (b = 0; b < n_blocks; b++, w++, x++) {
+        const __m256i q = forge__avx2_load(w->q);
+        FORGE__UNROLL
+        for (t = 0; t < 4; t++) /* the lanes of missing tokens repeat the last one's work and are dropped */
+            forge__avx2_block(q, w->scale[0], w->scale[1], w->offset, x + (t < n_tokens ? t : n_tokens - 1) * x_stride, &acc[t],
+                              &offsets[t]);
+    }
+    for (t = 0; t < n_tokens; t++) out[t] = forge__avx2_sum(acc[t]) + offsets[t];
 }
 #endif /* FORGE__AVX2 */
 
@@ -4087,33 +4113,60 @@ static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
     }
 }
 
+static forge__q8_rowdot_fn forge__q8_rowdot_for(int simd) {
+#ifdef FORGE__AVX2
+    if (simd && FORGE__AVX2_PRESENT()) return forge__q8_rowdot_avx2;
+#endif
+    (void)simd;
+    return forge__q8_rowdot;
+}
+
 typedef struct forge__qmatmul_job {
-    forge__qdot_fn qdot;
+    forge__qdot_fn qdot;            /* up to FORGE__VDOT_TOKENS tokens */
+    forge__q8_rowdot_fn rowdot;     /* more: each row unpacked once into the thread's slot */
+    uint32_t type;
     const uint8_t *w;
     uint64_t row_bytes;
     uint32_t n_rows, n_blocks, n_tokens, rows_per_task;
     const forge__q8_block *x;
     float *y;
+    uint8_t *slots; /* slot_bytes per thread */
+    size_t slot_bytes;
 } forge__qmatmul_job;
 
-/* Each row read once for all the step's tokens: the ones after the first find it in cache. */
 static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
     const forge__qmatmul_job *job = (const forge__qmatmul_job *)ctx;
-    const uint32_t first = task * job->rows_per_task, n_rows = job->n_rows;
+    const uint32_t first = task * job->rows_per_task, n_rows = job->n_rows, n_blocks = job->n_blocks;
     const uint32_t end = (uint32_t)FORGE__MIN((uint64_t)first + job->rows_per_task, (uint64_t)n_rows);
-    uint32_t r, t;
+    uint32_t r, t, i;
     (void)n_tasks;
-    (void)thread;
+    if (job->n_tokens <= FORGE__VDOT_TOKENS) { /* each row read once, from cache for the tokens after the first */
+        for (r = first; r < end; r++) {
+            const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
+            for (t = 0; t < job->n_tokens; t++)
+                job->y[(size_t)t * n_rows + r] = job->qdot(row, job->x + (size_t)t * n_blocks, n_blocks);
+        }
+        return;
+    }
     for (r = first; r < end; r++) {
-        const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
-        for (t = 0; t < job->n_tokens; t++)
-            job->y[(size_t)t * n_rows + r] = job->qdot(row, job->x + (size_t)t * job->n_blocks, job->n_blocks);
+        forge__q8_row_block *row = (forge__q8_row_block *)(void *)(job->slots + (size_t)thread * job->slot_bytes);
+        forge__q8_row_unpack(job->type, job->w + (size_t)r * (size_t)job->row_bytes, row, n_blocks);
+        for (t = 0; t < job->n_tokens; t += 4) {
+            const uint32_t n = FORGE__MIN(4u, job->n_tokens - t);
+            float out[4];
+            job->rowdot(row, job->x + (size_t)t * n_blocks, n_blocks, n, n_blocks, out);
+            for (i = 0; i < n; i++) job->y[(size_t)(t + i) * n_rows + r] = out[i];
+        }
     }
 }
 
-/* Bytes of the quantized activations of n_tokens rows of n_cols (forge__matmul_q8's `work`). */
-static FORGE__MAYBE_UNUSED size_t forge__matmul_q8_work_bytes(uint32_t n_cols, uint32_t n_tokens) {
-    return (size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block) + FORGE__WORK_ALIGN;
+static size_t forge__q8_round_up(size_t bytes) { return (bytes + FORGE__WORK_ALIGN - 1) / FORGE__WORK_ALIGN * FORGE__WORK_ALIGN; }
+
+/* Bytes of forge__matmul_q8's `work` for n_tokens rows of n_cols on n_threads threads: the quantized
+   activations, then one unpacked row per thread. */
+static FORGE__MAYBE_UNUSED size_t forge__matmul_q8_work_bytes(uint32_t n_threads, uint32_t n_cols, uint32_t n_tokens) {
+    return forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block)) +
+           (size_t)n_threads * forge__q8_round_up((size_t)(n_cols / 32) * sizeof(forge__q8_row_block)) + FORGE__WORK_ALIGN;
 }
 
 /* Whether forge__matmul_q8 handles rows of n_cols elements of this type. */
@@ -4122,8 +4175,8 @@ static FORGE__MAYBE_UNUSED int forge__matmul_q8_supported(uint32_t type, uint32_
 }
 
 /* forge__matmul on 8-bit activations, for the types forge__matmul_q8_supported accepts (others
-   yield zeros): x is rounded into `work` (forge__matmul_q8_work_bytes), then every row meets every
-   token. simd 0 runs the portable dot products (the tests' reference). */
+   yield zeros): x is rounded into `work` (forge__matmul_q8_work_bytes(pool size, n_cols, n_tokens)),
+   then every row meets every token. simd 0 runs the portable dot products (the tests' reference). */
 static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, const uint8_t *w, uint64_t row_bytes,
                                                  uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                                  uint32_t n_tokens, void *work, int simd) {
@@ -4140,6 +4193,10 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
                                                           FORGE__WORK_ALIGN);
     for (t = 0; t < n_tokens; t++) forge__q8_quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
     job.qdot = forge__qdot_for(type, simd);
+    job.rowdot = forge__q8_rowdot_for(simd);
+    job.type = type;
+    job.slots = (uint8_t *)q + forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block));
+    job.slot_bytes = forge__q8_round_up((size_t)(n_cols / 32) * sizeof(forge__q8_row_block));
     job.w = w;
     job.row_bytes = row_bytes;
     job.n_rows = n_rows;
@@ -7233,7 +7290,7 @@ static uint64_t forge__cpu_work_bytes(uint32_t n_threads, uint32_t max_cols) {
 
 /* The f32 products' rows (forge__cpu_work_bytes), then a step's product input in 8 bits. */
 static uint64_t forge__cpu_reserve_bytes(uint32_t n_threads, uint32_t max_cols, uint32_t n_batch) {
-    return forge__cpu_work_bytes(n_threads, max_cols) + forge__align64(forge__matmul_q8_work_bytes(max_cols, n_batch));
+    return forge__cpu_work_bytes(n_threads, max_cols) + forge__align64(forge__matmul_q8_work_bytes(n_threads, max_cols, n_batch));
 }
 
 /* Bytes of one element of a capture type. */

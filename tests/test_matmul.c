@@ -262,7 +262,7 @@ static void test_matmul_q8(void) {
     float *y_first = (float *)malloc(sizeof(float) * n_rows * 17);
     double *xq = (double *)malloc(sizeof(double) * n_cols * 17), *row = (double *)malloc(sizeof(double) * n_cols);
     uint8_t *w = (uint8_t *)malloc((size_t)n_rows * n_cols / 32 * 34 + 1);
-    void *work = malloc(forge__matmul_q8_work_bytes(n_cols, 17) + 3);
+    void *work = malloc(forge__matmul_q8_work_bytes(2, n_cols, 17) + 3);
     uint32_t ti, ki, i, r, p;
     TEST_CASE("matmul on 8-bit activations: portable and vector forms against a double reference");
     CHECK(forge__pool_create(1, NULL, &pools[0], NULL) == FORGE_OK && forge__pool_create(2, NULL, &pools[1], NULL) == FORGE_OK,
@@ -287,7 +287,7 @@ static void test_matmul_q8(void) {
     for (ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const forge_type_traits *t = forge_type_info(types[ti]);
         const uint64_t row_bytes = (uint64_t)n_cols / t->block_elems * t->block_bytes;
-        int simd, bad = 0, differ = 0;
+        int simd, bad = 0, differ = 0, alone = 0;
         double worst = 0, err2 = 0, ref2 = 0;
         random_blocks(types[ti], w, (uint64_t)n_rows * (n_cols / t->block_elems));
         for (ki = 0; ki < 3; ki++) {
@@ -324,10 +324,20 @@ static void test_matmul_q8(void) {
                     }
                     if (p == 0) memcpy(y_first, y, sizeof(float) * n_rows * n_tokens);
                     else if (memcmp(y_first, y, sizeof(float) * n_rows * n_tokens) != 0) differ++;
+                    if (p == 1 && n_tokens > 1) { /* each token alone gets the same sums, bit for bit */
+                        uint32_t tok;
+                        for (tok = 0; tok < n_tokens; tok++) {
+                            forge__matmul_q8(pools[1], types[ti], w, row_bytes, n_rows, n_cols, x + (size_t)tok * n_cols, y_first,
+                                             1, work, simd);
+                            if (memcmp(y_first, y + (size_t)tok * n_rows, sizeof(float) * n_rows) != 0) alone++;
+                        }
+                        memcpy(y_first, y, sizeof(float) * n_rows * n_tokens);
+                    }
                 }
         }
         CHECK(bad == 0, "%s: %d outputs off sum w*q*d by more than 2e-6 of sum|w*q*d| (worst %.3g)", t->name, bad, worst);
         CHECK(differ == 0, "%s: %d products differ between 1 and 2 threads", t->name, differ);
+        CHECK(alone == 0, "%s: %d tokens of a step get other sums than alone", t->name, alone);
         CHECK(sqrt(err2 / ref2) < 0.02, "%s: %.3g relative L2 from the unrounded product", t->name, sqrt(err2 / ref2));
         printf("  %s: worst %.3g of sum|w*q*d|, %.3g relative L2 from f32 activations\n", t->name, worst, sqrt(err2 / ref2));
     }
