@@ -3880,19 +3880,19 @@ static void forge__q8_rowdot(const forge__q8_row_block *FORGE__RESTRICT w, const
     }
 }
 
-/* x86 vector forms (AVX2 and FMA): a compiler given -mavx2 -mfma (or /arch:AVX2) builds them plain;
+/* x86 vector forms (AVX2, FMA, F16C): a compiler given -mavx2 -mfma -mf16c (or -march=...) builds them plain;
    GCC and Clang on x86 otherwise build them as target functions and forge picks them when the CPU
    says it has both, so a plain `make` runs them where they run. Other compilers and FORGE_NO_SIMD
    keep the portable forms. */
 #if !defined(FORGE_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64) || defined(__i386__))
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define FORGE__AVX2 1
 #define FORGE__AVX2_FN
 #define FORGE__AVX2_PRESENT() 1
 #elif (defined(__GNUC__) && __GNUC__ >= 6) || (defined(__clang__) && __clang_major__ >= 5)
 #define FORGE__AVX2 1
-#define FORGE__AVX2_FN __attribute__((target("avx2,fma")))
-#define FORGE__AVX2_PRESENT() (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+#define FORGE__AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define FORGE__AVX2_PRESENT() (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
 #endif
 #endif
 
@@ -3908,15 +3908,26 @@ static FORGE__AVX2_FN float forge__avx2_sum(__m256 v) {
 
 static FORGE__AVX2_FN __m256i forge__avx2_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-/* One unpacked block (bytes q, scales s0 and s1, offset) times one token's block, into the token's
-   lanes and offset sum: |w| times x with w's sign, byte products added in fours (each pair within
-   int16: |w| <= 128, |x| <= 127). */
-static FORGE__AVX2_FN void forge__avx2_block(__m256i q, float s0, float s1, float offset, const forge__q8_block *x, __m256 *acc,
-                                            float *offsets) {
-    const __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(s0)), _mm_set1_ps(s1), 1);
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(forge__avx2_load(x->q), q));
-    const __m256i dot = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+static FORGE__AVX2_FN float forge__avx2_half(const uint8_t *p) { return _cvtsh_ss(forge__ld16(p)); }
+
+/* Byte products of one block added in fours: unsigned q by signed x (each pair within int16:
+   q <= 128, |x| <= 127); signed q goes in as |q| times x with q's sign, the same integers. */
+static FORGE__AVX2_FN __m256i forge__avx2_dot_unsigned(__m256i q, const forge__q8_block *x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, forge__avx2_load(x->q)), _mm256_set1_epi16(1));
+}
+static FORGE__AVX2_FN __m256i forge__avx2_dot_signed(__m256i q, const forge__q8_block *x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(forge__avx2_load(x->q), q)),
+                             _mm256_set1_epi16(1));
+}
+
+/* A block's integer sums into a token's lanes, times scale (the weights' scale of each 16) times x's d.
+   A product whose blocks have one scale passes it broadcast: the same floats. */
+static FORGE__AVX2_FN void forge__avx2_block(__m256i dot, __m256 scale, const forge__q8_block *x, __m256 *acc) {
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_set1_ps(x->d)), *acc);
+}
+
+/* A block's minimum: offset (the weights') times x's d times the sum of x's bytes. */
+static FORGE__AVX2_FN void forge__avx2_offset(float offset, const forge__q8_block *x, float *offsets) {
     *offsets += offset * x->d * (float)forge__q8_sum(x);
 }
 
@@ -3936,17 +3947,17 @@ static FORGE__AVX2_FN __m256i forge__avx2_fifth_bits(uint32_t high) {
     return _mm256_and_si256(v, _mm256_set1_epi8(16));
 }
 
-/* The one-token forms unpack in registers exactly what forge__q8_row_unpack writes. */
+/* The one-token forms unpack in registers what forge__q8_row_unpack writes, and add the same floats
+   in the same order as forge__q8_rowdot_avx2. */
 static FORGE__AVX2_FN float forge__qdot_q4_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                  uint32_t n_blocks) {
+    const __m256i eight = _mm256_set1_epi8(8);
     __m256 acc = _mm256_setzero_ps();
-    float offsets = 0.0f;
     uint32_t b;
-    for (b = 0; b < n_blocks; b++, w += 18, x++) {
-        const float d = forge__half_at(w);
-        forge__avx2_block(_mm256_sub_epi8(forge__avx2_nibbles(w + 2), _mm256_set1_epi8(8)), d, d, 0.0f, x, &acc, &offsets);
-    }
-    return forge__avx2_sum(acc) + offsets;
+    for (b = 0; b < n_blocks; b++, w += 18, x++)
+        forge__avx2_block(forge__avx2_dot_signed(_mm256_sub_epi8(forge__avx2_nibbles(w + 2), eight), x),
+                          _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
+    return forge__avx2_sum(acc) + 0.0f;
 }
 
 static FORGE__AVX2_FN float forge__qdot_q4_1_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
@@ -3955,23 +3966,22 @@ static FORGE__AVX2_FN float forge__qdot_q4_1_avx2(const uint8_t *FORGE__RESTRICT
     float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks; b++, w += 20, x++) {
-        const float d = forge__half_at(w);
-        forge__avx2_block(forge__avx2_nibbles(w + 4), d, d, forge__half_at(w + 2), x, &acc, &offsets);
+        forge__avx2_block(forge__avx2_dot_unsigned(forge__avx2_nibbles(w + 4), x), _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
+        forge__avx2_offset(forge__avx2_half(w + 2), x, &offsets);
     }
     return forge__avx2_sum(acc) + offsets;
 }
 
 static FORGE__AVX2_FN float forge__qdot_q5_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                  uint32_t n_blocks) {
+    const __m256i sixteen = _mm256_set1_epi8(16);
     __m256 acc = _mm256_setzero_ps();
-    float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks; b++, w += 22, x++) {
-        const float d = forge__half_at(w);
         const __m256i q = _mm256_or_si256(forge__avx2_nibbles(w + 6), forge__avx2_fifth_bits(forge__le32(w + 2)));
-        forge__avx2_block(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), d, d, 0.0f, x, &acc, &offsets);
+        forge__avx2_block(forge__avx2_dot_signed(_mm256_sub_epi8(q, sixteen), x), _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
     }
-    return forge__avx2_sum(acc) + offsets;
+    return forge__avx2_sum(acc) + 0.0f;
 }
 
 static FORGE__AVX2_FN float forge__qdot_q5_1_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
@@ -3980,9 +3990,9 @@ static FORGE__AVX2_FN float forge__qdot_q5_1_avx2(const uint8_t *FORGE__RESTRICT
     float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks; b++, w += 24, x++) {
-        const float d = forge__half_at(w);
         const __m256i q = _mm256_or_si256(forge__avx2_nibbles(w + 8), forge__avx2_fifth_bits(forge__le32(w + 4)));
-        forge__avx2_block(q, d, d, forge__half_at(w + 2), x, &acc, &offsets);
+        forge__avx2_block(forge__avx2_dot_unsigned(q, x), _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
+        forge__avx2_offset(forge__avx2_half(w + 2), x, &offsets);
     }
     return forge__avx2_sum(acc) + offsets;
 }
@@ -3990,13 +4000,10 @@ static FORGE__AVX2_FN float forge__qdot_q5_1_avx2(const uint8_t *FORGE__RESTRICT
 static FORGE__AVX2_FN float forge__qdot_q8_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                  uint32_t n_blocks) {
     __m256 acc = _mm256_setzero_ps();
-    float offsets = 0.0f;
     uint32_t b;
-    for (b = 0; b < n_blocks; b++, w += 34, x++) {
-        const float d = forge__half_at(w);
-        forge__avx2_block(forge__avx2_load(w + 2), d, d, 0.0f, x, &acc, &offsets);
-    }
-    return forge__avx2_sum(acc) + offsets;
+    for (b = 0; b < n_blocks; b++, w += 34, x++)
+        forge__avx2_block(forge__avx2_dot_signed(forge__avx2_load(w + 2), x), _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
+    return forge__avx2_sum(acc) + 0.0f;
 }
 
 static FORGE__AVX2_FN float forge__qdot_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
@@ -4006,7 +4013,7 @@ static FORGE__AVX2_FN float forge__qdot_k_avx2(const uint8_t *FORGE__RESTRICT w,
     float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks / 8; b++, w += five ? 176 : 144) {
-        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+        const float d = forge__avx2_half(w), dmin = forge__avx2_half(w + 2);
         const __m256i qh = forge__avx2_load(w + 16);
         int chunk;
         for (chunk = 0; chunk < 4; chunk++, x += 2) {
@@ -4019,8 +4026,10 @@ static FORGE__AVX2_FN float forge__qdot_k_avx2(const uint8_t *FORGE__RESTRICT w,
             }
             forge__k4_scale_min(2 * chunk, w + 4, &sc0, &mn0);
             forge__k4_scale_min(2 * chunk + 1, w + 4, &sc1, &mn1);
-            forge__avx2_block(q0, d * (float)sc0, d * (float)sc0, -dmin * (float)mn0, &x[0], &acc, &offsets);
-            forge__avx2_block(q1, d * (float)sc1, d * (float)sc1, -dmin * (float)mn1, &x[1], &acc, &offsets);
+            forge__avx2_block(forge__avx2_dot_unsigned(q0, &x[0]), _mm256_set1_ps(d * (float)sc0), &x[0], &acc);
+            forge__avx2_offset(-dmin * (float)mn0, &x[0], &offsets);
+            forge__avx2_block(forge__avx2_dot_unsigned(q1, &x[1]), _mm256_set1_ps(d * (float)sc1), &x[1], &acc);
+            forge__avx2_offset(-dmin * (float)mn1, &x[1], &offsets);
         }
     }
     return forge__avx2_sum(acc) + offsets;
@@ -4040,10 +4049,9 @@ static FORGE__AVX2_FN float forge__qdot_q6_k_avx2(const uint8_t *FORGE__RESTRICT
                                                  uint32_t n_blocks) {
     const __m256i mask = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
-    float offsets = 0.0f;
     uint32_t b;
     for (b = 0; b < n_blocks / 8; b++, w += 210) {
-        const float d = forge__half_at(w + 208);
+        const float d = forge__avx2_half(w + 208);
         int half;
         for (half = 0; half < 2; half++) {
             const __m256i ql0 = forge__avx2_load(w + 64 * half), ql1 = forge__avx2_load(w + 64 * half + 32);
@@ -4058,12 +4066,14 @@ static FORGE__AVX2_FN float forge__qdot_q6_k_avx2(const uint8_t *FORGE__RESTRICT
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
-            for (k = 0; k < 4; k++, x++)
-                forge__avx2_block(_mm256_sub_epi8(q[k], bias), d * (float)scales[2 * k], d * (float)scales[2 * k + 1], 0.0f, x,
-                                  &acc, &offsets);
+            for (k = 0; k < 4; k++, x++) {
+                const __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(d * (float)scales[2 * k])),
+                                                          _mm_set1_ps(d * (float)scales[2 * k + 1]), 1);
+                forge__avx2_block(forge__avx2_dot_signed(_mm256_sub_epi8(q[k], bias), x), scale, x, &acc);
+            }
         }
     }
-    return forge__avx2_sum(acc) + offsets;
+    return forge__avx2_sum(acc) + 0.0f;
 }
 
 static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
@@ -4074,10 +4084,13 @@ static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORG
     for (t = 0; t < 4; t++) acc[t] = _mm256_setzero_ps();
     for (b = 0; b < n_blocks; b++, w++, x++) {
         const __m256i q = forge__avx2_load(w->q);
+        const __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(w->scale[0])), _mm_set1_ps(w->scale[1]), 1);
         FORGE__UNROLL
-        for (t = 0; t < 4; t++) /* the lanes of missing tokens repeat the last one's work and are dropped */
-            forge__avx2_block(q, w->scale[0], w->scale[1], w->offset, x + (t < n_tokens ? t : n_tokens - 1) * x_stride, &acc[t],
-                              &offsets[t]);
+        for (t = 0; t < 4; t++) { /* the lanes of missing tokens repeat the last one's work and are dropped */
+            const forge__q8_block *xt = x + (t < n_tokens ? t : n_tokens - 1) * x_stride;
+            forge__avx2_block(forge__avx2_dot_signed(q, xt), scale, xt, &acc[t]);
+            forge__avx2_offset(w->offset, xt, &offsets[t]);
+        }
     }
     for (t = 0; t < n_tokens; t++) out[t] = forge__avx2_sum(acc[t]) + offsets[t];
 }
