@@ -3685,8 +3685,8 @@ static FORGE__MAYBE_UNUSED void forge__matmul(forge__pool *p, uint32_t type, con
    0.4% of a block's largest value per element, the trade the reference engine makes in its CPU products
    too; desc.cpu_no_q8 keeps the f32 products above. */
 typedef struct forge__q8_block {
-    float d;        /* max|x| / 127 over the block */
-    int16_t sum[2]; /* sums of q over elements 0..15 and 16..31 */
+    float d;  /* max|x| / 127 over the block */
+    float ds; /* d times the sum of q: what a weight block's minimum multiplies */
     int8_t q[32];
 } forge__q8_block;
 
@@ -3696,7 +3696,7 @@ static void forge__q8_quantize(const float *FORGE__RESTRICT x, forge__q8_block *
     uint32_t b, j;
     for (b = 0; b < n_blocks; b++, x += 32, out++) {
         float amax = 0.0f, inv;
-        int s0 = 0, s1 = 0;
+        int sum = 0;
         for (j = 0; j < 32; j++) {
             const float a = fabsf(x[j]);
             amax = a > amax ? a : amax;
@@ -3707,18 +3707,14 @@ static void forge__q8_quantize(const float *FORGE__RESTRICT x, forge__q8_block *
             const float v = x[j] * inv;
             const long q = v >= -127.5f && v <= 127.5f ? lrintf(v) : 0; /* lrintf: to nearest, ties to even */
             out->q[j] = (int8_t)q;
-            if (j < 16) s0 += (int)q;
-            else s1 += (int)q;
+            sum += (int)q;
         }
-        out->sum[0] = (int16_t)s0;
-        out->sum[1] = (int16_t)s1;
+        out->ds = out->d * (float)sum;
     }
 }
 
 /* Dot product of one row (n_blocks blocks of 32 of its elements) with a quantized vector. */
 typedef float (*forge__qdot_fn)(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks);
-
-static int forge__q8_sum(const forge__q8_block *x) { return (int)x->sum[0] + (int)x->sum[1]; }
 
 /* A row's blocks of 32 unpacked: signed bytes, the scale of each 16 and the coefficient of the block's
    activation sum, so that block b of the row times block b of x is
@@ -3835,7 +3831,7 @@ static float forge__q8_block_dot(const forge__q8_row_block *w, const forge__q8_b
     int32_t lo = 0, hi = 0;
     uint32_t j;
     for (j = 0; j < 16; j++) lo += w->q[j] * x->q[j], hi += w->q[j + 16] * x->q[j + 16];
-    return x->d * (w->scale[0] * (float)lo + w->scale[1] * (float)hi + w->offset * (float)forge__q8_sum(x));
+    return x->d * (w->scale[0] * (float)lo + w->scale[1] * (float)hi) + w->offset * x->ds;
 }
 
 /* One row of `type` against one token: each unit unpacked on the stack as it is read. */
@@ -3892,7 +3888,15 @@ static void forge__q8_rowdot(const forge__q8_row_block *FORGE__RESTRICT w, const
 #elif (defined(__GNUC__) && __GNUC__ >= 6) || (defined(__clang__) && __clang_major__ >= 5)
 #define FORGE__AVX2 1
 #define FORGE__AVX2_FN __attribute__((target("avx2,fma,f16c")))
-#define FORGE__AVX2_PRESENT() (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+#define FORGE__AVX2_PRESENT() forge__avx2_present()
+#include <cpuid.h>
+/* AVX2 and FMA as the compiler's runtime knows them (the OS saving the registers included), F16C
+   from CPUID leaf 1 (ECX bit 29), which some compilers' __builtin_cpu_supports does not name. */
+static int forge__avx2_present(void) {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx >> 29 & 1u);
+}
 #endif
 #endif
 
@@ -3926,9 +3930,10 @@ static FORGE__AVX2_FN void forge__avx2_block(__m256i dot, __m256 scale, const fo
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_set1_ps(x->d)), *acc);
 }
 
-/* A block's minimum: offset (the weights') times x's d times the sum of x's bytes. */
+/* A block's minimum: offset (the weights') times x's d times the sum of x's bytes. Types without one
+   skip it: adding their zeros would change no sum. */
 static FORGE__AVX2_FN void forge__avx2_offset(float offset, const forge__q8_block *x, float *offsets) {
-    *offsets += offset * x->d * (float)forge__q8_sum(x);
+    *offsets += offset * x->ds;
 }
 
 /* The 16 bytes at q as 32 nibbles: low ones in bytes 0..15, high ones in 16..31. */
@@ -4076,8 +4081,9 @@ static FORGE__AVX2_FN float forge__qdot_q6_k_avx2(const uint8_t *FORGE__RESTRICT
     return forge__avx2_sum(acc) + 0.0f;
 }
 
-static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
-                                                 size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
+static FORGE__AVX2_FN void forge__q8_rowdot_avx2_with(const forge__q8_row_block *FORGE__RESTRICT w,
+                                                      const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
+                                                      uint32_t n_tokens, uint32_t n_blocks, float *out, int with_offsets) {
     __m256 acc[4];
     float offsets[4] = {0, 0, 0, 0};
     uint32_t b, t;
@@ -4089,10 +4095,21 @@ static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORG
         for (t = 0; t < 4; t++) { /* the lanes of missing tokens repeat the last one's work and are dropped */
             const forge__q8_block *xt = x + (t < n_tokens ? t : n_tokens - 1) * x_stride;
             forge__avx2_block(forge__avx2_dot_signed(q, xt), scale, xt, &acc[t]);
-            forge__avx2_offset(w->offset, xt, &offsets[t]);
+            if (with_offsets) forge__avx2_offset(w->offset, xt, &offsets[t]);
         }
     }
     for (t = 0; t < n_tokens; t++) out[t] = forge__avx2_sum(acc[t]) + offsets[t];
+}
+
+static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    forge__q8_rowdot_avx2_with(w, x, x_stride, n_tokens, n_blocks, out, 1);
+}
+
+static FORGE__AVX2_FN void forge__q8_rowdot_avx2_plain(const forge__q8_row_block *FORGE__RESTRICT w,
+                                                       const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
+                                                       uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    forge__q8_rowdot_avx2_with(w, x, x_stride, n_tokens, n_blocks, out, 0);
 }
 #endif /* FORGE__AVX2 */
 
@@ -4126,10 +4143,15 @@ static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
     }
 }
 
-static forge__q8_rowdot_fn forge__q8_rowdot_for(int simd) {
+/* A type whose blocks have a minimum (Q4_1, Q5_1, Q4_K, Q5_K) needs the offsets' sums. */
+static forge__q8_rowdot_fn forge__q8_rowdot_for(uint32_t type, int simd) {
 #ifdef FORGE__AVX2
-    if (simd && FORGE__AVX2_PRESENT()) return forge__q8_rowdot_avx2;
+    if (simd && FORGE__AVX2_PRESENT())
+        return type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1 || type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K
+                   ? forge__q8_rowdot_avx2
+                   : forge__q8_rowdot_avx2_plain;
 #endif
+    (void)type;
     (void)simd;
     return forge__q8_rowdot;
 }
@@ -4206,7 +4228,7 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
                                                           FORGE__WORK_ALIGN);
     for (t = 0; t < n_tokens; t++) forge__q8_quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
     job.qdot = forge__qdot_for(type, simd);
-    job.rowdot = forge__q8_rowdot_for(simd);
+    job.rowdot = forge__q8_rowdot_for(type, simd);
     job.type = type;
     job.slots = (uint8_t *)q + forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block));
     job.slot_bytes = forge__q8_round_up((size_t)(n_cols / 32) * sizeof(forge__q8_row_block));

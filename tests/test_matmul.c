@@ -282,7 +282,7 @@ static void test_matmul_q8(void) {
         CHECK(blk.d == 16.0f / 127.0f, "q8 scale %.9g", (double)blk.d);
         for (i = 0; i < 32; i++) v[i] = 0.0f;
         forge__q8_quantize(v, &blk, 1);
-        CHECK(blk.d == 0.0f && blk.sum[0] == 0 && blk.sum[1] == 0 && blk.q[5] == 0, "q8 of zeros");
+        CHECK(blk.d == 0.0f && blk.ds == 0.0f && blk.q[5] == 0, "q8 of zeros");
     }
     for (ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const forge_type_traits *t = forge_type_info(types[ti]);
