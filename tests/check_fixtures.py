@@ -501,13 +501,35 @@ MEASURED_LONG = {
 # forge's default CPU products round their activations to 8 bits (per 32, as llama.cpp's quantized
 # products do) for the weight types with integer dot products (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
 # Q6_K): on the files with such tensors its distance to the reference is that rounding's, still inside the
-# index's tolerance (and below llama.cpp's own). Measured as above at the commit that made them the
-# default (AVX2 forms; the portable ones add the same roundings in another order), INNER_FACTOR_Q8 times
+# index's tolerance (and below llama.cpp's own). Measured as above at d0a2ef2 (FORGE_MEASURE=1 prints
+# them; AVX2 forms, the portable ones add the same roundings in another order), INNER_FACTOR_Q8 times
 # these is their inner bound. MEASURED stays the bound of the f32 products (FORGE_CPU_NO_Q8=1), run on
 # every file listed here with an f32 cache.
 INNER_FACTOR_Q8 = 1.5
-MEASURED_Q8 = {}
-MEASURED_LONG_Q8 = {}
+MEASURED_Q8 = {
+    "tiny-gemma-q4_k_m.gguf": {"f32": (2.2e-02, 2.8e-02), "f16": (2.1e-02, 2.7e-02)},
+    "tiny-gemma2-q4_k_m.gguf": {"f32": (1.9e-02, 2.4e-02), "f16": (1.9e-02, 2.2e-02)},
+    "tiny-gemma3-q4_k_m.gguf": {"f32": (2.2e-02, 2.5e-02), "f16": (2.2e-02, 2.8e-02)},
+    "tiny-glm4-q4_k_m.gguf": {"f32": (1.9e-02, 2.2e-02), "f16": (1.9e-02, 2.3e-02)},
+    "tiny-llama-moe-q4_k_m.gguf": {"f32": (1.5e-02, 1.9e-02), "f16": (1.5e-02, 2.0e-02)},
+    "tiny-llama-q4_0.gguf": {"f32": (1.9e-02, 2.3e-02), "f16": (1.8e-02, 2.4e-02)},
+    "tiny-llama-q4_1.gguf": {"f32": (1.8e-02, 2.2e-02), "f16": (1.9e-02, 2.5e-02)},
+    "tiny-llama-q4_k_m.gguf": {"f32": (1.8e-02, 2.6e-02), "f16": (1.8e-02, 2.4e-02)},
+    "tiny-llama-q4_k_s.gguf": {"f32": (1.8e-02, 2.6e-02), "f16": (1.8e-02, 2.4e-02)},
+    "tiny-llama-q5_0.gguf": {"f32": (1.9e-02, 2.4e-02), "f16": (1.9e-02, 2.2e-02)},
+    "tiny-llama-q5_1.gguf": {"f32": (2.0e-02, 2.4e-02), "f16": (2.0e-02, 2.4e-02)},
+    "tiny-llama-q5_k_s.gguf": {"f32": (1.9e-02, 2.2e-02), "f16": (1.9e-02, 2.4e-02)},
+    "tiny-llama-q6_k.gguf": {"f32": (1.9e-02, 2.3e-02), "f16": (1.9e-02, 2.4e-02)},
+    "tiny-llama-q8_0.gguf": {"f32": (1.8e-02, 2.2e-02), "f16": (1.9e-02, 2.2e-02)},
+    "tiny-phi3-q4_k_m.gguf": {"f32": (1.6e-02, 2.0e-02), "f16": (1.6e-02, 2.0e-02)},
+    "tiny-qwen2-q4_k_m.gguf": {"f32": (1.9e-02, 2.5e-02), "f16": (1.9e-02, 2.7e-02)},
+    "tiny-qwen2-q8_0.gguf": {"f32": (1.9e-02, 2.3e-02), "f16": (1.9e-02, 2.4e-02)},
+    "tiny-qwen2moe-q4_k_m.gguf": {"f32": (1.5e-02, 1.9e-02), "f16": (1.5e-02, 1.8e-02)},
+    "tiny-qwen3-q4_k_m.gguf": {"f32": (1.9e-02, 2.2e-02), "f16": (1.9e-02, 2.3e-02)},
+    "tiny-qwen3-q8_0.gguf": {"f32": (1.9e-02, 2.6e-02), "f16": (1.9e-02, 2.3e-02)},
+    "tiny-qwen3moe-q4_k_m.gguf": {"f32": (1.4e-02, 1.8e-02), "f16": (2.4e-02, 1.1e-01)},
+}
+MEASURED_LONG_Q8 = {"tiny-llama-q4_k_m.gguf": {"f16": (2.0e-02, 2.4e-02)}}
 
 # The quantized caches on one file of each family (every file in f32 and f16).
 QUANT_KV_FILES = ["tiny-gemma-f16.gguf", "tiny-gemma2-f16.gguf", "tiny-gemma3-f16.gguf", "tiny-glm4-f16.gguf",
