@@ -44,7 +44,6 @@ run smollm2     $B/test_smollm2
 run llm         $B/test_llm
 run llm_san     $B/test_llm_san
 run gemma3      $B/test_greedy "${FORGE_GEMMA3:-$HOME/.cache/forge/gemma3/gemma-3-270m-q4_k_m.gguf}" tests/data/gemma3_270m_greedy.txt 32
-run gemma3_f32  env FORGE_CPU_NO_Q8=1 $B/test_greedy "${FORGE_GEMMA3:-$HOME/.cache/forge/gemma3/gemma-3-270m-q4_k_m.gguf}" tests/data/gemma3_270m_greedy.txt 32
 run qwen25coder $B/test_greedy "${FORGE_QWEN25CODER:-$HOME/.cache/forge/qwen25coder/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}" tests/data/qwen25coder_1p5b_greedy.txt 32
 run seqs        $B/test_seqs
 run seqs_san    env FORGE_TEST_QUICK=1 $B/test_seqs_san
