@@ -3690,18 +3690,20 @@ typedef struct forge__q8_block {
     int8_t q[32];
 } forge__q8_block;
 
-/* Rounds n_blocks blocks of 32 floats. A NaN or infinite input gives a block of zeros or a NaN scale,
-   never an out-of-range byte. */
+/* Rounds n_blocks blocks of 32 floats. A NaN or infinite input gives its block a NaN scale, so that
+   the products it meets are NaN as they would be in f32 (a broken model is reported, not hidden),
+   and never an out-of-range byte. */
 static void forge__q8_quantize(const float *FORGE__RESTRICT x, forge__q8_block *FORGE__RESTRICT out, uint32_t n_blocks) {
     uint32_t b, j;
     for (b = 0; b < n_blocks; b++, x += 32, out++) {
-        float amax = 0.0f, inv;
+        float amax = 0.0f, inv, finite = 0.0f;
         int sum = 0;
         for (j = 0; j < 32; j++) {
             const float a = fabsf(x[j]);
             amax = a > amax ? a : amax;
+            finite += x[j] * 0.0f; /* NaN once any element is NaN or infinite */
         }
-        out->d = amax / 127.0f;
+        out->d = amax / 127.0f + finite;
         inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         for (j = 0; j < 32; j++) {
             const float v = x[j] * inv;

@@ -283,6 +283,12 @@ static void test_matmul_q8(void) {
         for (i = 0; i < 32; i++) v[i] = 0.0f;
         forge__q8_quantize(v, &blk, 1);
         CHECK(blk.d == 0.0f && blk.ds == 0.0f && blk.q[5] == 0, "q8 of zeros");
+        v[7] = NAN; /* a broken input stays visible in the products */
+        forge__q8_quantize(v, &blk, 1);
+        CHECK(isnan(blk.d) && blk.q[7] == 0, "q8 of a NaN: scale %g", (double)blk.d);
+        v[7] = INFINITY;
+        forge__q8_quantize(v, &blk, 1);
+        CHECK(isnan(blk.d) && blk.q[7] == 0, "q8 of an infinity: scale %g", (double)blk.d);
     }
     for (ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const forge_type_traits *t = forge_type_info(types[ti]);
