@@ -300,7 +300,7 @@ static void test_matmul_q8(void) {
             const uint32_t n_tokens = tokens_list[ki];
             for (i = 0; i < n_cols * n_tokens; i++) x[i] = rng_uniform(-2.0f, 2.0f) * (i % 97 == 0 ? 8.0f : 1.0f);
             for (i = 0; i < n_tokens; i++) ref_round_q8(x + (size_t)i * n_cols, n_cols, xq + (size_t)i * n_cols);
-            for (simd = 0; simd < 2; simd++)
+            for (simd = 0; simd < 3; simd++) /* portable, AVX2, AVX-512 VNNI where present */
                 for (p = 0; p < 2; p++) {
                     for (i = 0; i < n_rows * n_tokens; i++) y[i] = -12345.0f;
                     forge__matmul_q8(pools[p], types[ti], w, row_bytes, n_rows, n_cols, x, y, n_tokens, (uint8_t *)work + 3, simd);
