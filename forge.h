@@ -4024,22 +4024,26 @@ static FORGE__AVX2_FN float forge__qdot_k_avx2(const uint8_t *FORGE__RESTRICT w,
     uint32_t b;
     for (b = 0; b < n_blocks / 8; b++, w += five ? 176 : 144) {
         const float d = forge__avx2_half(w), dmin = forge__avx2_half(w + 2);
+        const uint8_t *packed = w + 4;
         const __m256i qh = forge__avx2_load(w + 16);
-        int chunk;
+        int sc[8], mn[8], j, chunk;
+        for (j = 0; j < 4; j++) { /* forge__k4_scale_min's table, straight through */
+            sc[j] = packed[j] & 63;
+            mn[j] = packed[j + 4] & 63;
+            sc[j + 4] = (packed[j + 8] & 0xf) | ((packed[j] >> 6) << 4);
+            mn[j + 4] = (packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4);
+        }
         for (chunk = 0; chunk < 4; chunk++, x += 2) {
             const __m256i raw = forge__avx2_load(w + (five ? 48 : 16) + 32 * chunk);
             __m256i q0 = _mm256_and_si256(raw, mask), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-            int sc0, mn0, sc1, mn1;
             if (five) {
                 q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk)), one), 4));
                 q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk + 1)), one), 4));
             }
-            forge__k4_scale_min(2 * chunk, w + 4, &sc0, &mn0);
-            forge__k4_scale_min(2 * chunk + 1, w + 4, &sc1, &mn1);
-            forge__avx2_block(forge__avx2_dot_unsigned(q0, &x[0]), _mm256_set1_ps(d * (float)sc0), &x[0], &acc);
-            forge__avx2_offset(-dmin * (float)mn0, &x[0], &offsets);
-            forge__avx2_block(forge__avx2_dot_unsigned(q1, &x[1]), _mm256_set1_ps(d * (float)sc1), &x[1], &acc);
-            forge__avx2_offset(-dmin * (float)mn1, &x[1], &offsets);
+            forge__avx2_block(forge__avx2_dot_unsigned(q0, &x[0]), _mm256_set1_ps(d * (float)sc[2 * chunk]), &x[0], &acc);
+            forge__avx2_offset(-dmin * (float)mn[2 * chunk], &x[0], &offsets);
+            forge__avx2_block(forge__avx2_dot_unsigned(q1, &x[1]), _mm256_set1_ps(d * (float)sc[2 * chunk + 1]), &x[1], &acc);
+            forge__avx2_offset(-dmin * (float)mn[2 * chunk + 1], &x[1], &offsets);
         }
     }
     return forge__avx2_sum(acc) + offsets;
