@@ -563,7 +563,7 @@ static void benchmark(uint32_t max_threads) {
     uint32_t i, n = 4096, threads;
     float *x = (float *)malloc(sizeof(float) * 512 * 4096), *y = (float *)malloc(sizeof(float) * 512 * 4096);
     uint8_t *w = (uint8_t *)malloc((size_t)n * n * 2);
-    void *work;
+    void *work, *q8_work;
     if (!x || !y || !w) {
         free(x);
         free(y);
@@ -574,6 +574,7 @@ static void benchmark(uint32_t max_threads) {
     for (threads = 1; threads <= max_threads; threads *= 2) {
         if (forge__pool_create(threads, NULL, &pool, NULL) != FORGE_OK) break;
         work = malloc(forge__matmul_work_bytes(pool, n));
+        q8_work = malloc(forge__matmul_q8_work_bytes(threads, n, 512));
         for (i = 0; i < sizeof types / sizeof types[0]; i++) {
             const forge_type_traits *t = forge_type_info(types[i]);
             uint64_t row_bytes = (uint64_t)n / t->block_elems * t->block_bytes;
@@ -588,6 +589,16 @@ static void benchmark(uint32_t max_threads) {
             }
             printf("bench: %u thread%s %-4s 4096x4096 matvec %7.3f ms  %6.2f GB/s of weights\n", threads,
                    threads > 1 ? "s" : " ", t->name, best * 1e3, (double)row_bytes * n / best / 1e9);
+            if (forge__matmul_q8_supported(types[i], n) && q8_work) { /* the default CPU products: 8-bit activations */
+                for (best = 1e30, rep = 0; rep < 5; rep++) {
+                    start = now_seconds();
+                    forge__matmul_q8(pool, types[i], w, row_bytes, n, n, x, y, 1, q8_work, 2);
+                    start = now_seconds() - start;
+                    if (start < best) best = start;
+                }
+                printf("bench: %u thread%s %-4s 4096x4096 matvec %7.3f ms  %6.2f GB/s of weights (8-bit activations)\n",
+                       threads, threads > 1 ? "s" : " ", t->name, best * 1e3, (double)row_bytes * n / best / 1e9);
+            }
         }
         {
             uint32_t m = 1024, tokens = 512;
@@ -602,8 +613,17 @@ static void benchmark(uint32_t max_threads) {
             }
             printf("bench: %u thread%s Q4_0 1024x1024 x 512 tokens prefill %7.2f ms  %6.2f GFLOP/s\n", threads,
                    threads > 1 ? "s" : " ", best * 1e3, 2.0 * m * m * tokens / best / 1e9);
+            for (best = 1e30, rep = 0; q8_work && rep < 2; rep++) {
+                start = now_seconds();
+                forge__matmul_q8(pool, FORGE_TYPE_Q4_0, w, m / 32 * 18, m, m, x, y, tokens, q8_work, 2);
+                start = now_seconds() - start;
+                if (start < best) best = start;
+            }
+            printf("bench: %u thread%s Q4_0 1024x1024 x 512 tokens prefill %7.2f ms  %6.2f GFLOP/s (8-bit activations)\n",
+                   threads, threads > 1 ? "s" : " ", best * 1e3, 2.0 * m * m * tokens / best / 1e9);
         }
         free(work);
+        free(q8_work);
         forge__pool_destroy(pool);
     }
     free(x);
