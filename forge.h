@@ -2900,8 +2900,10 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
 /* >>impl-cpu */
 
 /* CPU backend: matrix products straight from quantized blocks, and a fixed pool of worker threads.
-   Activations stay f32. Every output is summed in one fixed order whatever the thread count and
-   whichever task computes it, so results are bitwise identical for 1 or N threads. */
+   Activations are f32, rounded to 8 bits per 32 only inside the products of the types that have
+   integer dot products (below: products on 8-bit activations). Every output is summed in one fixed
+   order whatever the thread count and whichever task computes it, so results are bitwise identical
+   for 1 or N threads. */
 
 #if defined(__cplusplus) || defined(_MSC_VER)
 #define FORGE__RESTRICT __restrict
