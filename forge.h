@@ -913,6 +913,12 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    Llama-3-8B's), each block copies its rows into shared memory before it waits, so they stream
    while the kernel before finishes (on-chip memory, not device memory: the plan is unchanged);
    desc.gpu_no_stage turns that off.
+   CPU precision: products whose weights are Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K round
+   their input to 8 bits per element in groups of 32 (the GPU's rule below) and multiply on integer
+   byte products, at every token count, each row of a step with the sums it gets alone; the fixtures'
+   logits then stand 1.4% to 2.4% (relative L2) from a float64 computation, within their tolerances,
+   and greedy paths part from llama.cpp's or the f32 products' only at near-ties. desc.cpu_no_q8
+   keeps f32 activations (2 to 4 times slower on two cores: README, Performance).
    GPU decode precision: one-token products whose weights are Q4_0, Q8_0, Q4_K or Q6_K round their
    input vector to 8 bits per element in groups of 32 (one scale per group, as the reference engine
    does in its quantized products) and multiply on integer dot products; the logits then stand about
