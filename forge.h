@@ -89,7 +89,8 @@
         the numbers. The library never exits, aborts or prints (logging goes to desc.log if given).
       - Environment: the library reads no environment variable unless the program calls
         forge_context_desc_apply_env, which applies FORGE_MEM_FRACTION, FORGE_NO_GRAPH, FORGE_NO_Q8,
-        FORGE_NORM_FUSION, FORGE_NO_PDL and FORGE_NO_STAGE to a descriptor (the CLI calls it).
+        FORGE_NORM_FUSION, FORGE_NO_PDL, FORGE_NO_STAGE and FORGE_CPU_NO_Q8 to a descriptor (the CLI
+        calls it).
       - Memory: host memory through the descriptor's forge_allocator (both callbacks or neither: one
         without the other is refused with FORGE_ERR_ARGUMENT at creation); a context allocates all it
         needs at create and nothing per token; any failed create frees what it took.
@@ -815,6 +816,7 @@ typedef struct forge_context_desc {
     int gpu_norm_fusion;          /* 0: where faster; 1: wherever the shapes allow; -1: never (FORGE_NORM_FUSION=1/0) */
     int gpu_no_pdl;               /* 1: no programmatic dependent launch on NVIDIA sm_90+ (FORGE_NO_PDL=1) */
     int gpu_no_stage;             /* 1: decode products never stage rows in shared memory (FORGE_NO_STAGE=1) */
+    int cpu_no_q8;                /* 1: CPU products on f32 activations, not 8-bit (FORGE_CPU_NO_Q8=1) */
     /* hidden-state capture (see forge_capture_parse); the staging is part of the plan */
     const forge_capture *captures;
     uint32_t n_captures;              /* at most FORGE_MAX_CAPTURES */
@@ -929,6 +931,12 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    Llama-3-8B's), each block copies its rows into shared memory before it waits, so they stream
    while the kernel before finishes (on-chip memory, not device memory: the plan is unchanged);
    desc.gpu_no_stage turns that off.
+   CPU precision: products whose weights are Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K round
+   their input to 8 bits per element in groups of 32 (the GPU's rule below) and multiply on integer
+   byte products, at every token count, each row of a step with the sums it gets alone; the fixtures'
+   logits then stand 1.4% to 2.4% (relative L2) from a float64 computation, within their tolerances,
+   and greedy paths part from llama.cpp's or the f32 products' only at near-ties. desc.cpu_no_q8
+   keeps f32 activations (2 to 4 times slower on two cores: README, Performance).
    GPU decode precision: one-token products whose weights are Q4_0, Q8_0, Q4_K or Q6_K round their
    input vector to 8 bits per element in groups of 32 (one scale per group, as the reference engine
    does in its quantized products) and multiply on integer dot products; the logits then stand about
@@ -975,6 +983,7 @@ FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chu
       FORGE_NO_GRAPH=1       gpu_no_graph        FORGE_NO_Q8=1     gpu_no_q8
       FORGE_NORM_FUSION=0|1  gpu_norm_fusion -1 or 1
       FORGE_NO_PDL=1         gpu_no_pdl          FORGE_NO_STAGE=1  gpu_no_stage
+      FORGE_CPU_NO_Q8=1      cpu_no_q8
    A switch is on when its variable is set to anything but "" or "0". FORGE_ERR_ARGUMENT names a
    variable whose value cannot be read (FORGE_MEM_FRACTION=abc, =1.5); desc is then unchanged. */
 FORGE_API forge_result forge_context_desc_apply_env(forge_context_desc *desc, forge_error *error);
@@ -1365,10 +1374,13 @@ static void forge__dq_f32(const void *src, float *dst, uint64_t n) {
     for (i = 0; i < n; i++) dst[i] = forge__lef32(p + 4 * i);
 }
 
+static float forge__half_bits(uint16_t h); /* >>impl-cpu: forge_f16_to_f32 without branches */
+
+/* Branch-free: f16 KV cache rows go through here in attention (gemma-3-270m pp64 on one thread: about 4% less time). */
 static void forge__dq_f16(const void *src, float *dst, uint64_t n) {
     const uint8_t *p = (const uint8_t *)src;
     uint64_t i;
-    for (i = 0; i < n; i++) dst[i] = forge__half(p + 2 * i);
+    for (i = 0; i < n; i++) dst[i] = forge__half_bits(forge__le16(p + 2 * i));
 }
 
 static void forge__dq_bf16(const void *src, float *dst, uint64_t n) {
@@ -2914,8 +2926,10 @@ FORGE_API forge_result forge_config_derive(const forge_gguf *g, forge_config *ou
 /* >>impl-cpu */
 
 /* CPU backend: matrix products straight from quantized blocks, and a fixed pool of worker threads.
-   Activations stay f32. Every output is summed in one fixed order whatever the thread count and
-   whichever task computes it, so results are bitwise identical for 1 or N threads. */
+   Activations are f32, rounded to 8 bits per 32 only inside the products of the types that have
+   integer dot products (below: products on 8-bit activations). Every output is summed in one fixed
+   order whatever the thread count and whichever task computes it, so results are bitwise identical
+   for 1 or N threads. */
 
 #if defined(__cplusplus) || defined(_MSC_VER)
 #define FORGE__RESTRICT __restrict
@@ -3589,6 +3603,7 @@ typedef struct forge__matmul_job {
     float *y;
     uint8_t *work; /* aligned; slot_bytes per thread */
     size_t slot_bytes;
+    int per_token; /* every token through vdot, row by row */
 } forge__matmul_job;
 
 static void forge__matmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
@@ -3597,7 +3612,7 @@ static void forge__matmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint3
     const uint32_t end = (uint32_t)FORGE__MIN((uint64_t)first + job->rows_per_task, (uint64_t)n_rows);
     uint32_t r;
     (void)n_tasks;
-    if (job->n_tokens <= FORGE__VDOT_TOKENS) { /* each row read once, from cache for the tokens after the first */
+    if (job->per_token) { /* each row read once, from cache for the tokens after the first */
         for (r = first; r < end; r++) {
             const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
             uint32_t t;
@@ -3661,12 +3676,16 @@ static FORGE__MAYBE_UNUSED void forge__matmul(forge__pool *p, uint32_t type, con
     uint32_t n_tasks, target_tasks;
     uint64_t macs = (uint64_t)n_rows * n_cols * n_tokens;
     if (n_rows == 0 || n_tokens == 0) return;
-    if (!forge__matmul_supported(type, n_cols) || (n_tokens > 1 && !work)) {
+    if (!forge__matmul_supported(type, n_cols) || (n_tokens > FORGE__VDOT_TOKENS && type != FORGE_TYPE_F32 && !work)) {
         memset(y, 0, (size_t)n_rows * n_tokens * sizeof(float));
         return;
     }
     job.traits = forge_type_info(type);
     job.vdot = forge__vdot_for(type);
+    /* f32 rows have nothing to dequantize: every token takes the one-token sums, so a token's result
+       does not depend on its step (a router's logits before an 8-bit product, which would magnify any
+       difference to a step of its rounding) */
+    job.per_token = n_tokens <= FORGE__VDOT_TOKENS || type == FORGE_TYPE_F32;
     job.w = w;
     job.row_bytes = row_bytes;
     job.n_rows = n_rows;
@@ -3687,6 +3706,639 @@ static FORGE__MAYBE_UNUSED void forge__matmul(forge__pool *p, uint32_t type, con
         n_tasks = (uint32_t)(((uint64_t)n_rows + job.rows_per_task - 1) / job.rows_per_task);
     }
     forge__pool_run(p, forge__matmul_task, &job, n_tasks);
+}
+
+/* ---- products on 8-bit activations ----
+   The input of a quantized product is rounded once per token to 8 bits in blocks of 32 (d = max|x| / 127,
+   q = x / d rounded to the nearest, ties to even: the rule of the GPU decode path), and each weight block
+   then meets it in integer multiply-adds: sum_j w_j x_j = d_w d_x sum_j q_w,j q_x,j, a weight type's
+   minimum applied through the block's sum of q_x. The cost is the rounding of the activations, about
+   0.4% of a block's largest value per element, the trade the reference engine makes in its CPU products
+   too; desc.cpu_no_q8 keeps the f32 products above. */
+typedef struct forge__q8_block {
+    float d;  /* max|x| / 127 over the block */
+    float ds; /* d times the sum of q: what a weight block's minimum multiplies */
+    int8_t q[32];
+} forge__q8_block;
+
+/* Rounds n_blocks blocks of 32 floats. A NaN or infinite input gives its block a NaN scale, so that
+   the products it meets are NaN as they would be in f32 (a broken model is reported, not hidden),
+   and never an out-of-range byte. */
+static void forge__q8_quantize(const float *FORGE__RESTRICT x, forge__q8_block *FORGE__RESTRICT out, uint32_t n_blocks) {
+    uint32_t b, j;
+    for (b = 0; b < n_blocks; b++, x += 32, out++) {
+        float amax = 0.0f, inv, finite = 0.0f;
+        int sum = 0;
+        for (j = 0; j < 32; j++) {
+            const float a = fabsf(x[j]);
+            amax = a > amax ? a : amax;
+            finite += x[j] * 0.0f; /* NaN once any element is NaN or infinite */
+        }
+        out->d = amax / 127.0f + finite;
+        inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (j = 0; j < 32; j++) {
+            const float v = x[j] * inv;
+            const long q = v >= -127.5f && v <= 127.5f ? lrintf(v) : 0; /* lrintf: to nearest, ties to even */
+            out->q[j] = (int8_t)q;
+            sum += (int)q;
+        }
+        out->ds = out->d * (float)sum;
+    }
+}
+
+/* Dot product of one row (n_blocks blocks of 32 of its elements) with a quantized vector. */
+typedef float (*forge__qdot_fn)(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks);
+
+/* A row's blocks of 32 unpacked: signed bytes, the scale of each 16 and the coefficient of the block's
+   activation sum, so that block b of the row times block b of x is
+   d_x * (scale[0] * sum_0..15 q w + scale[1] * sum_16..31 q w + offset * sum q_x). Every type comes to
+   this one form: a one-token product unpacks each block as it reads it, a step of more tokens unpacks
+   each row once into memory and runs it against four tokens at a time, and both add the blocks up in
+   the same order with the same operations, so a token's sums do not depend on the step it is in. */
+typedef struct forge__q8_row_block {
+    float scale[2]; /* of elements 0..15 and 16..31 */
+    float offset;
+    float pad;
+    int8_t q[32];
+} forge__q8_row_block;
+
+static void forge__q8_row_set(forge__q8_row_block *o, float scale0, float scale1, float offset) {
+    o->scale[0] = scale0;
+    o->scale[1] = scale1;
+    o->offset = offset;
+    o->pad = 0.0f;
+}
+
+/* The bytes of one unit of unpacking: a block of 32, or a K-quant super-block of 8 of them. */
+static uint32_t forge__q8_unit_bytes(uint32_t type) {
+    switch (type) {
+    case FORGE_TYPE_Q4_0: return 18;
+    case FORGE_TYPE_Q4_1: return 20;
+    case FORGE_TYPE_Q5_0: return 22;
+    case FORGE_TYPE_Q5_1: return 24;
+    case FORGE_TYPE_Q8_0: return 34;
+    case FORGE_TYPE_Q4_K: return 144;
+    case FORGE_TYPE_Q5_K: return 176;
+    case FORGE_TYPE_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+/* n_blocks blocks of 32 of a row of `type` (one forge__q8_unit_bytes accepts) into out. */
+static void forge__q8_row_unpack(uint32_t type, const uint8_t *w, forge__q8_row_block *out, uint32_t n_blocks) {
+    uint32_t b, j;
+    switch (type) {
+    case FORGE_TYPE_Q4_0: case FORGE_TYPE_Q4_1: { /* Q4_1's offset is its minimum; Q4_0's -8 is in the bytes */
+        const int one = type == FORGE_TYPE_Q4_1, bytes = one ? 20 : 18;
+        for (b = 0; b < n_blocks; b++, w += bytes, out++) {
+            const float d = forge__half_at(w);
+            forge__q8_row_set(out, d, d, one ? forge__half_at(w + 2) : 0.0f);
+            for (j = 0; j < 16; j++) {
+                out->q[j] = (int8_t)((w[2 + 2 * one + j] & 0xf) - (one ? 0 : 8));
+                out->q[j + 16] = (int8_t)((w[2 + 2 * one + j] >> 4) - (one ? 0 : 8));
+            }
+        }
+        break;
+    }
+    case FORGE_TYPE_Q5_0: case FORGE_TYPE_Q5_1: { /* the fifth bits of the 32 in one little-endian word */
+        const int one = type == FORGE_TYPE_Q5_1, bytes = one ? 24 : 22;
+        for (b = 0; b < n_blocks; b++, w += bytes, out++) {
+            const float d = forge__half_at(w);
+            const uint32_t high = forge__le32(w + 2 + 2 * one);
+            const uint8_t *q = w + 6 + 2 * one;
+            forge__q8_row_set(out, d, d, one ? forge__half_at(w + 2) : 0.0f);
+            for (j = 0; j < 16; j++) {
+                out->q[j] = (int8_t)((int)((q[j] & 0xfu) | ((high >> j & 1u) << 4)) - (one ? 0 : 16));
+                out->q[j + 16] = (int8_t)((int)((q[j] >> 4) | ((high >> (j + 16) & 1u) << 4)) - (one ? 0 : 16));
+            }
+        }
+        break;
+    }
+    case FORGE_TYPE_Q8_0:
+        for (b = 0; b < n_blocks; b++, w += 34, out++) {
+            const float d = forge__half_at(w);
+            forge__q8_row_set(out, d, d, 0.0f);
+            memcpy(out->q, w + 2, 32);
+        }
+        break;
+    case FORGE_TYPE_Q4_K: case FORGE_TYPE_Q5_K: { /* each 32 of a super-block: a 6-bit scale and minimum */
+        const int five = type == FORGE_TYPE_Q5_K;
+        for (b = 0; b < n_blocks / 8; b++, w += five ? 176 : 144) {
+            const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+            const uint8_t *qh = w + 16, *qs = w + (five ? 48 : 16);
+            int sub;
+            for (sub = 0; sub < 8; sub++, out++) {
+                const uint8_t *q = qs + 32 * (sub / 2);
+                const int shift = 4 * (sub & 1);
+                int sc, mn;
+                forge__k4_scale_min(sub, w + 4, &sc, &mn);
+                forge__q8_row_set(out, d * (float)sc, d * (float)sc, -dmin * (float)mn);
+                for (j = 0; j < 32; j++) out->q[j] = (int8_t)((q[j] >> shift & 0xf) | (five ? (qh[j] >> sub & 1) << 4 : 0));
+            }
+        }
+        break;
+    }
+    case FORGE_TYPE_Q6_K: /* [ql 128][qh 64][scales 16][d]: half h's 32k + l from ql, qh bits 2k..2k+1, a scale per 16 */
+        for (b = 0; b < n_blocks / 8; b++, w += 210) {
+            const float d = forge__half_at(w + 208);
+            int half, k;
+            for (half = 0; half < 2; half++) {
+                const uint8_t *ql = w + 64 * half, *qh = w + 128 + 32 * half;
+                const int8_t *scales = (const int8_t *)(w + 192) + 8 * half;
+                for (k = 0; k < 4; k++, out++) {
+                    const uint8_t *lo = ql + 32 * (k & 1);
+                    const int shift = 4 * (k >> 1);
+                    forge__q8_row_set(out, d * (float)scales[2 * k], d * (float)scales[2 * k + 1], 0.0f);
+                    for (j = 0; j < 32; j++) out->q[j] = (int8_t)(((lo[j] >> shift & 0xf) | ((qh[j] >> (2 * k) & 3) << 4)) - 32);
+                }
+            }
+        }
+        break;
+    default: break;
+    }
+}
+
+/* ---- the portable forms: the reference for the vector ones, and what other machines run ---- */
+
+static float forge__q8_block_dot(const forge__q8_row_block *w, const forge__q8_block *x) {
+    int32_t lo = 0, hi = 0;
+    uint32_t j;
+    for (j = 0; j < 16; j++) lo += w->q[j] * x->q[j], hi += w->q[j + 16] * x->q[j + 16];
+    return x->d * (w->scale[0] * (float)lo + w->scale[1] * (float)hi) + w->offset * x->ds;
+}
+
+/* One row of `type` against one token: each unit unpacked on the stack as it is read. */
+static float forge__qdot_portable(uint32_t type, const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                  uint32_t n_blocks) {
+    const uint32_t unit = type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K || type == FORGE_TYPE_Q6_K ? 8u : 1u;
+    const uint32_t unit_bytes = forge__q8_unit_bytes(type);
+    forge__q8_row_block tmp[8];
+    float total = 0.0f;
+    uint32_t b, i;
+    for (b = 0; b < n_blocks; b += unit, w += unit_bytes) {
+        forge__q8_row_unpack(type, w, tmp, unit);
+        for (i = 0; i < unit; i++) total += forge__q8_block_dot(&tmp[i], &x[b + i]);
+    }
+    return total;
+}
+
+#define FORGE__QDOT_PORTABLE(name, type)                                                                                     \
+    static float name(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {    \
+        return forge__qdot_portable(type, w, x, n_blocks);                                                                   \
+    }
+FORGE__QDOT_PORTABLE(forge__qdot_q4_0, FORGE_TYPE_Q4_0)
+FORGE__QDOT_PORTABLE(forge__qdot_q4_1, FORGE_TYPE_Q4_1)
+FORGE__QDOT_PORTABLE(forge__qdot_q5_0, FORGE_TYPE_Q5_0)
+FORGE__QDOT_PORTABLE(forge__qdot_q5_1, FORGE_TYPE_Q5_1)
+FORGE__QDOT_PORTABLE(forge__qdot_q8_0, FORGE_TYPE_Q8_0)
+FORGE__QDOT_PORTABLE(forge__qdot_q4_k, FORGE_TYPE_Q4_K)
+FORGE__QDOT_PORTABLE(forge__qdot_q5_k, FORGE_TYPE_Q5_K)
+FORGE__QDOT_PORTABLE(forge__qdot_q6_k, FORGE_TYPE_Q6_K)
+
+/* out[t] = an unpacked row times token t's activations (at x + t * x_stride), t < n_tokens <= 4. */
+typedef void (*forge__q8_rowdot_fn)(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                    size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out);
+
+static void forge__q8_rowdot(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                             size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    uint32_t t, b;
+    for (t = 0; t < n_tokens; t++) {
+        float total = 0.0f;
+        for (b = 0; b < n_blocks; b++) total += forge__q8_block_dot(&w[b], &x[t * x_stride + b]);
+        out[t] = total;
+    }
+}
+
+/* x86 vector forms (AVX2, FMA, F16C): a compiler given -mavx2 -mfma -mf16c (or -march=...) builds them plain;
+   GCC and Clang on x86 otherwise build them as target functions and forge picks them when the CPU
+   says it has both, so a plain `make` runs them where they run. Other compilers and FORGE_NO_SIMD
+   keep the portable forms. */
+#if !defined(FORGE_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64) || defined(__i386__))
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define FORGE__AVX2 1
+#define FORGE__AVX2_FN
+#define FORGE__AVX2_PRESENT() 1
+#elif (defined(__GNUC__) && __GNUC__ >= 6) || (defined(__clang__) && __clang_major__ >= 5)
+#define FORGE__AVX2 1
+#define FORGE__AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define FORGE__AVX2_PRESENT() forge__avx2_present()
+#include <cpuid.h>
+/* AVX2 and FMA as the compiler's runtime knows them (the OS saving the registers included), F16C
+   from CPUID leaf 1 (ECX bit 29), which some compilers' __builtin_cpu_supports does not name. */
+static int forge__avx2_present(void) {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx >> 29 & 1u);
+}
+#endif
+#endif
+
+#ifdef FORGE__AVX2
+#include <immintrin.h>
+
+static FORGE__AVX2_FN float forge__avx2_sum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+static FORGE__AVX2_FN __m256i forge__avx2_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+static FORGE__AVX2_FN float forge__avx2_half(const uint8_t *p) { return _cvtsh_ss(forge__ld16(p)); }
+
+/* Byte products of one block added in fours: unsigned q by signed x (each pair within int16:
+   q <= 128, |x| <= 127); signed q goes in as |q| times x with q's sign, the same integers. */
+static FORGE__AVX2_FN __m256i forge__avx2_dot_unsigned(__m256i q, const forge__q8_block *x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, forge__avx2_load(x->q)), _mm256_set1_epi16(1));
+}
+static FORGE__AVX2_FN __m256i forge__avx2_dot_signed(__m256i q, const forge__q8_block *x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(forge__avx2_load(x->q), q)),
+                             _mm256_set1_epi16(1));
+}
+
+/* A block's integer sums into a token's lanes, times scale (the weights' scale of each 16) times x's d.
+   A product whose blocks have one scale passes it broadcast: the same floats. */
+static FORGE__AVX2_FN void forge__avx2_block(__m256i dot, __m256 scale, const forge__q8_block *x, __m256 *acc) {
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_set1_ps(x->d)), *acc);
+}
+
+/* A block's minimum: offset (the weights') times x's d times the sum of x's bytes. Types without one
+   skip it: adding their zeros would change no sum. */
+static FORGE__AVX2_FN void forge__avx2_offset(float offset, const forge__q8_block *x, float *offsets) {
+    *offsets += offset * x->ds;
+}
+
+/* The 16 bytes at q as 32 nibbles: low ones in bytes 0..15, high ones in 16..31. */
+static FORGE__AVX2_FN __m256i forge__avx2_nibbles(const uint8_t *q) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)q), mask = _mm_set1_epi8(0xf);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(raw, mask)),
+                                   _mm_and_si128(_mm_srli_epi16(raw, 4), mask), 1);
+}
+
+/* Byte j = 16 where bit j of `high` is set, else 0. */
+static FORGE__AVX2_FN __m256i forge__avx2_fifth_bits(uint32_t high) {
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)high), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+
+/* The one-token forms unpack in registers what forge__q8_row_unpack writes, and add the same floats
+   in the same order as forge__q8_rowdot_avx2. */
+static FORGE__AVX2_FN float forge__qdot_q4_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc = _mm256_setzero_ps();
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 18, x++)
+        forge__avx2_block(forge__avx2_dot_signed(_mm256_sub_epi8(forge__avx2_nibbles(w + 2), eight), x),
+                          _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
+    return forge__avx2_sum(acc) + 0.0f;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q4_1_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    __m256 acc = _mm256_setzero_ps();
+    float offsets = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 20, x++) {
+        forge__avx2_block(forge__avx2_dot_unsigned(forge__avx2_nibbles(w + 4), x), _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
+        forge__avx2_offset(forge__avx2_half(w + 2), x, &offsets);
+    }
+    return forge__avx2_sum(acc) + offsets;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q5_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 22, x++) {
+        const __m256i q = _mm256_or_si256(forge__avx2_nibbles(w + 6), forge__avx2_fifth_bits(forge__le32(w + 2)));
+        forge__avx2_block(forge__avx2_dot_signed(_mm256_sub_epi8(q, sixteen), x), _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
+    }
+    return forge__avx2_sum(acc) + 0.0f;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q5_1_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    __m256 acc = _mm256_setzero_ps();
+    float offsets = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 24, x++) {
+        const __m256i q = _mm256_or_si256(forge__avx2_nibbles(w + 8), forge__avx2_fifth_bits(forge__le32(w + 4)));
+        forge__avx2_block(forge__avx2_dot_unsigned(q, x), _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
+        forge__avx2_offset(forge__avx2_half(w + 2), x, &offsets);
+    }
+    return forge__avx2_sum(acc) + offsets;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q8_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    __m256 acc = _mm256_setzero_ps();
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 34, x++)
+        forge__avx2_block(forge__avx2_dot_signed(forge__avx2_load(w + 2), x), _mm256_set1_ps(forge__avx2_half(w)), x, &acc);
+    return forge__avx2_sum(acc) + 0.0f;
+}
+
+static FORGE__AVX2_FN float forge__qdot_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                              uint32_t n_blocks, int five) {
+    const __m256i mask = _mm256_set1_epi8(0xf), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float offsets = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks / 8; b++, w += five ? 176 : 144) {
+        const float d = forge__avx2_half(w), dmin = forge__avx2_half(w + 2);
+        const uint8_t *packed = w + 4;
+        const __m256i qh = forge__avx2_load(w + 16);
+        int sc[8], mn[8], j, chunk;
+        for (j = 0; j < 4; j++) { /* forge__k4_scale_min's table, straight through */
+            sc[j] = packed[j] & 63;
+            mn[j] = packed[j + 4] & 63;
+            sc[j + 4] = (packed[j + 8] & 0xf) | ((packed[j] >> 6) << 4);
+            mn[j + 4] = (packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4);
+        }
+        for (chunk = 0; chunk < 4; chunk++, x += 2) {
+            const __m256i raw = forge__avx2_load(w + (five ? 48 : 16) + 32 * chunk);
+            __m256i q0 = _mm256_and_si256(raw, mask), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+            if (five) {
+                q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk)), one), 4));
+                q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * chunk + 1)), one), 4));
+            }
+            forge__avx2_block(forge__avx2_dot_unsigned(q0, &x[0]), _mm256_set1_ps(d * (float)sc[2 * chunk]), &x[0], &acc);
+            forge__avx2_offset(-dmin * (float)mn[2 * chunk], &x[0], &offsets);
+            forge__avx2_block(forge__avx2_dot_unsigned(q1, &x[1]), _mm256_set1_ps(d * (float)sc[2 * chunk + 1]), &x[1], &acc);
+            forge__avx2_offset(-dmin * (float)mn[2 * chunk + 1], &x[1], &offsets);
+        }
+    }
+    return forge__avx2_sum(acc) + offsets;
+}
+
+static FORGE__AVX2_FN float forge__qdot_q4_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    return forge__qdot_k_avx2(w, x, n_blocks, 0);
+}
+
+static FORGE__AVX2_FN float forge__qdot_q5_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    return forge__qdot_k_avx2(w, x, n_blocks, 1);
+}
+
+static FORGE__AVX2_FN float forge__qdot_q6_k_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 uint32_t n_blocks) {
+    const __m256i mask = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    uint32_t b;
+    for (b = 0; b < n_blocks / 8; b++, w += 210) {
+        const float d = forge__avx2_half(w + 208);
+        int half;
+        for (half = 0; half < 2; half++) {
+            const __m256i ql0 = forge__avx2_load(w + 64 * half), ql1 = forge__avx2_load(w + 64 * half + 32);
+            const __m256i qh = forge__avx2_load(w + 128 + 32 * half);
+            const int8_t *scales = (const int8_t *)(w + 192) + 8 * half;
+            __m256i q[4];
+            int k;
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, mask), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, mask),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
+            for (k = 0; k < 4; k++, x++) {
+                const __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(d * (float)scales[2 * k])),
+                                                          _mm_set1_ps(d * (float)scales[2 * k + 1]), 1);
+                forge__avx2_block(forge__avx2_dot_signed(_mm256_sub_epi8(q[k], bias), x), scale, x, &acc);
+            }
+        }
+    }
+    return forge__avx2_sum(acc) + 0.0f;
+}
+
+static FORGE__AVX2_FN void forge__q8_rowdot_avx2_with(const forge__q8_row_block *FORGE__RESTRICT w,
+                                                      const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
+                                                      uint32_t n_tokens, uint32_t n_blocks, float *out, int with_offsets) {
+    __m256 acc[4];
+    float offsets[4] = {0, 0, 0, 0};
+    uint32_t b, t;
+    for (t = 0; t < 4; t++) acc[t] = _mm256_setzero_ps();
+    for (b = 0; b < n_blocks; b++, w++, x++) {
+        const __m256i q = forge__avx2_load(w->q);
+        const __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(w->scale[0])), _mm_set1_ps(w->scale[1]), 1);
+        FORGE__UNROLL
+        for (t = 0; t < 4; t++) { /* the lanes of missing tokens repeat the last one's work and are dropped */
+            const forge__q8_block *xt = x + (t < n_tokens ? t : n_tokens - 1) * x_stride;
+            forge__avx2_block(forge__avx2_dot_signed(q, xt), scale, xt, &acc[t]);
+            if (with_offsets) forge__avx2_offset(w->offset, xt, &offsets[t]);
+        }
+    }
+    for (t = 0; t < n_tokens; t++) out[t] = forge__avx2_sum(acc[t]) + offsets[t];
+}
+
+static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    forge__q8_rowdot_avx2_with(w, x, x_stride, n_tokens, n_blocks, out, 1);
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define FORGE__VNNI 1
+#define FORGE__VNNI_FN
+#define FORGE__VNNI_PRESENT() 1
+#elif (defined(__clang__) && __clang_major__ >= 7) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8)
+#define FORGE__VNNI 1
+#define FORGE__VNNI_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define FORGE__VNNI_PRESENT() (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+#endif
+
+#ifdef FORGE__VNNI
+
+/* forge__q8_rowdot_avx2 with AVX-512 VNNI's four-byte products (vpdpbusd on 256 bits): the same
+   integers in one instruction instead of two, for the steps of many tokens, which are bound by
+   arithmetic, not memory. */
+static FORGE__VNNI_FN void forge__q8_rowdot_vnni_with(const forge__q8_row_block *FORGE__RESTRICT w,
+                                                     const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
+                                                     uint32_t n_tokens, uint32_t n_blocks, float *out, int with_offsets) {
+    __m256 acc[4];
+    float offsets[4] = {0, 0, 0, 0};
+    uint32_t b, t;
+    for (t = 0; t < 4; t++) acc[t] = _mm256_setzero_ps();
+    for (b = 0; b < n_blocks; b++, w++, x++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)w->q), magnitude = _mm256_abs_epi8(q);
+        const __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(w->scale[0])), _mm_set1_ps(w->scale[1]), 1);
+        FORGE__UNROLL
+        for (t = 0; t < 4; t++) {
+            const forge__q8_block *xt = x + (t < n_tokens ? t : n_tokens - 1) * x_stride;
+            const __m256i xs = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xt->q), q);
+            const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitude, xs);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_set1_ps(xt->d)), acc[t]);
+            if (with_offsets) offsets[t] += w->offset * xt->ds;
+        }
+    }
+    for (t = 0; t < n_tokens; t++) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        out[t] = _mm_cvtss_f32(s) + offsets[t];
+    }
+}
+
+static FORGE__VNNI_FN void forge__q8_rowdot_vnni(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                 size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    forge__q8_rowdot_vnni_with(w, x, x_stride, n_tokens, n_blocks, out, 1);
+}
+
+static FORGE__VNNI_FN void forge__q8_rowdot_vnni_plain(const forge__q8_row_block *FORGE__RESTRICT w,
+                                                       const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
+                                                       uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    forge__q8_rowdot_vnni_with(w, x, x_stride, n_tokens, n_blocks, out, 0);
+}
+#endif /* FORGE__VNNI */
+
+static FORGE__AVX2_FN void forge__q8_rowdot_avx2_plain(const forge__q8_row_block *FORGE__RESTRICT w,
+                                                       const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
+                                                       uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    forge__q8_rowdot_avx2_with(w, x, x_stride, n_tokens, n_blocks, out, 0);
+}
+#endif /* FORGE__AVX2 */
+
+/* The dot product for rows of `type` on 8-bit activations, NULL where the type has none (the f32
+   products take it); vector forms where the machine has them and `simd` allows. */
+static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
+#ifdef FORGE__AVX2
+    if (simd && FORGE__AVX2_PRESENT()) switch (type) {
+        case FORGE_TYPE_Q4_0: return forge__qdot_q4_0_avx2;
+        case FORGE_TYPE_Q4_1: return forge__qdot_q4_1_avx2;
+        case FORGE_TYPE_Q5_0: return forge__qdot_q5_0_avx2;
+        case FORGE_TYPE_Q5_1: return forge__qdot_q5_1_avx2;
+        case FORGE_TYPE_Q8_0: return forge__qdot_q8_0_avx2;
+        case FORGE_TYPE_Q4_K: return forge__qdot_q4_k_avx2;
+        case FORGE_TYPE_Q5_K: return forge__qdot_q5_k_avx2;
+        case FORGE_TYPE_Q6_K: return forge__qdot_q6_k_avx2;
+        default: break;
+        }
+#endif
+    (void)simd;
+    switch (type) {
+    case FORGE_TYPE_Q4_0: return forge__qdot_q4_0;
+    case FORGE_TYPE_Q4_1: return forge__qdot_q4_1;
+    case FORGE_TYPE_Q5_0: return forge__qdot_q5_0;
+    case FORGE_TYPE_Q5_1: return forge__qdot_q5_1;
+    case FORGE_TYPE_Q8_0: return forge__qdot_q8_0;
+    case FORGE_TYPE_Q4_K: return forge__qdot_q4_k;
+    case FORGE_TYPE_Q5_K: return forge__qdot_q5_k;
+    case FORGE_TYPE_Q6_K: return forge__qdot_q6_k;
+    default: return NULL;
+    }
+}
+
+/* A type whose blocks have a minimum (Q4_1, Q5_1, Q4_K, Q5_K) needs the offsets' sums. */
+static forge__q8_rowdot_fn forge__q8_rowdot_for(uint32_t type, int simd) {
+#ifdef FORGE__AVX2
+    const int with_offsets = type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1 || type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K;
+#ifdef FORGE__VNNI
+    if (simd > 1 && FORGE__AVX2_PRESENT() && FORGE__VNNI_PRESENT())
+        return with_offsets ? forge__q8_rowdot_vnni : forge__q8_rowdot_vnni_plain;
+#endif
+    if (simd && FORGE__AVX2_PRESENT()) return with_offsets ? forge__q8_rowdot_avx2 : forge__q8_rowdot_avx2_plain;
+#endif
+    (void)type;
+    (void)simd;
+    return forge__q8_rowdot;
+}
+
+typedef struct forge__qmatmul_job {
+    forge__qdot_fn qdot;            /* up to FORGE__VDOT_TOKENS tokens */
+    forge__q8_rowdot_fn rowdot;     /* more: each row unpacked once into the thread's slot */
+    uint32_t type;
+    const uint8_t *w;
+    uint64_t row_bytes;
+    uint32_t n_rows, n_blocks, n_tokens, rows_per_task;
+    const forge__q8_block *x;
+    float *y;
+    uint8_t *slots; /* slot_bytes per thread */
+    size_t slot_bytes;
+} forge__qmatmul_job;
+
+static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
+    const forge__qmatmul_job *job = (const forge__qmatmul_job *)ctx;
+    const uint32_t first = task * job->rows_per_task, n_rows = job->n_rows, n_blocks = job->n_blocks;
+    const uint32_t end = (uint32_t)FORGE__MIN((uint64_t)first + job->rows_per_task, (uint64_t)n_rows);
+    uint32_t r, t, i;
+    (void)n_tasks;
+    if (job->n_tokens <= FORGE__VDOT_TOKENS) { /* each row read once, from cache for the tokens after the first */
+        for (r = first; r < end; r++) {
+            const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
+            for (t = 0; t < job->n_tokens; t++)
+                job->y[(size_t)t * n_rows + r] = job->qdot(row, job->x + (size_t)t * n_blocks, n_blocks);
+        }
+        return;
+    }
+    for (r = first; r < end; r++) {
+        forge__q8_row_block *row = (forge__q8_row_block *)(void *)(job->slots + (size_t)thread * job->slot_bytes);
+        forge__q8_row_unpack(job->type, job->w + (size_t)r * (size_t)job->row_bytes, row, n_blocks);
+        for (t = 0; t < job->n_tokens; t += 4) {
+            const uint32_t n = FORGE__MIN(4u, job->n_tokens - t);
+            float out[4];
+            job->rowdot(row, job->x + (size_t)t * n_blocks, n_blocks, n, n_blocks, out);
+            for (i = 0; i < n; i++) job->y[(size_t)(t + i) * n_rows + r] = out[i];
+        }
+    }
+}
+
+static size_t forge__q8_round_up(size_t bytes) { return (bytes + FORGE__WORK_ALIGN - 1) / FORGE__WORK_ALIGN * FORGE__WORK_ALIGN; }
+
+/* Bytes of forge__matmul_q8's `work` for n_tokens rows of n_cols on n_threads threads: the quantized
+   activations, then one unpacked row per thread. */
+static FORGE__MAYBE_UNUSED size_t forge__matmul_q8_work_bytes(uint32_t n_threads, uint32_t n_cols, uint32_t n_tokens) {
+    return forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block)) +
+           (size_t)n_threads * forge__q8_round_up((size_t)(n_cols / 32) * sizeof(forge__q8_row_block)) + FORGE__WORK_ALIGN;
+}
+
+/* Whether forge__matmul_q8 handles rows of n_cols elements of this type. */
+static FORGE__MAYBE_UNUSED int forge__matmul_q8_supported(uint32_t type, uint32_t n_cols) {
+    return forge__qdot_for(type, 0) != NULL && forge__matmul_supported(type, n_cols);
+}
+
+/* forge__matmul on 8-bit activations, for the types forge__matmul_q8_supported accepts (others
+   yield zeros): x is rounded into `work` (forge__matmul_q8_work_bytes(pool size, n_cols, n_tokens)),
+   then every row meets every token. simd 0 runs the portable dot products (the tests' reference), 1
+   adds AVX2 where the CPU has it, 2 also AVX-512 VNNI (for steps of many tokens). */
+static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, const uint8_t *w, uint64_t row_bytes,
+                                                 uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                                                 uint32_t n_tokens, void *work, int simd) {
+    forge__qmatmul_job job;
+    forge__q8_block *q;
+    uint32_t n_tasks, target_tasks, t;
+    uint64_t per_task, macs = (uint64_t)n_rows * n_cols * n_tokens;
+    if (n_rows == 0 || n_tokens == 0) return;
+    if (!forge__matmul_q8_supported(type, n_cols) || !work) {
+        memset(y, 0, (size_t)n_rows * n_tokens * sizeof(float));
+        return;
+    }
+    q = (forge__q8_block *)(void *)((uint8_t *)work + (FORGE__WORK_ALIGN - (size_t)((uintptr_t)work % FORGE__WORK_ALIGN)) %
+                                                          FORGE__WORK_ALIGN);
+    for (t = 0; t < n_tokens; t++) forge__q8_quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
+    job.qdot = forge__qdot_for(type, simd);
+    job.rowdot = forge__q8_rowdot_for(type, simd);
+    job.type = type;
+    job.slots = (uint8_t *)q + forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block));
+    job.slot_bytes = forge__q8_round_up((size_t)(n_cols / 32) * sizeof(forge__q8_row_block));
+    job.w = w;
+    job.row_bytes = row_bytes;
+    job.n_rows = n_rows;
+    job.n_blocks = n_cols / 32;
+    job.n_tokens = n_tokens;
+    job.x = q;
+    job.y = y;
+    target_tasks = macs < 65536 ? 1u : forge__pool_size(p) * 4u;
+    per_task = ((uint64_t)n_rows + target_tasks - 1) / target_tasks;
+    per_task = (per_task + 15u) / 16u * 16u;
+    job.rows_per_task = (uint32_t)FORGE__MIN(per_task, (uint64_t)UINT32_MAX - 15u);
+    n_tasks = (uint32_t)(((uint64_t)n_rows + job.rows_per_task - 1) / job.rows_per_task);
+    forge__pool_run(p, forge__qmatmul_task, &job, n_tasks);
 }
 
 /* end of >>impl-cpu */
@@ -6788,6 +7440,11 @@ static uint64_t forge__cpu_work_bytes(uint32_t n_threads, uint32_t max_cols) {
     return forge__align64((uint64_t)n_threads * forge__matmul_slot_bytes(max_cols) + FORGE__WORK_ALIGN);
 }
 
+/* The f32 products' rows (forge__cpu_work_bytes), then a step's product input in 8 bits. */
+static uint64_t forge__cpu_reserve_bytes(uint32_t n_threads, uint32_t max_cols, uint32_t n_batch) {
+    return forge__cpu_work_bytes(n_threads, max_cols) + forge__align64(forge__matmul_q8_work_bytes(n_threads, max_cols, n_batch));
+}
+
 /* Bytes of one element of a capture type. */
 FORGE_API uint32_t forge_capture_dtype_bytes(forge_capture_dtype dtype) { return dtype == FORGE_CAPTURE_F32 ? 4u : 2u; }
 
@@ -6890,9 +7547,10 @@ static forge_result forge__plan_with(const forge_model *m, const forge__resolved
         p->weights_bytes = forge__schedule_weight_bytes(s, m);
         p->scratch_bytes = scratch_bytes;
         p->logits_bytes = forge__align64((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
-        /* the CPU backend's working memory: the matmul rows of every thread, and one vector (a norm's
-           weights or a bias) in f32 */
-        p->reserve_bytes = forge__cpu_work_bytes(n_threads, s->max_cols) + forge__align64((uint64_t)s->max_vec * sizeof(float));
+        /* the CPU backend's working memory: the matmul rows of every thread, a step's product input
+           in 8 bits, and one vector (a norm's weights or a bias) in f32 */
+        p->reserve_bytes = forge__cpu_reserve_bytes(n_threads, s->max_cols, r->n_batch) +
+                           forge__align64((uint64_t)s->max_vec * sizeof(float));
     }
     p->total_bytes = p->weights_bytes + p->kv_bytes + p->scratch_bytes + p->logits_bytes + p->capture_bytes +
                      p->reserve_bytes;
@@ -7172,6 +7830,8 @@ struct forge_context {
     uint64_t row_k_bytes, row_v_bytes;
     float *scratch, *logits;
     void *work;
+    void *q8_work;          /* a step's product input rounded to 8 bits (forge__matmul_q8) */
+    int cpu_q8;             /* products of the types that have them on 8-bit activations (desc.cpu_no_q8 turns them off) */
     float *vec;             /* one norm weight or bias in f32 */
     float rope_factors[FORGE__MAX_HEAD_DIM / 2];
     uint32_t pos, n_logit_rows; /* pos: sequence 0's position, where a forge_eval step starts */
@@ -8169,7 +8829,9 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     ctx->logits = (float *)(void *)(ctx->arena + offset);
     offset += ctx->plan.logits_bytes;
     ctx->work = ctx->arena + offset;
-    offset += forge__cpu_work_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols);
+    ctx->q8_work = ctx->arena + offset + forge__cpu_work_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols);
+    ctx->cpu_q8 = !desc->cpu_no_q8;
+    offset += forge__cpu_reserve_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols, ctx->r.n_batch);
     ctx->vec = (float *)(void *)(ctx->arena + offset);
     offset += forge__align64((uint64_t)ctx->sched.max_vec * sizeof(float));
     ctx->capture = ctx->arena + offset;
@@ -8684,6 +9346,16 @@ static void forge__load_vector(const forge_gguf_tensor *t, float *out) {
     forge_dequantize(t->type, t->data, out, t->n_elements);
 }
 
+/* y = W x for n_tokens rows of x: on 8-bit activations where the type has integer dot products and
+   the context allows them, else on f32. */
+static void forge__cpu_product(forge_context *ctx, uint32_t type, const uint8_t *w, uint64_t row_bytes, uint32_t n_rows,
+                               uint32_t n_cols, const float *x, float *y, uint32_t n_tokens) {
+    if (ctx->cpu_q8 && forge__matmul_q8_supported(type, n_cols))
+        forge__matmul_q8(ctx->pool, type, w, row_bytes, n_rows, n_cols, x, y, n_tokens, ctx->q8_work, 2);
+    else
+        forge__matmul(ctx->pool, type, w, row_bytes, n_rows, n_cols, x, y, n_tokens, ctx->work);
+}
+
 /* Runs the schedule on ctx->tokens[0..n_tokens) at positions pos.. */
 static void forge__run_schedule(forge_context *ctx) {
     const forge_config *c = ctx->c;
@@ -8714,8 +9386,8 @@ static void forge__run_schedule(forge_context *ctx) {
         case FORGE__OP_MATMUL: {
             float *y = forge__val(ctx, op->dst);
             uint32_t cols = (uint32_t)op->w->ne[0];
-            forge__matmul(ctx->pool, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n, cols,
-                          forge__val(ctx, op->src), y, n, ctx->work);
+            forge__cpu_product(ctx, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n, cols,
+                               forge__val(ctx, op->src), y, n);
             if (op->bias) {
                 float *b = ctx->vec;
                 forge__load_vector(op->bias, b);
@@ -8782,8 +9454,8 @@ static void forge__run_schedule(forge_context *ctx) {
                         memcpy(xs + (uint64_t)i * c->n_embd, xs + (uint64_t)ctx->logit_src[i] * c->n_embd, c->n_embd * sizeof(float));
                 x = xs;
             }
-            forge__matmul(ctx->pool, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n,
-                          (uint32_t)op->w->ne[0], x, ctx->logits, rows, ctx->work);
+            forge__cpu_product(ctx, op->w->type, op->w->data, op->w->n_bytes / op->w->ne[1], op->n,
+                               (uint32_t)op->w->ne[0], x, ctx->logits, rows);
             if (c->final_softcap > 0.0f) {
                 uint64_t total = (uint64_t)rows * op->n, j;
                 for (j = 0; j < total; j++) ctx->logits[j] = c->final_softcap * tanhf(ctx->logits[j] / c->final_softcap);
@@ -8832,8 +9504,8 @@ static void forge__run_schedule(forge_context *ctx) {
                     uint32_t e = (uint32_t)route[(uint64_t)t * 2 * k + j];
                     if (e >= op->w->ne[2]) e = 0; /* cannot happen: forge__route writes the ids */
                     const float *in = x + (op->aux ? ((uint64_t)t * k + j) * cols : (uint64_t)t * cols);
-                    forge__matmul(ctx->pool, op->w->type, op->w->data + e * expert_bytes, row_bytes, op->n, cols, in,
-                                  y + ((uint64_t)t * k + j) * op->n, 1, ctx->work);
+                    forge__cpu_product(ctx, op->w->type, op->w->data + e * expert_bytes, row_bytes, op->n, cols, in,
+                                       y + ((uint64_t)t * k + j) * op->n, 1);
                 }
             break;
         }
@@ -9622,6 +10294,7 @@ FORGE_API forge_result forge_context_desc_apply_env(forge_context_desc *desc, fo
     if (!d.gpu_no_q8) d.gpu_no_q8 = forge__env_on("FORGE_NO_Q8");
     if (!d.gpu_no_pdl) d.gpu_no_pdl = forge__env_on("FORGE_NO_PDL");
     if (!d.gpu_no_stage) d.gpu_no_stage = forge__env_on("FORGE_NO_STAGE");
+    if (!d.cpu_no_q8) d.cpu_no_q8 = forge__env_on("FORGE_CPU_NO_Q8");
     *desc = d;
     forge__ok(error);
     return FORGE_OK;

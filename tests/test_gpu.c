@@ -134,11 +134,12 @@ static void compare_fixture(const char *dir, const char *name, forge_kv_type kv,
     TEST_CASE(label);
     if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
     memset(&d, 0, sizeof d);
-    d.n_ctx = 64;
+        d.n_ctx = 64;
     d.all_logits = 1;
     d.kv_type = kv;
     d.n_batch = batch;
     d.gpu_norm_fusion = test_norm_fusion;
+    d.cpu_no_q8 = 1; /* the CPU side is the reference: f32 products */
     d.backend = FORGE_BACKEND_CPU;
     CHECK(forge_context_create(m, &d, &cpu, &e) == FORGE_OK, "cpu: %s", e.message);
     d.backend = FORGE_BACKEND_GPU;
@@ -258,7 +259,7 @@ static void graph_vs_plain(const char *dir, const char *name, forge_kv_type kv, 
     if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
     n_vocab = forge_model_config(m)->n_vocab;
     memset(&d, 0, sizeof d);
-    d.backend = FORGE_BACKEND_GPU;
+        d.backend = FORGE_BACKEND_GPU;
     d.n_ctx = n_ctx;
     d.n_batch = batch;
     d.kv_type = kv;
@@ -330,6 +331,7 @@ static void argmax_matches(const char *dir, const char *name) {
         uint32_t rows = 0;
         const float *l;
         memset(&d, 0, sizeof d);
+        d.cpu_no_q8 = 1; /* the CPU side is the reference: f32 products */
         d.backend = k ? FORGE_BACKEND_CPU : FORGE_BACKEND_GPU;
         d.n_ctx = 64;
         d.all_logits = 1;
@@ -369,6 +371,7 @@ static void generator_greedy(const char *dir, const char *name) {
     if (!CHECK(forge_tokenizer_create(forge_model_gguf(m), NULL, &tok, &e) == FORGE_OK, "tokenizer: %s", e.message)) goto out;
     for (k = 0; k < 2; k++) {
         memset(&d, 0, sizeof d);
+        d.cpu_no_q8 = 1; /* the CPU side is the reference: f32 products */
         d.backend = k ? FORGE_BACKEND_CPU : FORGE_BACKEND_GPU;
         d.n_ctx = 64;
         d.gpu_no_q8 = !k;
@@ -425,7 +428,7 @@ static void decode_steps(const char *dir, const char *name) {
     TEST_CASE("decode: 10,000 graph steps, free device memory and the allocation count unchanged");
     if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
     memset(&d, 0, sizeof d);
-    memset(&progress, 0, sizeof progress);
+        memset(&progress, 0, sizeof progress);
     progress.monotone = 1;
     d.backend = FORGE_BACKEND_GPU;
     d.n_ctx = 10240;
@@ -488,11 +491,12 @@ static void compare_captures(const char *dir, const char *name) {
     CHECK(forge_capture_parse(forge_model_config(m), "all", "resid_pre,attn_out,mlp_out,resid_post,final", caps,
                               FORGE_MAX_CAPTURES, &n, &e) == FORGE_OK, "%s", e.message);
     memset(&d, 0, sizeof d);
-    d.n_ctx = 64;
+        d.n_ctx = 64;
     d.n_batch = 7;
     d.captures = caps;
     d.n_captures = n;
     for (k = 0; k < 2; k++) {
+        d.cpu_no_q8 = 1; /* the CPU side is the reference: f32 products */
         d.backend = k ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
         CHECK(forge_context_create(m, &d, &ctx[k], &e) == FORGE_OK, "create: %s", e.message);
         if (ctx[k]) CHECK(forge_eval(ctx[k], tokens, 32, &e) == FORGE_OK, "eval: %s", e.message);
@@ -545,7 +549,7 @@ static void compare_patterns(const char *dir, const char *name, uint32_t layer) 
         snprintf(label, sizeof label, "GPU vs CPU attention pattern: %s layer %u, heads 1-3 x keys 2..41, chunks of %u", name, layer, batch);
         TEST_CASE(label);
         memset(&d, 0, sizeof d);
-        d.n_ctx = 64;
+                d.n_ctx = 64;
         d.n_batch = batch;
         d.captures = &cap;
         d.n_captures = 1;
@@ -553,6 +557,7 @@ static void compare_patterns(const char *dir, const char *name, uint32_t layer) 
         d.pattern_head_first = 1, d.pattern_n_heads = 3, d.pattern_key_first = 2, d.pattern_n_keys = 40;
         for (k = 0; k < 2; k++) {
             memset(&got[k], 0, sizeof got[k]);
+            d.cpu_no_q8 = 1; /* the CPU side is the reference: f32 products */
             d.backend = k ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
             d.capture_user_data = &got[k];
             CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message);
@@ -613,7 +618,7 @@ static void allocations_everywhere(const char *dir, const char *name) {
     if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message)) return;
     test_counting_init(&count, -1);
     memset(&d, 0, sizeof d);
-    d.backend = FORGE_BACKEND_GPU;
+        d.backend = FORGE_BACKEND_GPU;
     d.n_ctx = 128;
     d.n_batch = 3;
     d.allocator.alloc = test_counting_alloc;
@@ -681,7 +686,7 @@ static void memory_promises(const char *path) {
     TEST_CASE("memory: device memory taken equals the plan");
     if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message)) return;
     memset(&d, 0, sizeof d);
-    d.backend = FORGE_BACKEND_GPU;
+        d.backend = FORGE_BACKEND_GPU;
     d.n_ctx = 4096;
     memset(&progress, 0, sizeof progress);
     progress.monotone = 1;
@@ -776,7 +781,7 @@ static void memory_at_depth(const char *path) {
         snprintf(label, sizeof label, "memory: flat at depths 0, 16K and %uK (%s KV cache)", depth_max / 1024, forge_kv_type_name(kinds[k]));
         TEST_CASE(label);
         memset(&d, 0, sizeof d);
-        d.backend = FORGE_BACKEND_GPU;
+                d.backend = FORGE_BACKEND_GPU;
         d.n_ctx = depth_max + 64;
         d.kv_type = kinds[k];
         if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message)) continue;
@@ -832,7 +837,7 @@ static void decode_vs_reference(const char *dir, const char *name) {
     all = (float *)malloc((size_t)32 * n_vocab * sizeof(float));
     tol = fixture_tolerance(dir, name);
     memset(&d, 0, sizeof d);
-    d.backend = FORGE_BACKEND_GPU;
+        d.backend = FORGE_BACKEND_GPU;
     d.n_ctx = 64;
     d.n_batch = 1;
     for (pass = 0; pass < 2 && all; pass++) {
@@ -1023,7 +1028,7 @@ static void norms_prepared(const char *dir, const char *name) {
         forge_context_desc d;
         int count = -1;
         memset(&d, 0, sizeof d);
-        d.n_ctx = 64;
+                d.n_ctx = 64;
         d.backend = FORGE_BACKEND_GPU;
         d.log = prepared_log;
         d.log_user_data = &count;
@@ -1067,7 +1072,7 @@ static void device_left_as_found(const char *dir) {
     snprintf(path, sizeof path, "%s/models/tiny-llama-q4_k_m.gguf", dir);
     if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open: %s", e.message)) return;
     memset(&d, 0, sizeof d);
-    d.backend = FORGE_BACKEND_GPU;
+        d.backend = FORGE_BACKEND_GPU;
     d.device = device;
     d.n_ctx = 64;
     if (CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create on device %d: %s", device, e.message)) {

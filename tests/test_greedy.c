@@ -11,8 +11,11 @@
    not used) or when the whole reference agrees and ends in an end-of-generation token. The
    reference's engine quantizes activations inside its quantized products where forge keeps f32, so
    the two may part where the top two logits nearly tie: at the first difference both logits are
-   printed. Separately checked: forge's tokenizer gives the reference's prompt_ids. A model forge
-   cannot run fails at the first step that refuses it, with forge's message. */
+   printed. forge's CPU products round activations to 8 bits as well (in their own order of sums), so
+   there a prompt also passes when it parts where forge's own top two logits nearly tie (2% of the
+   row's range, the GPU tests' rule); FORGE_CPU_NO_Q8=1 runs the f32 products, held to MIN_AGREE.
+   Separately checked: forge's tokenizer gives the reference's prompt_ids. A model forge cannot run
+   fails at the first step that refuses it, with forge's message. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
@@ -41,7 +44,7 @@ typedef struct greedy_totals {
 } greedy_totals;
 
 static void run_case(forge_context *ctx, const forge_tokenizer *tok, forge_sampler *sampler, const greedy_case *c,
-                     long min_agree, greedy_totals *totals) {
+                     long min_agree, int near_tie_ok, greedy_totals *totals) {
     static int32_t ids[GREEDY_MAX_IDS];
     size_t n_ids = 0, i;
     long n_ref = (long)c->n_greedy_ids, n_same = 0, required;
@@ -94,11 +97,17 @@ static void run_case(forge_context *ctx, const forge_tokenizer *tok, forge_sampl
     if (n_same < n_ref) {
         const float *row = logits + (size_t)(n_rows - 1) * n_vocab;
         int32_t ref = c->greedy_ids[n_same];
-        float ref_logit = ref >= 0 && (uint32_t)ref < n_vocab ? row[ref] : 0.0f;
+        float ref_logit = ref >= 0 && (uint32_t)ref < n_vocab ? row[ref] : 0.0f, lo = row[0], hi = row[0];
+        uint32_t v;
+        for (v = 1; v < n_vocab; v++) lo = row[v] < lo ? row[v] : lo, hi = row[v] > hi ? row[v] : hi;
         printf("line %d \"%s\": %ld of %ld greedy tokens agree; at %ld forge takes %d (logit %.4f), the reference %d "
-               "(forge's logit %.4f, %.4f below)\n",
+               "(forge's logit %.4f, %.4f below; row range %.2f)\n",
                c->line, short_prompt(c, shown, sizeof shown), n_same, n_ref, n_same, token, (double)row[token], ref,
-               (double)ref_logit, (double)(row[token] - ref_logit));
+               (double)ref_logit, (double)(row[token] - ref_logit), (double)(hi - lo));
+        if (near_tie_ok && n_same < required && row[token] - ref_logit <= 0.02f * (hi - lo)) {
+            printf("ok line %d: parted at a near-tie of forge's top two (8-bit products)\n", c->line);
+            return;
+        }
     } else {
         printf("line %d \"%s\": all %ld greedy tokens agree%s\n", c->line, short_prompt(c, shown, sizeof shown), n_ref,
                ref_eog ? " (the last ends the generation)" : "");
@@ -144,6 +153,7 @@ int main(int argc, char **argv) {
     desc.n_ctx = 512;
     desc.n_batch = 512;
     desc.n_threads = forge_cpu_count(); /* a test has the machine to itself: every processor */
+    desc.cpu_no_q8 = getenv("FORGE_CPU_NO_Q8") && strcmp(getenv("FORGE_CPU_NO_Q8"), "") != 0 && strcmp(getenv("FORGE_CPU_NO_Q8"), "0") != 0;
     if (!CHECK(forge_context_create(model, &desc, &ctx, &e) == FORGE_OK, "context: %s", e.message)) goto out;
     if (!CHECK(forge_sampler_create(NULL, forge_tokenizer_n_vocab(tok), &sampler, &e) == FORGE_OK, "sampler: %s",
                e.message))
@@ -154,12 +164,14 @@ int main(int argc, char **argv) {
             goto out;
 
     TEST_CASE("greedy generation against the reference");
-    for (i = 0; i < n_cases; i++) run_case(ctx, tok, sampler, &cases[i], min_agree, &totals);
+    for (i = 0; i < n_cases; i++)
+        run_case(ctx, tok, sampler, &cases[i], min_agree, desc.backend == FORGE_BACKEND_CPU && !desc.cpu_no_q8, &totals);
     printf("prompts: %ld tokens in %.2f s; generation: %ld tokens in %.2f s (%.1f tokens/s); "
-           "whole run %.2f s (%s, n_ctx 512, f16 KV cache)\n",
+           "whole run %.2f s (%s%s, n_ctx 512, f16 KV cache)\n",
            totals.prompt_tokens, totals.prompt_seconds, totals.tokens, totals.seconds,
            totals.seconds > 0 ? (double)totals.tokens / totals.seconds : 0.0, now_seconds() - t_start,
-           desc.backend == FORGE_BACKEND_GPU ? "GPU" : "CPU");
+           desc.backend == FORGE_BACKEND_GPU ? "GPU" : "CPU",
+           desc.backend == FORGE_BACKEND_GPU ? "" : desc.cpu_no_q8 ? ", f32 products" : ", 8-bit products");
 
 out:
     forge_sampler_destroy(sampler);

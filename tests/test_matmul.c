@@ -172,6 +172,201 @@ static void test_matmul_all_types(void) {
     for (p = 0; p < 3; p++) forge__pool_destroy(pools[p]);
 }
 
+/* ---- products on 8-bit activations (forge__matmul_q8) ----
+   The reference here is the test's own: each block type's layout decoded into doubles from its
+   description (not forge_dequantize), and the activations rounded by the rule the header states
+   (d = max|x| / 127 per 32, q = x / d to nearest, ties to even). The integer products must match
+   sum w * q * d within float rounding; against the unrounded x they stand within the rounding's own
+   error. */
+static double ref_half(const uint8_t *p) { return (double)forge_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+static void ref_k_scale_min(int j, const uint8_t *s, int *sc, int *mn) { /* 6-bit packed scales of Q4_K/Q5_K */
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* One block of `type` at b into out (32 or 256 doubles). */
+static void ref_block(uint32_t type, const uint8_t *b, double *out) {
+    int j, i;
+    switch (type) {
+    case FORGE_TYPE_Q4_0:
+        for (j = 0; j < 16; j++) out[j] = ref_half(b) * ((b[2 + j] & 15) - 8), out[j + 16] = ref_half(b) * ((b[2 + j] >> 4) - 8);
+        break;
+    case FORGE_TYPE_Q4_1:
+        for (j = 0; j < 16; j++)
+            out[j] = ref_half(b) * (b[4 + j] & 15) + ref_half(b + 2), out[j + 16] = ref_half(b) * (b[4 + j] >> 4) + ref_half(b + 2);
+        break;
+    case FORGE_TYPE_Q5_0: case FORGE_TYPE_Q5_1: {
+        const int q1 = type == FORGE_TYPE_Q5_1, at = q1 ? 4 : 2;
+        const uint32_t h = (uint32_t)b[at] | (uint32_t)b[at + 1] << 8 | (uint32_t)b[at + 2] << 16 | (uint32_t)b[at + 3] << 24;
+        for (j = 0; j < 32; j++) {
+            const int nib = j < 16 ? b[at + 4 + j] & 15 : b[at + 4 + j - 16] >> 4;
+            const int v = nib + (int)((h >> j & 1) << 4);
+            out[j] = q1 ? ref_half(b) * v + ref_half(b + 2) : ref_half(b) * (v - 16);
+        }
+        break;
+    }
+    case FORGE_TYPE_Q8_0:
+        for (j = 0; j < 32; j++) out[j] = ref_half(b) * (int8_t)b[2 + j];
+        break;
+    case FORGE_TYPE_Q4_K: case FORGE_TYPE_Q5_K: { /* 8 groups of 32; group g: nibble g&1 of qs[32*(g/2) + l] */
+        const int five = type == FORGE_TYPE_Q5_K;
+        const uint8_t *qh = b + 16, *qs = b + (five ? 48 : 16);
+        for (i = 0; i < 8; i++) {
+            int sc, mn;
+            ref_k_scale_min(i, b + 4, &sc, &mn);
+            for (j = 0; j < 32; j++) {
+                int v = (i & 1) ? qs[32 * (i / 2) + j] >> 4 : qs[32 * (i / 2) + j] & 15;
+                if (five) v += ((qh[j] >> i) & 1) << 4;
+                out[32 * i + j] = ref_half(b) * sc * v - ref_half(b + 2) * mn;
+            }
+        }
+        break;
+    }
+    case FORGE_TYPE_Q6_K: /* two halves of 128: element 32k + l of a half from ql/qh as the format lays out */
+        for (i = 0; i < 2; i++)
+            for (j = 0; j < 128; j++) {
+                const int k = j / 32, l = j % 32;
+                const uint8_t lo = b[64 * i + l + 32 * (k & 1)], hi = b[128 + 32 * i + l];
+                const int v = ((k < 2 ? lo & 15 : lo >> 4) | (((hi >> (2 * k)) & 3) << 4)) - 32;
+                out[128 * i + j] = ref_half(b + 208) * (int8_t)b[192 + 8 * i + j / 16] * v;
+            }
+        break;
+    default: break;
+    }
+}
+
+static void ref_round_q8(const float *x, uint32_t n, double *xq) {
+    uint32_t b, j;
+    for (b = 0; b < n / 32; b++) {
+        float amax = 0, d, inv;
+        for (j = 0; j < 32; j++) amax = fabsf(x[32 * b + j]) > amax ? fabsf(x[32 * b + j]) : amax;
+        d = amax / 127.0f;
+        inv = amax > 0 ? 127.0f / amax : 0.0f;
+        for (j = 0; j < 32; j++) xq[32 * b + j] = (double)d * nearbyint((double)(x[32 * b + j] * inv));
+    }
+}
+
+static void test_matmul_q8(void) {
+    static const uint32_t types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q4_1, FORGE_TYPE_Q5_0, FORGE_TYPE_Q5_1,
+                                     FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q5_K, FORGE_TYPE_Q6_K};
+    static const uint32_t tokens_list[] = {1, 3, 17};
+    const uint32_t n_rows = 37, n_cols = 1024;
+    forge__pool *pools[2] = {NULL, NULL};
+    float *x = (float *)malloc(sizeof(float) * n_cols * 17), *y = (float *)malloc(sizeof(float) * n_rows * 17);
+    float *y_first = (float *)malloc(sizeof(float) * n_rows * 17);
+    double *xq = (double *)malloc(sizeof(double) * n_cols * 17), *row = (double *)malloc(sizeof(double) * n_cols);
+    uint8_t *w = (uint8_t *)malloc((size_t)n_rows * n_cols / 32 * 34 + 1);
+    void *work = malloc(forge__matmul_q8_work_bytes(2, n_cols, 17) + 3);
+    uint32_t ti, ki, i, r, p;
+    TEST_CASE("matmul on 8-bit activations: portable and vector forms against a double reference");
+    CHECK(forge__pool_create(1, NULL, &pools[0], NULL) == FORGE_OK && forge__pool_create(2, NULL, &pools[1], NULL) == FORGE_OK,
+          "pools");
+    if (!x || !y || !y_first || !xq || !row || !w || !work || !pools[0] || !pools[1]) {
+        CHECK(0, "out of memory");
+        goto done;
+    }
+    { /* the rounding itself: ties to even, zeros, one large element */
+        float v[32];
+        forge__q8_block blk;
+        for (i = 0; i < 32; i++) v[i] = (float)i - 16.0f; /* amax 16: x * 127/16, e.g. -16 -> -127 */
+        v[1] = 0.5f * 16.0f / 127.0f;                        /* exactly half a step: rounds to 0 */
+        v[3] = 1.5f * 16.0f / 127.0f;                        /* one and a half steps: rounds to 2 */
+        forge__q8_quantize(v, &blk, 1);
+        CHECK(blk.q[0] == -127 && blk.q[31] == 119 && blk.q[16] == 0, "q8 ends: %d %d %d", blk.q[0], blk.q[31], blk.q[16]);
+        CHECK(blk.d == 16.0f / 127.0f, "q8 scale %.9g", (double)blk.d);
+        for (i = 0; i < 32; i++) v[i] = 0.0f;
+        forge__q8_quantize(v, &blk, 1);
+        CHECK(blk.d == 0.0f && blk.ds == 0.0f && blk.q[5] == 0, "q8 of zeros");
+        v[7] = NAN; /* a broken input stays visible in the products */
+        forge__q8_quantize(v, &blk, 1);
+        CHECK(isnan(blk.d) && blk.q[7] == 0, "q8 of a NaN: scale %g", (double)blk.d);
+        v[7] = INFINITY;
+        forge__q8_quantize(v, &blk, 1);
+        CHECK(isnan(blk.d) && blk.q[7] == 0, "q8 of an infinity: scale %g", (double)blk.d);
+    }
+    for (ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const forge_type_traits *t = forge_type_info(types[ti]);
+        const uint64_t row_bytes = (uint64_t)n_cols / t->block_elems * t->block_bytes;
+        int simd, bad = 0, differ = 0, alone = 0;
+        double worst = 0, err2 = 0, ref2 = 0;
+        random_blocks(types[ti], w, (uint64_t)n_rows * (n_cols / t->block_elems));
+        for (ki = 0; ki < 3; ki++) {
+            const uint32_t n_tokens = tokens_list[ki];
+            for (i = 0; i < n_cols * n_tokens; i++) x[i] = rng_uniform(-2.0f, 2.0f) * (i % 97 == 0 ? 8.0f : 1.0f);
+            for (i = 0; i < n_tokens; i++) ref_round_q8(x + (size_t)i * n_cols, n_cols, xq + (size_t)i * n_cols);
+            for (simd = 0; simd < 3; simd++) /* portable, AVX2, AVX-512 VNNI where present */
+                for (p = 0; p < 2; p++) {
+                    for (i = 0; i < n_rows * n_tokens; i++) y[i] = -12345.0f;
+                    forge__matmul_q8(pools[p], types[ti], w, row_bytes, n_rows, n_cols, x, y, n_tokens, (uint8_t *)work + 3, simd);
+                    for (r = 0; r < n_rows; r++) {
+                        uint32_t b, tok;
+                        for (b = 0; b < n_cols / t->block_elems; b++)
+                            ref_block(types[ti], w + r * row_bytes + b * t->block_bytes, row + b * t->block_elems);
+                        for (tok = 0; tok < n_tokens; tok++) {
+                            double sum = 0, mag = 0, exact = 0, err;
+                            const float got = y[(size_t)tok * n_rows + r];
+                            for (i = 0; i < n_cols; i++) {
+                                sum += row[i] * xq[(size_t)tok * n_cols + i];
+                                mag += fabs(row[i] * xq[(size_t)tok * n_cols + i]);
+                                exact += row[i] * (double)x[(size_t)tok * n_cols + i];
+                            }
+                            err = fabs((double)got - sum);
+                            if (err / mag > worst) worst = err / mag;
+                            if (!(err <= 2e-6 * mag)) {
+                                if (bad < 3)
+                                    printf("  %s simd %d tokens %u row %u: %.9g, reference %.9g (sum|wx| %.3g)\n", t->name,
+                                           simd, n_tokens, r, (double)got, sum, mag);
+                                bad++;
+                            }
+                            err2 += ((double)got - exact) * ((double)got - exact);
+                            ref2 += exact * exact;
+                        }
+                    }
+                    if (p == 0) memcpy(y_first, y, sizeof(float) * n_rows * n_tokens);
+                    else if (memcmp(y_first, y, sizeof(float) * n_rows * n_tokens) != 0) differ++;
+                    if (p == 1 && n_tokens > 1) { /* each token alone gets the same sums, bit for bit */
+                        uint32_t tok;
+                        for (tok = 0; tok < n_tokens; tok++) {
+                            forge__matmul_q8(pools[1], types[ti], w, row_bytes, n_rows, n_cols, x + (size_t)tok * n_cols, y_first,
+                                             1, work, simd);
+                            if (memcmp(y_first, y + (size_t)tok * n_rows, sizeof(float) * n_rows) != 0) alone++;
+                        }
+                        memcpy(y_first, y, sizeof(float) * n_rows * n_tokens);
+                    }
+                }
+        }
+        CHECK(bad == 0, "%s: %d outputs off sum w*q*d by more than 2e-6 of sum|w*q*d| (worst %.3g)", t->name, bad, worst);
+        CHECK(differ == 0, "%s: %d products differ between 1 and 2 threads", t->name, differ);
+        CHECK(alone == 0, "%s: %d tokens of a step get other sums than alone", t->name, alone);
+        CHECK(sqrt(err2 / ref2) < 0.02, "%s: %.3g relative L2 from the unrounded product", t->name, sqrt(err2 / ref2));
+        printf("  %s: worst %.3g of sum|w*q*d|, %.3g relative L2 from f32 activations\n", t->name, worst, sqrt(err2 / ref2));
+    }
+    { /* an unsupported type or no work area: zeros */
+        for (i = 0; i < n_rows; i++) y[i] = 1.0f;
+        forge__matmul_q8(pools[1], FORGE_TYPE_F16, w, n_cols * 2, n_rows, n_cols, x, y, 1, work, 1);
+        CHECK(y[0] == 0.0f && y[n_rows - 1] == 0.0f, "F16 on 8-bit activations gives zeros");
+        CHECK(!forge__matmul_q8_supported(FORGE_TYPE_F16, 64) && !forge__matmul_q8_supported(FORGE_TYPE_Q4_K, 128) &&
+                  forge__matmul_q8_supported(FORGE_TYPE_Q4_K, 512) && forge__matmul_q8_supported(FORGE_TYPE_Q4_0, 32),
+              "forge__matmul_q8_supported");
+    }
+done:
+    free(x);
+    free(y);
+    free(y_first);
+    free(xq);
+    free(row);
+    free(w);
+    free(work);
+    forge__pool_destroy(pools[0]);
+    forge__pool_destroy(pools[1]);
+}
+
 static void test_matmul_edges(void) {
     case_data c;
     forge__pool *pool = NULL;
@@ -368,7 +563,7 @@ static void benchmark(uint32_t max_threads) {
     uint32_t i, n = 4096, threads;
     float *x = (float *)malloc(sizeof(float) * 512 * 4096), *y = (float *)malloc(sizeof(float) * 512 * 4096);
     uint8_t *w = (uint8_t *)malloc((size_t)n * n * 2);
-    void *work;
+    void *work, *q8_work;
     if (!x || !y || !w) {
         free(x);
         free(y);
@@ -379,6 +574,7 @@ static void benchmark(uint32_t max_threads) {
     for (threads = 1; threads <= max_threads; threads *= 2) {
         if (forge__pool_create(threads, NULL, &pool, NULL) != FORGE_OK) break;
         work = malloc(forge__matmul_work_bytes(pool, n));
+        q8_work = malloc(forge__matmul_q8_work_bytes(threads, n, 512));
         for (i = 0; i < sizeof types / sizeof types[0]; i++) {
             const forge_type_traits *t = forge_type_info(types[i]);
             uint64_t row_bytes = (uint64_t)n / t->block_elems * t->block_bytes;
@@ -393,6 +589,16 @@ static void benchmark(uint32_t max_threads) {
             }
             printf("bench: %u thread%s %-4s 4096x4096 matvec %7.3f ms  %6.2f GB/s of weights\n", threads,
                    threads > 1 ? "s" : " ", t->name, best * 1e3, (double)row_bytes * n / best / 1e9);
+            if (forge__matmul_q8_supported(types[i], n) && q8_work) { /* the default CPU products: 8-bit activations */
+                for (best = 1e30, rep = 0; rep < 5; rep++) {
+                    start = now_seconds();
+                    forge__matmul_q8(pool, types[i], w, row_bytes, n, n, x, y, 1, q8_work, 2);
+                    start = now_seconds() - start;
+                    if (start < best) best = start;
+                }
+                printf("bench: %u thread%s %-4s 4096x4096 matvec %7.3f ms  %6.2f GB/s of weights (8-bit activations)\n",
+                       threads, threads > 1 ? "s" : " ", t->name, best * 1e3, (double)row_bytes * n / best / 1e9);
+            }
         }
         {
             uint32_t m = 1024, tokens = 512;
@@ -407,8 +613,17 @@ static void benchmark(uint32_t max_threads) {
             }
             printf("bench: %u thread%s Q4_0 1024x1024 x 512 tokens prefill %7.2f ms  %6.2f GFLOP/s\n", threads,
                    threads > 1 ? "s" : " ", best * 1e3, 2.0 * m * m * tokens / best / 1e9);
+            for (best = 1e30, rep = 0; q8_work && rep < 2; rep++) {
+                start = now_seconds();
+                forge__matmul_q8(pool, FORGE_TYPE_Q4_0, w, m / 32 * 18, m, m, x, y, tokens, q8_work, 2);
+                start = now_seconds() - start;
+                if (start < best) best = start;
+            }
+            printf("bench: %u thread%s Q4_0 1024x1024 x 512 tokens prefill %7.2f ms  %6.2f GFLOP/s (8-bit activations)\n",
+                   threads, threads > 1 ? "s" : " ", best * 1e3, 2.0 * m * m * tokens / best / 1e9);
         }
         free(work);
+        free(q8_work);
         forge__pool_destroy(pool);
     }
     free(x);
@@ -426,6 +641,9 @@ int main(int argc, char **argv) {
         test_matmul_all_types();
         printf("products: %.2f s\n", now_seconds() - start);
         test_matmul_edges();
+        start = now_seconds();
+        test_matmul_q8();
+        printf("8-bit products: %.2f s\n", now_seconds() - start);
         start = now_seconds();
         test_pool();
         printf("pool: %.2f s\n", now_seconds() - start);
