@@ -406,11 +406,13 @@ def run_refused_at_start(a, workdir):
 
 def run_busy_server(a, workdir):
     """One sequence and a queue of one: the third request at once is refused with 503 and Retry-After."""
-    s = Server(a.forge, ["-m", a.model, "--ctx", "512", "--seqs", "1", "--queue", "1"], workdir)
+    s = Server(a.forge, ["-m", a.model, "--ctx", "2048", "--seqs", "1", "--queue", "1"], workdir)
     name = os.path.basename(a.model)[:-5]
     long_body = LONG_CHAT
     first = socket.create_connection(("127.0.0.1", s.port), timeout=60)
-    data = json.dumps(dict(long_body, stream=True)).encode()
+    # a stream that outlasts what follows (SmolLM2's greedy story runs 1,500 tokens without an end, 15 s
+    # or more on two cores): the SIGTERM below must find it running
+    data = json.dumps(dict(long_body, stream=True, max_tokens=1500)).encode()
     first.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
     first.recv(4096)  # the headers and a first chunk: the sequence is taken
     # a queued request whose client leaves is out of the queue at once
