@@ -51,8 +51,9 @@ DEFAULT_SUITES = ["types", "plan", "arena", "sampler", "tokenizer", "matmul", "c
 # (name, what the bug is, the exact text of forge.h, its replacement)
 MUTATIONS = [
     ("plan-vector", "the plan forgets the context's f32 vector region",
-     "p->reserve_bytes = forge__cpu_work_bytes(n_threads, s->max_cols) + forge__align64((uint64_t)s->max_vec * sizeof(float));",
-     "p->reserve_bytes = forge__cpu_work_bytes(n_threads, s->max_cols);"),
+     "p->reserve_bytes = forge__cpu_reserve_bytes(n_threads, s->max_cols, r->n_batch) +\n"
+     "                           forge__align64((uint64_t)s->max_vec * sizeof(float));",
+     "p->reserve_bytes = forge__cpu_reserve_bytes(n_threads, s->max_cols, r->n_batch);"),
     ("plan-logits", "the plan counts one row of logits when every row is kept",
      "p->logits_bytes = forge__align64((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));",
      "p->logits_bytes = forge__align64((uint64_t)m->config.n_vocab * sizeof(float));"),
