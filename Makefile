@@ -51,11 +51,11 @@ $(BUILD)/forge: tools/forge.c tools/mkmodel.c tools/extract.c tools/serve.c forg
 $(BUILD)/%: examples/%.c forge.h $(GPU_OBJ) | $(BUILD)
 	$(BUILD_EXE)
 
-$(BUILD)/test_%: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h tests/random_blocks.h tests/greedy_data.h | $(BUILD)
+$(BUILD)/test_%: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h tests/random_blocks.h tests/kv_rounding.h tests/greedy_data.h | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -g $< -o $@ $(LDLIBS)
 
 # the same suites under AddressSanitizer and UndefinedBehaviorSanitizer
-$(BUILD)/test_%_san: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h tests/random_blocks.h tests/greedy_data.h | $(BUILD)
+$(BUILD)/test_%_san: tests/test_%.c forge.h tests/test.h tests/gguf_writer.h tests/random_blocks.h tests/kv_rounding.h tests/greedy_data.h | $(BUILD)
 	$(SAN_CC) $(WARN) -O1 -g $(SANITIZE) $< -o $@ $(LDLIBS)
 
 $(BUILD)/dump_tensors: tests/dump_tensors.c forge.h | $(BUILD)
@@ -112,7 +112,7 @@ $(BUILD)/forge_kernels.o: forge_kernels.hip | $(BUILD)
 	nvcc -x cu -O3 $(NVCC_ARCH) -c $< -o $@
 
 # every kernel against the CPU reference on the first device (needs a GPU and the CUDA runtime)
-$(BUILD)/test_kernels.o: tests/test_kernels.c forge.h tests/test.h tests/random_blocks.h | $(BUILD)
+$(BUILD)/test_kernels.o: tests/test_kernels.c forge.h tests/test.h tests/random_blocks.h tests/kv_rounding.h | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -c $< -o $@
 $(BUILD)/test_kernels: $(BUILD)/forge_kernels.o $(BUILD)/test_kernels.o
 	nvcc $^ -o $@ -lm -lpthread

@@ -54,6 +54,7 @@ static char msg[512];
 
 #define TEST_RNG_SEED 0x2545f4914f6cdd1dull
 #include "random_blocks.h"
+#include "kv_rounding.h"
 
 static void *xmalloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
@@ -410,36 +411,17 @@ static void cpu_row_order(forge_kv_type kv, uint8_t *row, uint32_t dim) {
 }
 
 /* One stored row decoded back against the float64 values it was made from, within the type's
-   rounding worked out here (not by comparing with forge__kv_encode): f32 exact; f16 half an ulp;
-   q8_0 half a step of d = amax / 127, plus d's own f16 rounding over 127 steps; q4_0 half a step of
-   d = max / -8 (the value of largest magnitude maps to -8), a whole step where +8 is clamped to 7.
-   Returns the elements beyond their bound. */
+   rounding (kv_rounding.h). Returns the elements beyond their bound. */
 static uint32_t decoded_row_errors(forge_kv_type kv, const uint8_t *gpu_row, const float *x, uint32_t dim) {
     const uint32_t storage = forge__kv_storage_type(kv);
     uint8_t row[512 / 32 * 34 + 2048];
     float out[512];
-    uint32_t i, j, bad = 0;
     const forge_type_traits *t = forge_type_info(storage);
     if (dim > 512) return dim;
     memcpy(row, gpu_row, (size_t)dim / t->block_elems * t->block_bytes);
     cpu_row_order(kv, row, dim);
     if (forge_dequantize(storage, row, out, dim) != FORGE_OK) return dim;
-    for (i = 0; i < dim; i += 32) {
-        double amax = 0.0, max = 0.0, d;
-        for (j = 0; j < 32; j++)
-            if (fabs((double)x[i + j]) > amax) amax = fabs((double)x[i + j]), max = x[i + j];
-        d = storage == FORGE_TYPE_Q8_0 ? amax / 127.0 : fabs(max) / 8.0;
-        for (j = 0; j < 32; j++) {
-            const double want = x[i + j], err = fabs((double)out[i + j] - want);
-            double bound;
-            if (storage == FORGE_TYPE_F32) bound = 0.0;
-            else if (storage == FORGE_TYPE_F16) bound = fabs(want) / 2048.0 + 3e-8;
-            else if (storage == FORGE_TYPE_Q8_0) bound = d * (0.5 + 127.0 / 2048.0) + 1e-7;
-            else bound = d * (fabs(want) / (d > 0 ? d : 1.0) > 7.5 ? 1.0 : 0.5) + d * 8.0 / 2048.0 + 1e-7;
-            bad += err > bound;
-        }
-    }
-    return bad;
+    return kv_rounding_beyond(storage, x, out, dim);
 }
 
 /* n_cells 0: a cache of n_ctx rows, position p in row p; else a ring of n_cells rows, p in p % n_cells */

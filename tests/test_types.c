@@ -5,6 +5,7 @@
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 #include "test.h"
+#include "kv_rounding.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -265,12 +266,10 @@ static void test_results(void) {
 }
 
 /* The CPU cache's rows (forge__kv_encode) decoded back against the float64 values they were made
-   from, within each type's rounding worked out here: f32 exact; f16 half an ulp; q8_0 half a step
-   of d = amax / 127 plus d's own f16 rounding over 127 steps; q4_0 half a step of d = max / -8 (the
-   value of largest magnitude maps to -8), a whole step where +8 is clamped to 7. */
+   from, within each type's rounding (kv_rounding.h). */
 static void test_kv_rows(void) {
     static const forge_kv_type types[] = {FORGE_KV_F32, FORGE_KV_F16, FORGE_KV_Q8_0, FORGE_KV_Q4_0};
-    uint32_t state = 99u, k, rep, i, j;
+    uint32_t state = 99u, k, rep, i;
     float x[128], out[128];
     uint8_t row[512];
     TEST_CASE("KV cache rows decode within their type's rounding");
@@ -283,21 +282,7 @@ static void test_kv_rows(void) {
                 for (i = 32; i < 64; i++) x[i] = 0.0f; /* a block of zeros: d = 0 */
             forge__kv_encode(types[k], x, 128, row);
             forge_dequantize(storage, row, out, 128);
-            for (i = 0; i < 128; i += 32) {
-                double amax = 0.0, max = 0.0, d;
-                for (j = 0; j < 32; j++)
-                    if (fabs((double)x[i + j]) > amax) amax = fabs((double)x[i + j]), max = x[i + j];
-                d = storage == FORGE_TYPE_Q8_0 ? amax / 127.0 : fabs(max) / 8.0;
-                for (j = 0; j < 32; j++) {
-                    const double want = x[i + j], err = fabs((double)out[i + j] - want);
-                    double bound;
-                    if (storage == FORGE_TYPE_F32) bound = 0.0;
-                    else if (storage == FORGE_TYPE_F16) bound = fabs(want) / 2048.0 + 3e-8;
-                    else if (storage == FORGE_TYPE_Q8_0) bound = d * (0.5 + 127.0 / 2048.0) + 1e-7;
-                    else bound = d * (fabs(want) / (d > 0 ? d : 1.0) > 7.5 ? 1.0 : 0.5) + d * 8.0 / 2048.0 + 1e-7;
-                    beyond += err > bound;
-                }
-            }
+            beyond += kv_rounding_beyond(storage, x, out, 128);
         }
         CHECK(beyond == 0, "%s: %u of 12800 values decode beyond their rounding", forge_kv_type_name(types[k]), beyond);
     }
