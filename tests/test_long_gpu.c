@@ -117,15 +117,16 @@ typedef struct long_case {
     int min_agree;
 } long_case;
 
-/* Runs one path; rows receives the logits at the positions (n_positions x n_vocab). 0 on failure. */
+/* Runs one path; rows receives the logits at the positions (n_positions x n_vocab, the model's
+   vocabulary as the caller read it). 0 on failure. */
 static int run_path(const long_case *c, const char *path, forge_kv_type kv, const int32_t *positions, int n_positions, float *rows,
-                    uint32_t *n_vocab_out) {
+                    uint32_t n_vocab) {
     forge_model *model = NULL;
     forge_context *ctx = NULL;
     forge_context_desc d;
     forge_error e;
     const int prompt = strcmp(path, "prompt") == 0;
-    uint32_t n_vocab = 0, n_rows = 0;
+    uint32_t n_rows = 0;
     int ok = 0, next = 0, i;
     if (!CHECK(forge_model_open(c->model, NULL, &model, &e) == FORGE_OK, "%s: %s", c->file, e.message)) return 0;
     memset(&d, 0, sizeof d);
@@ -136,7 +137,9 @@ static int run_path(const long_case *c, const char *path, forge_kv_type kv, cons
     d.kv_type = kv;
     d.gpu_no_q8 = strcmp(path, "decode-f32") == 0;
     if (!CHECK(forge_context_create(model, &d, &ctx, &e) == FORGE_OK, "%s %s: context: %s", c->file, path, e.message)) goto out;
-    n_vocab = forge_model_config(model)->n_vocab;
+    if (!CHECK(forge_model_config(model)->n_vocab == n_vocab, "%s: vocabulary of %u, %u expected", c->file,
+               forge_model_config(model)->n_vocab, n_vocab))
+        goto out;
     for (i = 0; i < c->n_tokens;) {
         const int n = prompt ? (c->n_tokens - i < 512 ? c->n_tokens - i : 512) : 1;
         const float *lg;
@@ -154,21 +157,19 @@ static int run_path(const long_case *c, const char *path, forge_kv_type kv, cons
 out:
     forge_context_destroy(ctx);
     forge_model_close(model);
-    *n_vocab_out = n_vocab;
     return ok;
 }
 
 static void check_path(const long_case *c, const char *path, forge_kv_type kv, const int32_t *positions, int n_positions,
-                       const float *ref) {
-    float *rows = (float *)malloc((size_t)n_positions * 262144 * sizeof(float));
-    uint32_t n_vocab = 0;
+                       uint32_t n_vocab, const float *ref) {
+    float *rows = (float *)malloc((size_t)n_positions * n_vocab * sizeof(float));
     double num = 0.0, den = 0.0, worst = 0.0, rel;
     int agree = 0, p, found = 0;
     size_t k;
     char label[64];
     snprintf(label, sizeof label, "%s%s", path, kv == FORGE_KV_F16 ? "" : "/q8_0");
     if (!CHECK(rows != NULL, "out of host memory")) return;
-    if (!run_path(c, path, kv, positions, n_positions, rows, &n_vocab)) {
+    if (!run_path(c, path, kv, positions, n_positions, rows, n_vocab)) {
         free(rows);
         return;
     }
@@ -233,6 +234,7 @@ int main(int argc, char **argv) {
         float *ref;
         char model_rel[512], ref_name[512];
         size_t got = 0, want;
+        uint32_t n_vocab;
         if (!name || (strchr(at, '}') && strchr(at, '}') < name)) break;
         open = strchr(name, '{');
         stop = open ? strchr(open, '}') : NULL;
@@ -255,7 +257,8 @@ int main(int argc, char **argv) {
             forge_model *m = NULL;
             forge_error e;
             if (!CHECK(forge_model_open(c.model, NULL, &m, &e) == FORGE_OK, "%s: %s", c.file, e.message)) continue;
-            want = (size_t)n_positions * forge_model_config(m)->n_vocab;
+            n_vocab = forge_model_config(m)->n_vocab;
+            want = (size_t)n_positions * n_vocab;
             forge_model_close(m);
         }
         ref = (float *)malloc(want * sizeof(float));
@@ -263,10 +266,10 @@ int main(int argc, char **argv) {
         if (f && ref) got = fread(ref, sizeof(float), want, f);
         if (f) fclose(f);
         if (CHECK(got == want, "%s: %zu of %zu reference values", c.reference, got, want)) {
-            check_path(&c, "prompt", FORGE_KV_F16, positions, n_positions, ref);
-            check_path(&c, "decode", FORGE_KV_F16, positions, n_positions, ref);
-            if (strstr(c.file, "-f16.") == NULL) check_path(&c, "decode-f32", FORGE_KV_F16, positions, n_positions, ref);
-            check_path(&c, "prompt", FORGE_KV_Q8_0, positions, n_positions, ref);
+            check_path(&c, "prompt", FORGE_KV_F16, positions, n_positions, n_vocab, ref);
+            check_path(&c, "decode", FORGE_KV_F16, positions, n_positions, n_vocab, ref);
+            if (strstr(c.file, "-f16.") == NULL) check_path(&c, "decode-f32", FORGE_KV_F16, positions, n_positions, n_vocab, ref);
+            check_path(&c, "prompt", FORGE_KV_Q8_0, positions, n_positions, n_vocab, ref);
         }
         free(ref);
     }
