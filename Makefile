@@ -21,7 +21,7 @@ SERVE_FLAGS = $(if $(HAVE_SERVE),-DFORGE_SERVE)
 SERVE_LIBS  = $(if $(HAVE_SERVE),-lmicrohttpd -lcjson)
 
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
-TESTBINS = $(BUILD)/test_arena $(BUILD)/test_arena_san $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/test_smollm2 $(BUILD)/test_llm $(BUILD)/test_llm_san $(BUILD)/test_capture $(BUILD)/test_capture_san $(BUILD)/test_greedy $(BUILD)/test_seqs $(BUILD)/test_seqs_san $(BUILD)/dump_tensors
+TESTBINS = $(BUILD)/test_arena $(BUILD)/test_arena_san $(BUILD)/test_context $(BUILD)/test_context_san $(BUILD)/test_plan $(BUILD)/test_plan_san $(BUILD)/test_gguf $(BUILD)/test_gguf_san $(BUILD)/test_types $(BUILD)/test_types_san $(BUILD)/test_sampler $(BUILD)/test_sampler_san $(BUILD)/test_tokenizer $(BUILD)/test_tokenizer_san $(BUILD)/test_matmul $(BUILD)/test_matmul_san $(BUILD)/test_smollm2 $(BUILD)/test_llm $(BUILD)/test_llm_san $(BUILD)/test_capture $(BUILD)/test_capture_san $(BUILD)/test_greedy $(BUILD)/test_seqs $(BUILD)/test_seqs_san $(BUILD)/test_split $(BUILD)/test_split_san $(BUILD)/dump_tensors
 
 .PHONY: all test test-gpu fuzz demo clean check-builds python-deps
 

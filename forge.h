@@ -754,6 +754,9 @@ typedef enum forge_capture_dtype { FORGE_CAPTURE_F32 = 0, FORGE_CAPTURE_F16, FOR
 #ifndef FORGE_MAX_SEQ
 #define FORGE_MAX_SEQ 4096 /* most sequence slots of one context */
 #endif
+#ifndef FORGE_MAX_DEVICES
+#define FORGE_MAX_DEVICES 8 /* most devices one context's layers are split across */
+#endif
 
 typedef struct forge_capture {
     uint32_t layer;            /* 0 .. n_layer - 1; ignored (0) for FORGE_CAPTURE_FINAL */
@@ -840,7 +843,30 @@ typedef struct forge_context_desc {
        staging (n_batch rows of each) is part of the plan (forge_plan.pattern_bytes) and of a refusal. */
     uint32_t pattern_head_first, pattern_n_heads;
     uint32_t pattern_key_first, pattern_n_keys;
+    /* One model split by layers across several devices (pipeline order). Each device holds a
+       contiguous range of layers (weights and KV cache), its own scratch and one arena; the first
+       also the token embeddings, the last the output head and the logits; the activations pass
+       between devices by peer copies at the range boundaries. Every device's bytes are planned
+       (forge_plan.parts) and checked against that device's own budget before anything is allocated
+       on any of them. On the CPU backend the parts are separate host arenas standing in for
+       devices (the same split, plans and refusals, testable without a GPU). */
+    uint32_t n_devices;              /* 0 or 1: one device (`device`); 2 .. FORGE_MAX_DEVICES: split across devices[] */
+    int devices[FORGE_MAX_DEVICES];  /* GPU indices in layer order; one index may repeat (two parts on one card) */
+    double split[FORGE_MAX_DEVICES]; /* each device's share of the layers' bytes (any scale); all 0: in proportion
+                                        to what each device's budget leaves after its fixed terms */
+    const forge_memory_reading *device_memory; /* NULL: each device queried (`memory` stands for every one when
+                                        set; the CPU's parts share one host reading); else n_devices readings */
+    uint32_t split_layers[FORGE_MAX_DEVICES]; /* layers of each device, summing to the model's (each >= 1);
+                                        all 0: by `split` */
 } forge_context_desc;
+
+/* One device's share of a plan: its layers and its terms, as in forge_plan. */
+typedef struct forge_plan_part {
+    int device;                        /* GPU index (CPU: the label of the host arena) */
+    uint32_t layer_first, n_layers;    /* layers [layer_first, layer_first + n_layers) */
+    uint64_t weights_bytes, kv_bytes, scratch_bytes, logits_bytes, capture_bytes, reserve_bytes;
+    uint64_t total_bytes;              /* what this device's arena holds (on the CPU, weights stay in the file) */
+} forge_plan_part;
 
 /* The whole bill, in bytes. What the plan says is what the context allocates. */
 typedef struct forge_plan {
@@ -859,7 +885,20 @@ typedef struct forge_plan {
     uint32_t pattern_n_heads;                   /* query heads of each pattern row (the widest layer's) */
     uint64_t reserve_bytes;  /* the backend's own working memory (CPU: per-thread matmul rows) */
     uint64_t total_bytes;    /* the sum */
+    /* the terms by device: one part unless the desc splits the layers (the fields above are then
+       the sums over the parts; a tensor two parts read, a tied output say, is counted on each) */
+    uint32_t n_parts;
+    forge_plan_part parts[FORGE_MAX_DEVICES];
 } forge_plan;
+
+/* One device of a verdict: the parts it holds against its own budget. */
+typedef struct forge_device_verdict {
+    int device;
+    forge_memory_reading memory;
+    uint64_t plan_bytes;     /* the parts on this device */
+    uint64_t budget_bytes;   /* free x fraction - headroom */
+    int fits;
+} forge_device_verdict;
 
 /* The plan checked against a memory reading. */
 typedef struct forge_verdict {
@@ -875,6 +914,12 @@ typedef struct forge_verdict {
     uint32_t max_seq_that_fits;  /* most sequences (up to FORGE_MAX_SEQ) at the requested context and KV type; 0 if none */
     uint64_t seq_bytes;          /* what one more sequence costs: its KV cache (and, past the first, its logits row) */
     char message[FORGE_ERROR_MESSAGE_BYTES]; /* the breakdown and, when it does not fit, what would */
+    /* by device (one entry unless the layers are split; `memory` and `budget_bytes` above are then
+       the first device's); fits is 1 when every device fits */
+    uint32_t n_devices;
+    forge_device_verdict devices[FORGE_MAX_DEVICES];
+    double split_that_fits[FORGE_MAX_DEVICES]; /* a split given by the caller that does not fit: the shares
+                                                  forge's own split would take where it fits, else all 0 */
 } forge_verdict;
 
 /* Plans without allocating device or context memory (the schedule is built in a temporary host
@@ -7264,17 +7309,6 @@ static forge_result forge__check_tensors_read(const forge_model *m, forge_error 
 
 static uint64_t forge__align_gpu(uint64_t n) { return (n + FORGE__GPU_ALIGN - 1) / FORGE__GPU_ALIGN * FORGE__GPU_ALIGN; }
 
-/* Device bytes of the weights: every tensor the schedule reads, each at a 256-byte boundary,
-   matrices as stored and vectors in f32. */
-static uint64_t forge__gpu_weight_bytes(const forge__schedule *s, const forge_model *m) {
-    uint64_t total = 0, i;
-    for (i = 0; i < forge_gguf_tensor_count(m->gguf); i++) {
-        const forge_gguf_tensor *t = forge_gguf_tensor_at(m->gguf, i);
-        forge__use use = forge__tensor_use(s, m, t);
-        if (use != FORGE__UNUSED) total += forge__align_gpu(use == FORGE__VECTOR ? t->n_elements * sizeof(float) : t->n_bytes);
-    }
-    return total;
-}
 
 #ifdef FORGE_HIP
 static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
@@ -7327,6 +7361,14 @@ typedef struct forge__resolved {
     int device;
     forge_capture_dtype capture_dtype;
     uint32_t pattern_head_first, pattern_n_heads, pattern_key_first, pattern_n_keys; /* as the desc gives them */
+    /* the parts of a split (n_parts 1: the whole model on `device`): each part's device, the shares
+       asked for (all 0: forge's choice), and the first layer of each part (part_layer[n_parts] =
+       n_layer), chosen by forge__split_choose before a plan is made */
+    uint32_t n_parts;
+    int part_device[FORGE_MAX_DEVICES];
+    double split[FORGE_MAX_DEVICES];
+    uint32_t split_layers[FORGE_MAX_DEVICES]; /* the caller's layer counts, all 0 when not given */
+    uint32_t part_layer[FORGE_MAX_DEVICES + 1];
 } forge__resolved;
 
 /* Rows of logits a step keeps: every row's with all_logits, else one for each sequence in the step. */
@@ -7369,6 +7411,45 @@ static forge_result forge__resolve_desc(const forge_model *m, const forge_contex
                            FORGE_MAX_THREADS);
     r->device = d->device;
     if (d->device < 0) return forge__fail(e, FORGE_ERR_ARGUMENT, "GPU index %d is negative", d->device);
+    r->n_parts = d->n_devices ? d->n_devices : 1;
+    memset(r->split, 0, sizeof r->split);
+    memset(r->split_layers, 0, sizeof r->split_layers);
+    memset(r->part_layer, 0, sizeof r->part_layer);
+    r->part_device[0] = d->device;
+    if (r->n_parts > FORGE_MAX_DEVICES)
+        return forge__fail(e, FORGE_ERR_ARGUMENT, "%u devices is above forge's limit of %d (FORGE_MAX_DEVICES)", r->n_parts,
+                           FORGE_MAX_DEVICES);
+    if (r->n_parts > 1) {
+        uint32_t i, shares = 0;
+        if (r->n_parts > c->n_layer)
+            return forge__fail(e, FORGE_ERR_ARGUMENT, "%u devices for a model of %u layers: each device holds at least one layer",
+                               r->n_parts, c->n_layer);
+        for (i = 0; i < r->n_parts; i++) {
+            const double share = d->split[i];
+            if (d->devices[i] < 0) return forge__fail(e, FORGE_ERR_ARGUMENT, "device %u: GPU index %d is negative", i, d->devices[i]);
+            if (!(share >= 0.0) || share > 1e300)
+                return forge__fail(e, FORGE_ERR_ARGUMENT, "device %u: split share %g is not a finite number >= 0", i, share);
+            r->part_device[i] = d->devices[i];
+            r->split[i] = share;
+            shares += share > 0.0;
+        }
+        if (shares && shares != r->n_parts)
+            return forge__fail(e, FORGE_ERR_ARGUMENT, "a split gives %u of %u devices a share: give each a share above 0, or none",
+                               shares, r->n_parts);
+        for (i = 0, shares = 0; i < r->n_parts; i++) {
+            r->split_layers[i] = d->split_layers[i];
+            shares += d->split_layers[i] > 0;
+        }
+        if (shares) {
+            uint64_t sum = 0;
+            for (i = 0; i < r->n_parts; i++) sum += d->split_layers[i];
+            if (shares != r->n_parts || sum != c->n_layer)
+                return forge__fail(e, FORGE_ERR_ARGUMENT, "layers by device: %u of %u devices given layers, %llu in all; the model has %u "
+                                   "(give each device at least one, summing to %u)", shares, r->n_parts, (forge__ull)sum, c->n_layer, c->n_layer);
+        }
+        r->device = r->part_device[r->n_parts - 1]; /* the logits' device: where a step ends */
+    }
+    r->part_layer[r->n_parts] = c->n_layer;
     switch (d->backend) {
     case FORGE_BACKEND_AUTO: r->backend = forge_gpu_available() ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU; break;
     case FORGE_BACKEND_CPU: r->backend = FORGE_BACKEND_CPU; break;
@@ -7425,15 +7506,6 @@ static uint64_t forge__gpu_rows_bytes(const forge__resolved *r, const forge__sch
     return 2 * forge__align_gpu((uint64_t)r->n_batch * sizeof(uint32_t)) + forge__gpu_rows_attn_bytes(m) + forge__gpu_split_bytes(r, s);
 }
 
-/* Weights a CPU context reads: each tensor counted once (a tied output is read twice), as stored. */
-static uint64_t forge__schedule_weight_bytes(const forge__schedule *s, const forge_model *m) {
-    uint64_t total = 0, i;
-    for (i = 0; i < forge_gguf_tensor_count(m->gguf); i++) {
-        const forge_gguf_tensor *t = forge_gguf_tensor_at(m->gguf, i);
-        if (forge__tensor_use(s, m, t) != FORGE__UNUSED) total += t->n_bytes;
-    }
-    return total;
-}
 
 /* What forge__matmul_work_bytes gives for a pool of n_threads, without the pool. */
 static uint64_t forge__cpu_work_bytes(uint32_t n_threads, uint32_t max_cols) {
@@ -7510,55 +7582,223 @@ static forge_result forge__pattern_setup(forge__schedule *s, const forge_config 
     return FORGE_OK;
 }
 
+/* The part that runs op: the last whose first layer is at or below the op's (the embedding, layer 0,
+   runs on the first; the final norm and the head, layer n_layer, on the last). */
+static uint32_t forge__op_part(const forge__resolved *r, const forge__op *op) {
+    uint32_t p = r->n_parts - 1;
+    while (p > 0 && op->layer < r->part_layer[p]) p--;
+    return p;
+}
+
+/* The parts that read tensor t (a bit each): those of the ops that read it; the rope factors every
+   part (each part's rope reads them). */
+static unsigned forge__tensor_parts(const forge__schedule *s, const forge_model *m, const forge__resolved *r,
+                                    const forge_gguf_tensor *t) {
+    unsigned mask = 0;
+    uint32_t k;
+    if (m->config.has_rope_freqs && t == forge_gguf_find_tensor(m->gguf, "rope_freqs.weight")) return (1u << r->n_parts) - 1;
+    for (k = 0; k < s->n_ops; k++)
+        if (s->ops[k].w == t || s->ops[k].bias == t) mask |= 1u << forge__op_part(r, &s->ops[k]);
+    return mask;
+}
+
+/* Bytes of tensor t as the backend holds it: on the GPU at a 256-byte boundary, vectors in f32. */
+static uint64_t forge__held_bytes(const forge__resolved *r, forge__use use, const forge_gguf_tensor *t) {
+    if (r->backend != FORGE_BACKEND_GPU) return t->n_bytes;
+    return forge__align_gpu(use == FORGE__VECTOR ? t->n_elements * sizeof(float) : t->n_bytes);
+}
+
+/* One sequence's cache of layer il (forge_kv_cache_bytes counts the sum of these). */
+static uint64_t forge__kv_layer_bytes(const forge_config *c, uint32_t il, uint32_t n_ctx, uint32_t n_batch, forge_kv_type type) {
+    const forge_type_traits *t = forge_type_info(forge__kv_storage_type(type));
+    const uint64_t row = (uint64_t)c->head_dim / t->block_elems * t->block_bytes + (uint64_t)c->head_dim_v / t->block_elems * t->block_bytes;
+    return (uint64_t)forge_kv_layer_cells(c, il, n_ctx, n_batch) * c->layer_n_head_kv[il] * row;
+}
+
 static forge_result forge__plan_with(const forge_model *m, const forge__resolved *r, const forge__schedule *s,
                                      uint64_t scratch_bytes, uint32_t n_threads, forge_plan *p, forge_error *e) {
     forge_result res;
+    uint64_t kv_one, capture_one, pattern_one, reserve_one, i;
+    uint32_t part, k, n_capture_parts = 0;
+    unsigned capture_parts = 0;
     memset(p, 0, sizeof *p);
     p->n_ctx = r->n_ctx;
     p->n_batch = r->n_batch;
     p->n_logits = r->n_logits;
     p->n_seq = r->n_seq;
     p->kv_type = r->kv_type;
-    if ((res = forge_kv_cache_bytes(&m->config, r->n_ctx, r->n_batch, r->kv_type, &p->kv_bytes, e))) return res;
-    if (p->kv_bytes > (1ull << 61) / r->n_seq)
-        return forge__fail(e, FORGE_ERR_OVERFLOW, "%u KV caches of %llu bytes are beyond any machine", r->n_seq,
-                           (forge__ull)p->kv_bytes);
-    p->kv_bytes *= r->n_seq; /* one cache per sequence, each exactly one sequence's */
+    if ((res = forge_kv_cache_bytes(&m->config, r->n_ctx, r->n_batch, r->kv_type, &kv_one, e))) return res;
+    if (kv_one > (1ull << 61) / r->n_seq)
+        return forge__fail(e, FORGE_ERR_OVERFLOW, "%u KV caches of %llu bytes are beyond any machine", r->n_seq, (forge__ull)kv_one);
     p->backend = r->backend;
-    p->capture_bytes = forge__capture_bytes_of(s, r, NULL, &p->pattern_bytes);
+    capture_one = forge__capture_bytes_of(s, r, NULL, &pattern_one);
     {
-        uint32_t i;
-        for (i = 0; i < s->n_captures; i++)
-            if (s->captures[i].point == FORGE_CAPTURE_ATTN_PATTERN) {
+        uint32_t j;
+        for (j = 0; j < s->n_captures; j++)
+            if (s->captures[j].point == FORGE_CAPTURE_ATTN_PATTERN) {
                 if (!forge__pattern_keys(r))
                     return forge__fail(e, FORGE_ERR_ARGUMENT, "attention pattern: key position %u is outside the context of %u",
                                        r->pattern_key_first, r->n_ctx);
                 p->pattern_key_first = r->pattern_key_first;
                 p->pattern_n_keys = forge__pattern_keys(r);
-                p->pattern_n_heads = FORGE__MAX(p->pattern_n_heads, s->capture_heads[i]);
+                p->pattern_n_heads = FORGE__MAX(p->pattern_n_heads, s->capture_heads[j]);
             }
     }
-    if (r->backend == FORGE_BACKEND_GPU) { /* one device arena of 256-byte aligned regions, KV cache last */
-        p->weights_bytes = forge__gpu_weight_bytes(s, m);
-        p->scratch_bytes = forge__align_gpu(scratch_bytes);
-        p->logits_bytes = forge__align_gpu((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
-        p->reserve_bytes = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch) + forge__gpu_rows_bytes(r, s, m);
-    } else {
-        p->weights_bytes = forge__schedule_weight_bytes(s, m);
-        p->scratch_bytes = scratch_bytes;
-        p->logits_bytes = forge__align64((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
-        /* the CPU backend's working memory: the matmul rows of every thread, a step's product input
-           in 8 bits, and one vector (a norm's weights or a bias) in f32 */
-        p->reserve_bytes = forge__cpu_reserve_bytes(n_threads, s->max_cols, r->n_batch) +
-                           forge__align64((uint64_t)s->max_vec * sizeof(float));
+    for (k = 0; k < s->n_ops; k++) /* each part that captures keeps the whole staging */
+        if (s->ops[k].kind == FORGE__OP_CAPTURE || s->ops[k].kind == FORGE__OP_PATTERN) capture_parts |= 1u << forge__op_part(r, &s->ops[k]);
+    if (r->backend == FORGE_BACKEND_GPU) /* each device: one arena of 256-byte aligned regions, KV cache last */
+        reserve_one = forge__gpu_reserve_bytes(s, m, r->n_ctx, r->n_batch) + forge__gpu_rows_bytes(r, s, m);
+    else /* the CPU backend's working memory (with the first part): the matmul rows of every thread, a step's
+            product input in 8 bits, and one vector (a norm's weights or a bias) in f32 */
+        reserve_one = forge__cpu_reserve_bytes(n_threads, s->max_cols, r->n_batch) + forge__align64((uint64_t)s->max_vec * sizeof(float));
+    p->n_parts = r->n_parts;
+    for (part = 0; part < r->n_parts; part++) {
+        forge_plan_part *q = &p->parts[part];
+        uint32_t il;
+        q->device = r->part_device[part];
+        q->layer_first = r->part_layer[part];
+        q->n_layers = r->part_layer[part + 1] - r->part_layer[part];
+        for (il = q->layer_first; il < q->layer_first + q->n_layers; il++)
+            q->kv_bytes += forge__kv_layer_bytes(&m->config, il, r->n_ctx, r->n_batch, r->kv_type);
+        q->kv_bytes *= r->n_seq; /* one cache per sequence, each exactly one sequence's */
+        q->scratch_bytes = r->backend == FORGE_BACKEND_GPU ? forge__align_gpu(scratch_bytes) : scratch_bytes;
+        if (part + 1 == r->n_parts)
+            q->logits_bytes = r->backend == FORGE_BACKEND_GPU ? forge__align_gpu((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float))
+                                                              : forge__align64((uint64_t)r->n_logits * m->config.n_vocab * sizeof(float));
+        if (capture_parts >> part & 1u) {
+            q->capture_bytes = capture_one;
+            n_capture_parts++;
+        }
+        q->reserve_bytes = r->backend == FORGE_BACKEND_GPU || part == 0 ? reserve_one : 0;
     }
-    p->total_bytes = p->weights_bytes + p->kv_bytes + p->scratch_bytes + p->logits_bytes + p->capture_bytes +
-                     p->reserve_bytes;
+    for (i = 0; i < forge_gguf_tensor_count(m->gguf); i++) {
+        const forge_gguf_tensor *t = forge_gguf_tensor_at(m->gguf, i);
+        const forge__use use = forge__tensor_use(s, m, t);
+        unsigned mask;
+        if (use == FORGE__UNUSED) continue;
+        mask = r->n_parts == 1 ? 1u : forge__tensor_parts(s, m, r, t);
+        for (part = 0; part < r->n_parts; part++)
+            if (mask >> part & 1u) p->parts[part].weights_bytes += forge__held_bytes(r, use, t);
+    }
+    for (part = 0; part < r->n_parts; part++) {
+        forge_plan_part *q = &p->parts[part];
+        q->total_bytes = q->weights_bytes + q->kv_bytes + q->scratch_bytes + q->logits_bytes + q->capture_bytes + q->reserve_bytes;
+        p->weights_bytes += q->weights_bytes;
+        p->kv_bytes += q->kv_bytes;
+        p->scratch_bytes += q->scratch_bytes;
+        p->logits_bytes += q->logits_bytes;
+        p->capture_bytes += q->capture_bytes;
+        p->reserve_bytes += q->reserve_bytes;
+        p->total_bytes += q->total_bytes;
+    }
+    p->pattern_bytes = pattern_one * n_capture_parts;
+    if (p->kv_bytes != kv_one * r->n_seq) /* the layers' caches add up to the whole, or the split lost a layer */
+        return forge__fail(e, FORGE_ERR_CONFIG, "the parts' KV caches (%llu bytes) differ from the whole (%llu)", (forge__ull)p->kv_bytes,
+                           (forge__ull)(kv_one * r->n_seq));
     /* every term is below 2^62 (the KV cache is checked, the others are bounded by the configuration's
        limits and the file size), so the sum cannot wrap; the KV cache alone is the one to watch */
     if (p->kv_bytes > (1ull << 61))
         return forge__fail(e, FORGE_ERR_OVERFLOW, "a KV cache of %llu bytes is beyond any machine", (forge__ull)p->kv_bytes);
     return FORGE_OK;
+}
+
+/* Chooses the layers of each part (r->part_layer) for a split: contiguous ranges, at least one layer
+   each, that make the largest fill (a part's bytes over its weight) as small as it can be. weight:
+   each part's capacity (its budget, or the caller's share), NULL for equal. With the caller's shares
+   only the layers' own bytes (weights, KV cache) are divided; otherwise each part's fixed terms
+   (scratch, reserve, the embedding on the first, the head and logits on the last) count too. A
+   greedy fill at a given fill ratio is optimal for contiguous ranges, so a bisection on the ratio
+   finds the best. */
+static void forge__split_choose(const forge_model *m, forge__resolved *r, const forge__schedule *s, uint64_t scratch_bytes,
+                                uint32_t n_threads, const double *weight) {
+    const forge_config *c = &m->config;
+    const uint32_t n = r->n_parts, L = c->n_layer;
+    const int fixed = !(r->split[0] > 0.0);
+    uint64_t cost[FORGE_MAX_LAYERS], fixed_cost[FORGE_MAX_DEVICES], i;
+    double w[FORGE_MAX_DEVICES], lo = 0.0, hi = 0.0, total = 0.0;
+    uint32_t part, il, k, iter, best[FORGE_MAX_DEVICES + 1];
+    forge_plan base;
+    if (n <= 1) return;
+    if (r->split_layers[0]) { /* the caller's layer counts */
+        for (part = 0; part < n; part++) r->part_layer[part + 1] = r->part_layer[part] + r->split_layers[part];
+        return;
+    }
+    for (part = 0; part < n; part++) {
+        /* a device with no room (a budget of 0) still takes its one layer, and is refused by the check */
+        w[part] = r->split[0] > 0.0 ? r->split[part] : weight ? FORGE__MAX(weight[part], 1.0) : 1.0;
+        fixed_cost[part] = 0;
+    }
+    /* the fixed terms of every part (scratch, reserve, captures) from the one-part plan; the logits with the last */
+    {
+        forge__resolved t = *r;
+        t.n_parts = 1;
+        t.part_layer[0] = 0, t.part_layer[1] = L;
+        if (forge__plan_with(m, &t, s, scratch_bytes, n_threads, &base, NULL) != FORGE_OK) memset(&base, 0, sizeof base);
+    }
+    if (fixed) {
+        for (part = 0; part < n; part++)
+            fixed_cost[part] = base.scratch_bytes + base.capture_bytes + (r->backend == FORGE_BACKEND_GPU || part == 0 ? base.reserve_bytes : 0);
+        fixed_cost[n - 1] += base.logits_bytes;
+    }
+    /* each layer's bytes: its cache, and the tensors only its ops read; the head's tensors with the last */
+    for (il = 0; il < L; il++) cost[il] = forge__kv_layer_bytes(c, il, r->n_ctx, r->n_batch, r->kv_type) * r->n_seq;
+    for (i = 0; i < forge_gguf_tensor_count(m->gguf); i++) {
+        const forge_gguf_tensor *t = forge_gguf_tensor_at(m->gguf, i);
+        const forge__use use = forge__tensor_use(s, m, t);
+        uint32_t first = UINT32_MAX, last = 0;
+        if (use == FORGE__UNUSED) continue;
+        if (c->has_rope_freqs && t == forge_gguf_find_tensor(m->gguf, "rope_freqs.weight")) {
+            if (fixed)
+                for (part = 0; part < n; part++) fixed_cost[part] += forge__held_bytes(r, use, t);
+            continue;
+        }
+        for (k = 0; k < s->n_ops; k++) {
+            if (s->ops[k].w != t && s->ops[k].bias != t) continue;
+            if (s->ops[k].kind == FORGE__OP_EMBED) {
+                if (fixed) fixed_cost[0] += forge__held_bytes(r, use, t);
+                continue;
+            }
+            first = FORGE__MIN(first, s->ops[k].layer);
+            last = FORGE__MAX(last, s->ops[k].layer);
+        }
+        if (first == UINT32_MAX) continue; /* the embedding's alone */
+        if (first == last && first < L) cost[first] += forge__held_bytes(r, use, t);
+        else if (fixed) fixed_cost[n - 1] += forge__held_bytes(r, use, t);
+    }
+    for (il = 0; il < L; il++) total += (double)cost[il];
+    for (part = 0; part < n; part++) hi = FORGE__MAX(hi, (total + (double)fixed_cost[part]) / w[part]);
+    hi = hi * 2.0 + 1.0;
+    for (part = 0; part < n; part++) best[part] = part; /* one layer each, the rest with the last: feasible at hi */
+    best[n] = L;
+    for (iter = 0; iter < 100; iter++) {
+        const double lambda = iter == 0 ? hi : (lo + hi) / 2.0;
+        uint32_t at[FORGE_MAX_DEVICES + 1];
+        int ok = 1;
+        il = 0;
+        for (part = 0; part < n && ok; part++) {
+            const double cap = lambda * w[part];
+            double used = (double)fixed_cost[part];
+            at[part] = il;
+            if (part + 1 == n) {
+                for (; il < L; il++) used += (double)cost[il];
+                ok = used <= cap;
+                break;
+            }
+            used += (double)cost[il++]; /* at least one layer */
+            ok = used <= cap;
+            while (ok && il < L - (n - 1 - part) && used + (double)cost[il] <= cap) used += (double)cost[il++];
+        }
+        at[n] = L;
+        if (ok) {
+            memcpy(best, at, sizeof at);
+            hi = lambda;
+        } else if (iter == 0) {
+            break; /* cannot happen (hi holds everything); keep one layer each */
+        } else {
+            lo = lambda;
+        }
+    }
+    memcpy(r->part_layer, best, (n + 1) * sizeof best[0]);
 }
 
 FORGE_API forge_result forge_plan_compute(const forge_model *m, const forge_context_desc *desc, forge_plan *out,
@@ -7581,6 +7821,7 @@ FORGE_API forge_result forge_plan_compute(const forge_model *m, const forge_cont
         return res;
     }
     scratch = forge__schedule_pack(&s, r.n_batch);
+    forge__split_choose(m, &r, &s, scratch, r.n_threads ? r.n_threads : forge_cpu_default_threads(), NULL);
     res = forge__plan_with(m, &r, &s, scratch, r.n_threads ? r.n_threads : forge_cpu_default_threads(), out, error);
     forge__schedule_free(&s, &desc->allocator);
     if (res == FORGE_OK) forge__ok(error);
@@ -7648,13 +7889,39 @@ static uint64_t forge__budget_of(uint64_t free_bytes, double fraction, uint64_t 
     return budget > headroom ? budget - headroom : 0;
 }
 
+/* The devices of a verdict: the budgets, and which device each part is on (parts on one device share
+   its budget; the CPU's parts share the host's unless the desc gives each its reading). */
+typedef struct forge__groups {
+    uint32_t n, of_part[FORGE_MAX_DEVICES];
+    uint64_t budget[FORGE_MAX_DEVICES];
+} forge__groups;
+
+/* 1 when every device holds its parts of p within its budget. */
+static int forge__plan_fits(const forge_plan *p, const forge__groups *g) {
+    uint64_t need[FORGE_MAX_DEVICES] = {0};
+    uint32_t i;
+    for (i = 0; i < p->n_parts; i++) need[g->of_part[i]] += p->parts[i].total_bytes;
+    for (i = 0; i < g->n; i++)
+        if (need[i] > g->budget[i]) return 0;
+    return 1;
+}
+
+/* The split (chosen for the budgets, or the caller's shares) and its plan. */
+static forge_result forge__plan_split(const forge_model *m, forge__resolved *r, const forge__schedule *s, uint64_t scratch, uint32_t threads,
+                                      const double *weight, forge_plan *p, forge_error *e) {
+    forge__split_choose(m, r, s, scratch, threads, weight);
+    return forge__plan_with(m, r, s, scratch, threads, p, e);
+}
+
 FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_context_desc *desc, forge_verdict *v,
                                         forge_error *error) {
     forge_context_desc zero;
     forge__resolved r;
     forge__schedule s;
     forge_result res;
-    uint32_t threads;
+    forge__groups g;
+    double weight[FORGE_MAX_DEVICES];
+    uint32_t threads, i;
     char need[16], weights[16], kv[16], scratch[16], reserve[16], budget[16], free_text[16], captures[160], seqs[32];
     int kvt;
 
@@ -7666,27 +7933,52 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
     if ((res = forge__allocator_check(&desc->allocator, "forge_context_desc.allocator", error))) return res;
     memset(v, 0, sizeof *v);
     if ((res = forge__resolve_desc(m, desc, &r, error))) return res;
-    if (desc->memory) v->memory = *desc->memory;
-    else if (r.backend == FORGE_BACKEND_GPU) {
-        if ((res = forge_memory_query_gpu(r.device, &v->memory, error))) return res;
-    } else if ((res = forge_memory_query_cpu(&v->memory, error))) return res;
-    if (v->memory.free_bytes > v->memory.total_bytes) { /* a reading that makes no sense: trust the smaller */
-        v->memory.free_bytes = v->memory.total_bytes;
-        v->memory.adjusted = 1;
-    }
     v->mem_fraction = forge__resolve_fraction(desc->mem_fraction);
     v->mem_headroom_bytes = desc->mem_headroom_bytes;
-    v->budget_bytes = forge__budget_of(v->memory.free_bytes, v->mem_fraction, v->mem_headroom_bytes);
+    memset(&g, 0, sizeof g);
+    for (i = 0; i < r.n_parts; i++) { /* each device's reading, once */
+        const int shared_host = r.backend != FORGE_BACKEND_GPU && !desc->device_memory;
+        uint32_t j;
+        forge_device_verdict *d;
+        for (j = 0; j < g.n && !shared_host && v->devices[j].device != r.part_device[i]; j++) {}
+        if (shared_host) j = 0;
+        g.of_part[i] = j;
+        if (j < g.n) continue;
+        d = &v->devices[g.n++];
+        d->device = r.part_device[i];
+        if (r.n_parts > 1 && desc->device_memory) d->memory = desc->device_memory[i];
+        else if (desc->memory) d->memory = *desc->memory;
+        else if (r.backend == FORGE_BACKEND_GPU) {
+            if ((res = forge_memory_query_gpu(d->device, &d->memory, error))) return res;
+        } else if ((res = forge_memory_query_cpu(&d->memory, error))) return res;
+        if (d->memory.free_bytes > d->memory.total_bytes) { /* a reading that makes no sense: trust the smaller */
+            d->memory.free_bytes = d->memory.total_bytes;
+            d->memory.adjusted = 1;
+        }
+        d->budget_bytes = forge__budget_of(d->memory.free_bytes, v->mem_fraction, v->mem_headroom_bytes);
+        g.budget[j] = d->budget_bytes;
+    }
+    v->n_devices = g.n;
+    v->memory = v->devices[0].memory;
+    v->budget_bytes = v->devices[0].budget_bytes;
+    for (i = 0; i < r.n_parts; i++) { /* a device's budget shared by the parts on it */
+        uint32_t j, on = 0;
+        for (j = 0; j < r.n_parts; j++) on += g.of_part[j] == g.of_part[i];
+        weight[i] = (double)g.budget[g.of_part[i]] / on;
+    }
     threads = r.n_threads ? r.n_threads : forge_cpu_default_threads();
 
     if ((res = forge__schedule_build(m, &desc->allocator, &s, desc->captures, desc->n_captures, error))) return res;
     if ((res = forge__pattern_setup(&s, &m->config, &r, error)) == FORGE_OK)
-        res = forge__plan_with(m, &r, &s, forge__schedule_pack(&s, r.n_batch), threads, &v->plan, error);
+        res = forge__plan_split(m, &r, &s, forge__schedule_pack(&s, r.n_batch), threads, weight, &v->plan, error);
     if (res) {
         forge__schedule_free(&s, &desc->allocator);
         return res;
     }
-    v->fits = v->plan.total_bytes <= v->budget_bytes;
+    v->fits = forge__plan_fits(&v->plan, &g);
+    for (i = 0; i < g.n; i++) v->devices[i].plan_bytes = 0;
+    for (i = 0; i < v->plan.n_parts; i++) v->devices[g.of_part[i]].plan_bytes += v->plan.parts[i].total_bytes;
+    for (i = 0; i < g.n; i++) v->devices[i].fits = v->devices[i].plan_bytes <= v->devices[i].budget_bytes;
     v->kv_type_that_fits = FORGE_KV_DEFAULT;
     if (!v->fits) {
         /* largest context (a multiple of 256, up to the requested one and, past the trained context,
@@ -7699,8 +7991,8 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
             t.n_ctx = mid * 256;
             t.n_batch = FORGE__MIN(r.n_batch, t.n_ctx);
             t.n_logits = FORGE__MIN(r.n_logits, t.n_batch);
-            if (forge__plan_with(m, &t, &s, forge__schedule_pack(&s, t.n_batch), threads, &p, NULL) == FORGE_OK &&
-                p.total_bytes <= v->budget_bytes)
+            if (forge__plan_split(m, &t, &s, forge__schedule_pack(&s, t.n_batch), threads, weight, &p, NULL) == FORGE_OK &&
+                forge__plan_fits(&p, &g))
                 lo = mid;
             else
                 hi = mid - 1;
@@ -7714,12 +8006,26 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
             if (forge_kv_cache_bytes(&m->config, 256, 0, t.kv_type, &a, NULL) != FORGE_OK ||
                 forge_kv_cache_bytes(&m->config, 256, 0, r.kv_type, &b, NULL) != FORGE_OK || a >= b)
                 continue;
-            if (forge__plan_with(m, &t, &s, v->plan.scratch_bytes, threads, &p, NULL) == FORGE_OK &&
-                p.total_bytes <= v->budget_bytes) {
+            if (forge__plan_split(m, &t, &s, forge__schedule_pack(&s, t.n_batch), threads, weight, &p, NULL) == FORGE_OK &&
+                forge__plan_fits(&p, &g)) {
                 v->kv_type_that_fits = t.kv_type;
                 break;
             }
         }
+        if (r.n_parts > 1 && (r.split[0] > 0.0 || r.split_layers[0])) { /* the caller's split: would forge's own fit? */
+            uint64_t layer_bytes = 0;
+            t = r;
+            memset(t.split, 0, sizeof t.split);
+            memset(t.split_layers, 0, sizeof t.split_layers);
+            if (forge__plan_split(m, &t, &s, forge__schedule_pack(&s, t.n_batch), threads, weight, &p, NULL) == FORGE_OK &&
+                forge__plan_fits(&p, &g)) {
+                for (i = 0; i < p.n_parts; i++) layer_bytes += p.parts[i].weights_bytes + p.parts[i].kv_bytes;
+                for (i = 0; i < p.n_parts; i++)
+                    v->split_that_fits[i] = layer_bytes ? (double)(p.parts[i].weights_bytes + p.parts[i].kv_bytes) / (double)layer_bytes : 0.0;
+            }
+        }
+        /* the sequences' side below uses the layout of the requested context */
+        for (i = 0; i < v->plan.n_parts; i++) r.part_layer[i] = v->plan.parts[i].layer_first;
     }
     { /* the most sequences at the requested context and KV type (the plan grows with them), and the
          price of one more: its cache, and its logits row while rows are kept per sequence */
@@ -7730,19 +8036,74 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
             uint32_t mid = lo + (hi - lo + 1) / 2;
             t.n_seq = mid;
             t.n_logits = forge__logit_rows(desc->all_logits, r.n_batch, mid);
-            if (forge__plan_with(m, &t, &s, v->plan.scratch_bytes, threads, &p, NULL) == FORGE_OK && p.total_bytes <= v->budget_bytes)
+            if (forge__plan_split(m, &t, &s, v->plan.scratch_bytes / v->plan.n_parts, threads, weight, &p, NULL) == FORGE_OK &&
+                forge__plan_fits(&p, &g))
                 lo = mid;
             else
                 hi = mid - 1;
         }
         v->max_seq_that_fits = lo;
+        t = r; /* one more on the same layers: the price on top of this plan */
         t.n_seq = r.n_seq + 1;
         t.n_logits = forge__logit_rows(desc->all_logits, r.n_batch, t.n_seq);
-        if (r.n_seq < FORGE_MAX_SEQ && forge__plan_with(m, &t, &s, v->plan.scratch_bytes, threads, &p, NULL) == FORGE_OK)
+        if (r.n_seq < FORGE_MAX_SEQ &&
+            forge__plan_with(m, &t, &s, v->plan.scratch_bytes / v->plan.n_parts, threads, &p, NULL) == FORGE_OK)
             v->seq_bytes = p.total_bytes - v->plan.total_bytes;
     }
     forge__schedule_free(&s, &desc->allocator);
 
+    if (r.n_parts > 1) { /* a split: the whole bill, then each device against its own budget */
+        double div;
+        const char *unit = forge__unit(v->plan.total_bytes, &div);
+        int used;
+        size_t len;
+        forge__in_unit(need, sizeof need, v->plan.total_bytes, div);
+        forge__in_unit(weights, sizeof weights, v->plan.weights_bytes, div);
+        forge__in_unit(kv, sizeof kv, v->plan.kv_bytes, div);
+        forge__in_unit(scratch, sizeof scratch, v->plan.scratch_bytes + v->plan.logits_bytes + v->plan.capture_bytes, div);
+        forge__in_unit(reserve, sizeof reserve, v->plan.reserve_bytes, div);
+        used = snprintf(v->message, sizeof v->message, "model needs %s %s on %u devices (weights %s, KV cache %s at %u tokens %s, scratch %s, reserve %s)",
+                        need, unit, r.n_parts, weights, kv, r.n_ctx, forge_kv_type_name(r.kv_type), scratch, reserve);
+        for (i = 0; i < g.n && used > 0 && (size_t)used < sizeof v->message; i++) {
+            const forge_device_verdict *d = &v->devices[i];
+            uint32_t j, first = UINT32_MAX, last = 0;
+            for (j = 0; j < v->plan.n_parts; j++)
+                if (g.of_part[j] == i) {
+                    first = FORGE__MIN(first, v->plan.parts[j].layer_first);
+                    last = FORGE__MAX(last, v->plan.parts[j].layer_first + v->plan.parts[j].n_layers - 1);
+                }
+            forge__in_unit(need, sizeof need, d->plan_bytes, div);
+            forge__in_unit(budget, sizeof budget, d->budget_bytes, div);
+            forge__in_unit(free_text, sizeof free_text, d->memory.free_bytes, div);
+            used += snprintf(v->message + used, sizeof v->message - (size_t)used, "; device %d (layers %u-%u): %s of %s %s budget (%.3g%% of %s free)%s",
+                             d->device, first, last, need, budget, unit, v->mem_fraction * 100.0, free_text,
+                             d->fits ? "" : ", short");
+        }
+        len = strlen(v->message);
+        if (!v->fits) {
+            uint64_t short_by = 0, per_part = v->plan.parts[0].scratch_bytes + v->plan.parts[0].capture_bytes +
+                                               (r.backend == FORGE_BACKEND_GPU ? v->plan.parts[0].reserve_bytes : 0);
+            char more[16];
+            for (i = 0; i < g.n; i++)
+                if (!v->devices[i].fits) short_by += v->devices[i].plan_bytes - v->devices[i].budget_bytes;
+            forge__in_unit(more, sizeof more, short_by + per_part, div);
+            if (v->max_ctx_that_fits)
+                len += (size_t)snprintf(v->message + len, sizeof v->message > len ? sizeof v->message - len : 0, "; fits: --ctx %u", v->max_ctx_that_fits);
+            if (v->kv_type_that_fits != FORGE_KV_DEFAULT && len < sizeof v->message)
+                len += (size_t)snprintf(v->message + len, sizeof v->message - len, "%s--kv %s", v->max_ctx_that_fits ? ", or " : "; fits: ",
+                                        forge_kv_type_name(v->kv_type_that_fits));
+            if (v->split_that_fits[0] > 0.0 && len < sizeof v->message) {
+                len += (size_t)snprintf(v->message + len, sizeof v->message - len, "%s--split ",
+                                        v->max_ctx_that_fits || v->kv_type_that_fits != FORGE_KV_DEFAULT ? ", or " : "; fits: ");
+                for (i = 0; i < v->plan.n_parts && len < sizeof v->message; i++)
+                    len += (size_t)snprintf(v->message + len, sizeof v->message - len, "%s%.3f", i ? "," : "", v->split_that_fits[i]);
+            }
+            if (len < sizeof v->message)
+                snprintf(v->message + len, sizeof v->message - len, "; or a device more with a budget of at least %s %s", more, unit);
+        }
+        forge__ok(error);
+        return FORGE_OK;
+    }
     {
         double plan_div, budget_div, free_div;
         const char *plan_unit = forge__unit(v->plan.total_bytes, &plan_div);
@@ -7813,6 +8174,25 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
 /* >>impl-cpu-backend */
 
 #define FORGE__MAX_HEAD_DIM 1024
+
+/* One device's share of a context (a part of the layers, see forge_context_desc.n_devices): its
+   arena and where its regions are. The context works on one part at a time: forge__part_load copies
+   the part's regions into the context's own fields (scratch, kv, dev, dev_scratch, ...), which the
+   backends read; a context of one part loads it once. */
+typedef struct forge__part {
+    int device;
+    uint32_t op_first, op_end;   /* the schedule's ops this part runs */
+    uint8_t *arena;              /* CPU: the host arena; GPU: the device arena */
+    uint64_t arena_bytes, kv_seq_bytes;
+    float *scratch;              /* CPU */
+    uint8_t *kv, *capture;       /* CPU */
+    void *stream, *done;         /* GPU: its stream, and the event its boundary copy records */
+    uint64_t *dev_weight;
+    uint64_t dev_scratch, dev_logits, dev_attn, dev_attn_bytes, dev_tokens, dev_kv, dev_capture, dev_step, dev_q8[2], dev_argmax,
+        dev_att_count, dev_rope_freq, dev_sample, dev_rows, dev_split, dev_split_bytes, dev_rows_attn, dev_rows_attn_bytes;
+    const float *dev_rope_factors;
+    int rope_freq_ok;
+} forge__part;
 
 struct forge_context {
     const forge_model *model;
@@ -7891,7 +8271,80 @@ struct forge_context {
     int capture_rows;         /* the chunk came from forge_eval_batch: its rows carry sequence and position */
     forge_capture_fn on_capture;
     void *capture_user_data;
+    /* the parts of the layers (one unless the desc splits them), the one loaded, and its ops */
+    forge__part part[FORGE_MAX_DEVICES];
+    uint32_t n_parts, cur_part, op_first, op_end;
+    uint8_t capture_part[FORGE_MAX_CAPTURES]; /* the part that writes each capture */
 };
+
+/* Makes part p the one the backends work on (on the GPU, its device current for the calling thread). */
+static void forge__part_load(forge_context *ctx, uint32_t p) {
+    const forge__part *q = &ctx->part[p];
+    ctx->cur_part = p;
+    ctx->op_first = q->op_first;
+    ctx->op_end = q->op_end;
+    ctx->kv_seq_bytes = q->kv_seq_bytes;
+    if (ctx->r.backend != FORGE_BACKEND_GPU) {
+        ctx->scratch = q->scratch;
+        ctx->kv = q->kv;
+        ctx->capture = q->capture;
+        return;
+    }
+    ctx->dev = q->arena;
+    ctx->stream = q->stream;
+    ctx->dev_weight = q->dev_weight;
+    ctx->dev_scratch = q->dev_scratch, ctx->dev_logits = q->dev_logits, ctx->dev_attn = q->dev_attn;
+    ctx->dev_attn_bytes = q->dev_attn_bytes, ctx->dev_tokens = q->dev_tokens, ctx->dev_kv = q->dev_kv;
+    ctx->dev_capture = q->dev_capture, ctx->dev_step = q->dev_step, ctx->dev_q8[0] = q->dev_q8[0], ctx->dev_q8[1] = q->dev_q8[1];
+    ctx->dev_argmax = q->dev_argmax, ctx->dev_att_count = q->dev_att_count, ctx->dev_rope_freq = q->dev_rope_freq;
+    ctx->dev_sample = q->dev_sample, ctx->dev_rows = q->dev_rows, ctx->dev_split = q->dev_split;
+    ctx->dev_split_bytes = q->dev_split_bytes, ctx->dev_rows_attn = q->dev_rows_attn, ctx->dev_rows_attn_bytes = q->dev_rows_attn_bytes;
+    ctx->dev_rope_factors = q->dev_rope_factors;
+    ctx->rope_freq_ok = q->rope_freq_ok;
+}
+
+/* The context's GPU fields back into part p, once its regions are laid out. */
+static FORGE__MAYBE_UNUSED void forge__part_save(forge_context *ctx, uint32_t p) {
+    forge__part *q = &ctx->part[p];
+    q->kv_seq_bytes = ctx->kv_seq_bytes;
+    q->dev_scratch = ctx->dev_scratch, q->dev_logits = ctx->dev_logits, q->dev_attn = ctx->dev_attn;
+    q->dev_attn_bytes = ctx->dev_attn_bytes, q->dev_tokens = ctx->dev_tokens, q->dev_kv = ctx->dev_kv;
+    q->dev_capture = ctx->dev_capture, q->dev_step = ctx->dev_step, q->dev_q8[0] = ctx->dev_q8[0], q->dev_q8[1] = ctx->dev_q8[1];
+    q->dev_argmax = ctx->dev_argmax, q->dev_att_count = ctx->dev_att_count, q->dev_rope_freq = ctx->dev_rope_freq;
+    q->dev_sample = ctx->dev_sample, q->dev_rows = ctx->dev_rows, q->dev_split = ctx->dev_split;
+    q->dev_split_bytes = ctx->dev_split_bytes, q->dev_rows_attn = ctx->dev_rows_attn, q->dev_rows_attn_bytes = ctx->dev_rows_attn_bytes;
+    q->dev_rope_factors = ctx->dev_rope_factors;
+    q->rope_freq_ok = ctx->rope_freq_ok;
+}
+
+/* The parts' ops (from the split's layers) and which part writes each capture; the parts' devices. */
+static void forge__parts_bind(forge_context *ctx) {
+    uint32_t k, p;
+    ctx->n_parts = ctx->r.n_parts;
+    for (p = 0; p < ctx->n_parts; p++) {
+        ctx->part[p].device = ctx->r.part_device[p];
+        ctx->part[p].op_first = UINT32_MAX;
+        ctx->part[p].op_end = 0;
+    }
+    for (k = 0; k < ctx->sched.n_ops; k++) {
+        const forge__op *op = &ctx->sched.ops[k];
+        p = forge__op_part(&ctx->r, op);
+        if (ctx->part[p].op_first == UINT32_MAX) ctx->part[p].op_first = k;
+        ctx->part[p].op_end = k + 1;
+        if (op->kind == FORGE__OP_CAPTURE || op->kind == FORGE__OP_PATTERN) ctx->capture_part[op->aux] = (uint8_t)p;
+    }
+}
+
+/* 1 when the ops are in layer order, so that each part's are one range (checked before a split). */
+static int forge__ops_in_layer_order(const forge__schedule *s) {
+    uint32_t k;
+    for (k = 1; k < s->n_ops; k++)
+        if (s->ops[k].layer < s->ops[k - 1].layer) return 0;
+    return 1;
+}
+
+/* The values a part boundary carries: those written before op b and read at or after it. */
+static int forge__crosses(const forge__value *v, uint32_t b) { return v->first != UINT32_MAX && v->first < b && v->last >= b; }
 
 /* Lays out the capture regions in the staging (the plan's own layout) and points the chunk's data
    at them in the host staging; ctx->capture must be set. */
@@ -7920,7 +8373,7 @@ static forge_result forge__seq_tables(forge_context *ctx, forge_error *error) {
 }
 
 /* one_seq_bytes: the layers' cache laid out for one sequence; the plan counts n_seq of them. */
-static forge_result forge__kv_layout_check(forge_context *ctx, uint64_t one_seq_bytes, forge_error *error) {
+static FORGE__MAYBE_UNUSED forge_result forge__kv_layout_check(forge_context *ctx, uint64_t one_seq_bytes, forge_error *error) {
     if (one_seq_bytes * ctx->r.n_seq != ctx->plan.kv_bytes)
         return forge__fail(error, FORGE_ERR_CONFIG, "the KV cache layout (%u x %llu bytes) differs from the plan (%llu)", ctx->r.n_seq,
                            (forge__ull)one_seq_bytes, (forge__ull)ctx->plan.kv_bytes);
@@ -8757,7 +9210,7 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     forge_context *ctx;
     forge_result res;
     uint64_t offset;
-    uint32_t il, storage;
+    uint32_t il, storage, part;
     const forge_type_traits *kvt;
     const forge_allocator *a;
 
@@ -8795,6 +9248,12 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     if ((res = forge__schedule_build(m, a, &ctx->sched, desc->captures ? ctx->captures : NULL, desc->n_captures, error)))
         goto fail;
     if ((res = forge__pattern_setup(&ctx->sched, &m->config, &ctx->r, error))) goto fail;
+    for (part = 0; part < verdict.plan.n_parts; part++) ctx->r.part_layer[part] = verdict.plan.parts[part].layer_first; /* the split checked */
+    if (ctx->r.n_parts > 1 && !forge__ops_in_layer_order(&ctx->sched)) {
+        res = forge__fail(error, FORGE_ERR_UNSUPPORTED, "this architecture's schedule is not in layer order: its layers cannot be split");
+        goto fail;
+    }
+    forge__parts_bind(ctx);
     if (ctx->r.backend == FORGE_BACKEND_GPU) {
         /* the values' offsets in the scratch region come from packing, as the plan counted them */
         if ((res = forge__plan_with(m, &ctx->r, &ctx->sched, forge__schedule_pack(&ctx->sched, ctx->r.n_batch), 1,
@@ -8811,51 +9270,64 @@ FORGE_API forge_result forge_context_create(const forge_model *m, const forge_co
     if ((res = forge__plan_with(m, &ctx->r, &ctx->sched, forge__schedule_pack(&ctx->sched, ctx->r.n_batch),
                                 forge__pool_size(ctx->pool), &ctx->plan, error)))
         goto fail;
-    ctx->arena_bytes = ctx->plan.total_bytes - ctx->plan.weights_bytes; /* weights stay in the mapped file */
-    if (ctx->arena_bytes > (uint64_t)SIZE_MAX / 2) {
-        res = forge__fail(error, FORGE_ERR_HOST_MEMORY, "an arena of %llu bytes does not fit this address space",
-                          (forge__ull)ctx->arena_bytes);
-        goto fail;
-    }
-    ctx->arena = (uint8_t *)forge__alloc(a, (size_t)ctx->arena_bytes);
-    if (!ctx->arena) {
-        res = forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the context arena of %llu bytes",
-                          (forge__ull)ctx->arena_bytes);
-        goto fail;
-    }
-    /* regions of the one arena: the 64-byte multiples first, the KV cache (any size) last */
-    ctx->scratch = (float *)(void *)ctx->arena;
-    offset = ctx->plan.scratch_bytes;
-    ctx->logits = (float *)(void *)(ctx->arena + offset);
-    offset += ctx->plan.logits_bytes;
-    ctx->work = ctx->arena + offset;
-    ctx->q8_work = ctx->arena + offset + forge__cpu_work_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols);
-    ctx->cpu_q8 = !desc->cpu_no_q8;
-    offset += forge__cpu_reserve_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols, ctx->r.n_batch);
-    ctx->vec = (float *)(void *)(ctx->arena + offset);
-    offset += forge__align64((uint64_t)ctx->sched.max_vec * sizeof(float));
-    ctx->capture = ctx->arena + offset;
-    forge__capture_bind(ctx);
-    offset += ctx->plan.capture_bytes;
-    ctx->kv = ctx->arena + offset;
-
     storage = forge__kv_storage_type(ctx->r.kv_type);
     kvt = forge_type_info(storage);
     ctx->row_k_bytes = (uint64_t)ctx->c->head_dim / kvt->block_elems * kvt->block_bytes;
     ctx->row_v_bytes = (uint64_t)ctx->c->head_dim_v / kvt->block_elems * kvt->block_bytes;
-    for (offset = 0, il = 0; il < ctx->c->n_layer; il++) {
-        ctx->kv_layer_offset[il] = offset;
-        ctx->kv_cells[il] = forge_kv_layer_cells(ctx->c, il, ctx->r.n_ctx, ctx->r.n_batch);
-        offset += (uint64_t)ctx->kv_cells[il] * ctx->c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
+    ctx->cpu_q8 = !desc->cpu_no_q8;
+    ctx->arena_bytes = ctx->plan.total_bytes - ctx->plan.weights_bytes; /* weights stay in the mapped file */
+    forge__capture_bind(ctx);
+    for (part = 0; part < ctx->n_parts; part++) { /* each part's arena; a context of one part has one */
+        const forge_plan_part *q = &ctx->plan.parts[part];
+        forge__part *h = &ctx->part[part];
+        uint64_t kv_one = 0;
+        h->arena_bytes = q->total_bytes - q->weights_bytes;
+        if (h->arena_bytes > (uint64_t)SIZE_MAX / 2) {
+            res = forge__fail(error, FORGE_ERR_HOST_MEMORY, "an arena of %llu bytes does not fit this address space",
+                              (forge__ull)h->arena_bytes);
+            goto fail;
+        }
+        h->arena = (uint8_t *)forge__alloc(a, (size_t)(h->arena_bytes ? h->arena_bytes : 1));
+        if (!h->arena) {
+            res = forge__fail(error, FORGE_ERR_HOST_MEMORY, ctx->n_parts > 1 ? "cannot allocate the arena of part %u (%llu bytes)"
+                                                                             : "cannot allocate the context arena%.0u of %llu bytes",
+                              part, (forge__ull)h->arena_bytes);
+            goto fail;
+        }
+        /* regions of the arena: the 64-byte multiples first, the KV cache (any size) last */
+        h->scratch = (float *)(void *)h->arena;
+        offset = q->scratch_bytes;
+        if (q->logits_bytes) ctx->logits = (float *)(void *)(h->arena + offset);
+        offset += q->logits_bytes;
+        if (q->reserve_bytes) {
+            ctx->work = h->arena + offset;
+            ctx->q8_work = h->arena + offset + forge__cpu_work_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols);
+            offset += forge__cpu_reserve_bytes(forge__pool_size(ctx->pool), ctx->sched.max_cols, ctx->r.n_batch);
+            ctx->vec = (float *)(void *)(h->arena + offset);
+            offset += forge__align64((uint64_t)ctx->sched.max_vec * sizeof(float));
+        }
+        h->capture = h->arena + offset;
+        offset += q->capture_bytes;
+        h->kv = h->arena + offset;
+        for (il = q->layer_first; il < q->layer_first + q->n_layers; il++) {
+            ctx->kv_layer_offset[il] = kv_one;
+            ctx->kv_cells[il] = forge_kv_layer_cells(ctx->c, il, ctx->r.n_ctx, ctx->r.n_batch);
+            kv_one += (uint64_t)ctx->kv_cells[il] * ctx->c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
+        }
+        h->kv_seq_bytes = kv_one;
+        /* the last region carved (every sequence's KV cache) ends where the arena ends: a term the plan
+           lacks is refused here, before anything is written, not found later as an overrun */
+        if (kv_one * ctx->r.n_seq != q->kv_bytes || offset + q->kv_bytes != h->arena_bytes) {
+            res = forge__fail(error, FORGE_ERR_CONFIG, "the CPU arena layout of part %u (%llu bytes, KV %u x %llu) differs from the plan (%llu, KV %llu)",
+                              part, (forge__ull)(offset + kv_one * ctx->r.n_seq), ctx->r.n_seq, (forge__ull)kv_one,
+                              (forge__ull)h->arena_bytes, (forge__ull)q->kv_bytes);
+            goto fail;
+        }
     }
-    if ((res = forge__kv_layout_check(ctx, offset, error))) goto fail;
-    /* the last region carved (every sequence's KV cache) ends where the arena ends: a term the plan
-       lacks is refused here, before anything is written, not found later as an overrun */
-    if ((uint64_t)(ctx->kv - ctx->arena) + ctx->plan.kv_bytes != ctx->arena_bytes) {
-        res = forge__fail(error, FORGE_ERR_CONFIG, "the CPU arena layout (%llu bytes) differs from the plan (%llu)",
-                          (forge__ull)((uint64_t)(ctx->kv - ctx->arena) + ctx->plan.kv_bytes), (forge__ull)ctx->arena_bytes);
-        goto fail;
-    }
+    for (il = 0; il < ctx->sched.n_captures; il++) /* each capture's rows where its part writes them */
+        ctx->capture_data[il] = ctx->part[ctx->capture_part[il]].capture + ctx->capture_offset[il];
+    ctx->arena = ctx->part[0].arena;
+    forge__part_load(ctx, 0);
     for (il = 0; il < FORGE__MAX_HEAD_DIM / 2; il++) ctx->rope_factors[il] = 1.0f;
     if (ctx->c->has_rope_freqs) {
         const forge_gguf_tensor *t = forge_gguf_find_tensor(m->gguf, "rope_freqs.weight");
@@ -8876,24 +9348,34 @@ static void forge__context_destroy(forge_context *ctx) {
     if (!ctx) return;
     a = ctx->allocator;
 #ifdef FORGE_HIP
-    if (ctx->stream) {
-        char message[256];
-        (void)forge_hip_stream_sync(ctx->stream, message, sizeof message); /* a queued step still reads the arena */
-    }
-    {
+    if (ctx->r.backend == FORGE_BACKEND_GPU) {
         uint32_t i;
+        char message[256];
+        for (i = 0; i < ctx->n_parts; i++) /* a queued step still reads the arenas */
+            if (ctx->part[i].stream && forge_hip_set_device(ctx->part[i].device, message, sizeof message) == 0)
+                (void)forge_hip_stream_sync(ctx->part[i].stream, message, sizeof message);
         for (i = 0; i < ctx->n_graphs; i++) forge_hip_graph_destroy(ctx->graph[i]);
+        forge_hip_host_free(ctx->step_host);
+        forge_hip_host_free(ctx->sample_host);
+        for (i = 0; i < ctx->n_parts; i++) {
+            (void)forge_hip_set_device(ctx->part[i].device, message, sizeof message);
+            forge_hip_event_destroy(ctx->part[i].done);
+            if (ctx->part[i].stream) forge_hip_stream_destroy(ctx->part[i].stream);
+            forge_hip_arena_free(ctx->part[i].arena);
+            forge__free(&a, ctx->part[i].dev_weight);
+        }
+        if (ctx->n_parts > 1) forge_hip_peer_release(ctx->peers);
     }
-    forge_hip_host_free(ctx->step_host);
-    forge_hip_host_free(ctx->sample_host);
-    if (ctx->stream) forge_hip_stream_destroy(ctx->stream);
-    forge_hip_arena_free(ctx->dev);
 #endif
-    forge__free(&a, ctx->dev_weight);
-    if (ctx->r.backend == FORGE_BACKEND_GPU) forge__free(&a, ctx->capture); /* on the CPU it is in the arena */
+    if (ctx->r.backend == FORGE_BACKEND_GPU) {
+        forge__free(&a, ctx->capture); /* the host mirror (on the CPU the staging is in the arenas) */
+        forge__free(&a, ctx->arena);   /* the host copy of the logits */
+    } else {
+        uint32_t i;
+        for (i = 0; i < ctx->n_parts; i++) forge__free(&a, ctx->part[i].arena);
+    }
     forge__pool_destroy(ctx->pool);
     forge__free(&a, ctx->seq_pos);
-    forge__free(&a, ctx->arena);
     forge__schedule_free(&ctx->sched, &a);
     forge__free(&a, ctx);
 }
@@ -9357,12 +9839,26 @@ static void forge__cpu_product(forge_context *ctx, uint32_t type, const uint8_t 
 }
 
 /* Runs the schedule on ctx->tokens[0..n_tokens) at positions pos.. */
+/* At the boundary before op b: the values it carries into the next part's scratch (the same offsets
+   in every part), and the next part loaded. */
+static void forge__cpu_cross(forge_context *ctx, uint32_t b) {
+    const forge__part *from = &ctx->part[ctx->cur_part], *to = &ctx->part[ctx->cur_part + 1];
+    uint32_t v;
+    for (v = 0; v < ctx->sched.n_values; v++)
+        if (forge__crosses(&ctx->sched.values[v], b))
+            memcpy((uint8_t *)to->scratch + ctx->sched.values[v].offset, (const uint8_t *)from->scratch + ctx->sched.values[v].offset,
+                   (size_t)ctx->sched.values[v].width * ctx->n_tokens * sizeof(float));
+    forge__part_load(ctx, ctx->cur_part + 1);
+}
+
 static void forge__run_schedule(forge_context *ctx) {
     const forge_config *c = ctx->c;
     uint32_t k, t, i, n = ctx->n_tokens;
     float vec[2 * FORGE__MAX_HEAD_DIM]; /* norm weights of one head */
+    if (ctx->n_parts > 1) forge__part_load(ctx, 0);
     for (k = 0; k < ctx->sched.n_ops; k++) {
         const forge__op *op = &ctx->sched.ops[k];
+        if (k == ctx->op_end && ctx->cur_part + 1 < ctx->n_parts) forge__cpu_cross(ctx, k);
         switch (op->kind) {
         case FORGE__OP_EMBED: {
             float *x = forge__val(ctx, op->dst);

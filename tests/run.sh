@@ -54,6 +54,8 @@ run gemma3      $B/test_greedy "${FORGE_GEMMA3:-$HOME/.cache/forge/gemma3/gemma-
 run qwen25coder $B/test_greedy "${FORGE_QWEN25CODER:-$HOME/.cache/forge/qwen25coder/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}" tests/data/qwen25coder_1p5b_greedy.txt 32
 run seqs        $B/test_seqs
 run seqs_san    env FORGE_TEST_QUICK=1 $B/test_seqs_san
+run split       $B/test_split
+run split_san   $B/test_split_san
 run capture     $B/test_capture
 run capture_san $B/test_capture_san
 run builds      sh tests/check_builds.sh
