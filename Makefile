@@ -124,6 +124,10 @@ $(BUILD)/test_greedy_gpu: tests/test_greedy.c forge.h tests/test.h tests/greedy_
 # many sequences on the GPU against each sequence alone (FORGE_TEST_BACKEND=gpu)
 $(BUILD)/test_seqs_gpu: tests/test_seqs.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
+# a model split by layers across devices on the GPU: the whole model's logits at every boundary
+# (FORGE_TEST_BACKEND=gpu; FORGE_TEST_DEVICES=2 puts the second part on GPU 1)
+$(BUILD)/test_split_gpu: tests/test_split.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
 # the long fixtures (1,536 tokens) on every GPU path against their float64 reference
 $(BUILD)/test_long_gpu: tests/test_long_gpu.c forge.h tests/test.h $(BUILD)/forge_kernels.o | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -DFORGE_HIP -c $< -o $@.o && nvcc $@.o $(BUILD)/forge_kernels.o -o $@ -lm -lpthread
@@ -134,11 +138,12 @@ CUPTI_FLAGS = -isystem $(CUDA_HOME)/include -isystem $(CUDA_HOME)/extras/CUPTI/i
 $(BUILD)/libkernel_trace.so: tools/kernel_trace.c | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -shared -fPIC $(CUPTI_FLAGS) $< -o $@ -lcupti
 # GPU_MODEL: a model of a few hundred MiB for the memory invariants (forge mkmodel makes one)
-test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu $(BUILD)/test_seqs_gpu $(BUILD)/test_long_gpu
+test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu $(BUILD)/test_seqs_gpu $(BUILD)/test_long_gpu $(BUILD)/test_split_gpu
 	@test -n "$(GPU_MODEL)" || { echo "test-gpu needs GPU_MODEL=FILE for the memory checks (forge mkmodel makes one)"; false; }
 	$(BUILD)/test_kernels
 	$(BUILD)/test_gpu $(FIXTURES) "$(GPU_MODEL)"
 	FORGE_FIXTURES=$(FIXTURES) FORGE_TEST_BACKEND=gpu $(BUILD)/test_seqs_gpu
+	FORGE_FIXTURES=$(FIXTURES) FORGE_TEST_BACKEND=gpu FORGE_TEST_DEVICES=$$(nvidia-smi -L 2>/dev/null | wc -l) $(BUILD)/test_split_gpu
 	$(BUILD)/test_long_gpu $(FIXTURES)
 else
 test-gpu:

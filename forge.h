@@ -7203,6 +7203,12 @@ int forge_hip_attention_at(const forge_hip_attention_args *args, const uint32_t 
                            void *stream, char *message, size_t message_bytes);
 /* the spans at which the decode attention launch cuts its blocks differently (ascending): one graph a band */
 uint32_t forge_hip_attention_span_limits(uint32_t *limits, uint32_t max);
+int forge_hip_set_device(int device, char *message, size_t message_bytes);
+int forge_hip_copy_peer(void *dst, int dst_device, const void *src, int src_device, size_t bytes, void *stream, char *message,
+                        size_t message_bytes);
+int forge_hip_stream_wait(void *stream, void *event, char *message, size_t message_bytes);
+int forge_hip_peer_enable(int device, int peer, int *enabled, char *message, size_t message_bytes);
+void forge_hip_peer_disable(int device, int peer);
 int forge_hip_graph_begin(void *stream, char *message, size_t message_bytes);
 int forge_hip_graph_end(void *stream, int keep, void **out, char *message, size_t message_bytes);
 int forge_hip_graph_launch(void *graph, void *stream, char *message, size_t message_bytes);
@@ -8275,6 +8281,7 @@ struct forge_context {
     forge__part part[FORGE_MAX_DEVICES];
     uint32_t n_parts, cur_part, op_first, op_end;
     uint8_t capture_part[FORGE_MAX_CAPTURES]; /* the part that writes each capture */
+    unsigned peers;         /* GPU: bit i when this context turned on part i's device's access to part i + 1's */
 };
 
 /* Makes part p the one the backends work on (on the GPU, its device current for the calling thread). */
@@ -8372,14 +8379,6 @@ static forge_result forge__seq_tables(forge_context *ctx, forge_error *error) {
     return FORGE_OK;
 }
 
-/* one_seq_bytes: the layers' cache laid out for one sequence; the plan counts n_seq of them. */
-static FORGE__MAYBE_UNUSED forge_result forge__kv_layout_check(forge_context *ctx, uint64_t one_seq_bytes, forge_error *error) {
-    if (one_seq_bytes * ctx->r.n_seq != ctx->plan.kv_bytes)
-        return forge__fail(error, FORGE_ERR_CONFIG, "the KV cache layout (%u x %llu bytes) differs from the plan (%llu)", ctx->r.n_seq,
-                           (forge__ull)one_seq_bytes, (forge__ull)ctx->plan.kv_bytes);
-    ctx->kv_seq_bytes = one_seq_bytes;
-    return FORGE_OK;
-}
 
 /* >>impl-gpu-context */
 
@@ -8524,7 +8523,7 @@ static forge_result forge__gpu_upload(forge_context *ctx, const forge_context_de
     memset(&u, 0, sizeof u);
     u.ctx = ctx;
     u.desc = desc;
-    u.total = ctx->plan.weights_bytes;
+    u.total = ctx->plan.parts[ctx->cur_part].weights_bytes; /* the part's tensors (all of them with one part) */
     u.chunk = FORGE__MIN(FORGE__UPLOAD_CHUNK_BYTES, FORGE__MAX((u.total + 65535) / 65536 * 65536, 65536));
     for (i = 0; i < n_tensors; i++) { /* a packed row goes whole into one buffer */
         const forge_gguf_tensor *t = forge_gguf_tensor_at(g, i);
@@ -8540,7 +8539,8 @@ static forge_result forge__gpu_upload(forge_context *ctx, const forge_context_de
         const forge_gguf_tensor *t = forge_gguf_tensor_at(g, i);
         forge__use use = forge__tensor_use(&ctx->sched, ctx->model, t);
         ctx->dev_weight[i] = UINT64_MAX;
-        if (use == FORGE__UNUSED) continue;
+        if (use == FORGE__UNUSED || (ctx->n_parts > 1 && !(forge__tensor_parts(&ctx->sched, ctx->model, &ctx->r, t) >> ctx->cur_part & 1u)))
+            continue;
         ctx->dev_weight[i] = offset;
         r = forge__upload_tensor(&u, t, use, offset, error);
         offset += forge__align_gpu(use == FORGE__VECTOR ? t->n_elements * sizeof(float) : t->n_bytes);
@@ -8627,7 +8627,7 @@ static int forge__q8_read_only_by_products(forge_context *ctx, uint32_t kn) {
     const forge__schedule *s = &ctx->sched;
     const int32_t v = s->ops[kn].dst;
     uint32_t j;
-    if (v < 0 || s->values[v].last <= kn) return 0;
+    if (v < 0 || s->values[v].last <= kn || s->values[v].last >= ctx->op_end) return 0;
     for (j = kn + 1; j <= s->values[v].last; j++) {
         const forge__op *o = &s->ops[j];
         if (!(o->src == v && o->src2 != v && o->dst != v && forge__q8_product_ok(ctx, o))) return 0;
@@ -8638,9 +8638,10 @@ static int forge__q8_read_only_by_products(forge_context *ctx, uint32_t kn) {
 static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, const uint32_t *dev_pos, forge__q8_state *d,
                                             uint32_t *consumed, forge_error *error) {
     const forge__schedule *s = &ctx->sched;
-    const forge__op *op = &s->ops[k], *next = k + 1 < s->n_ops ? &s->ops[k + 1] : NULL;
-    const forge__op *third = k + 2 < s->n_ops ? &s->ops[k + 2] : NULL;
-    const forge__op *fourth = k + 3 < s->n_ops ? &s->ops[k + 3] : NULL, *fifth = k + 4 < s->n_ops ? &s->ops[k + 4] : NULL;
+    /* what follows within the loaded part: a fusion never reaches across a device boundary */
+    const forge__op *op = &s->ops[k], *next = k + 1 < ctx->op_end ? &s->ops[k + 1] : NULL;
+    const forge__op *third = k + 2 < ctx->op_end ? &s->ops[k + 2] : NULL;
+    const forge__op *fourth = k + 3 < ctx->op_end ? &s->ops[k + 3] : NULL, *fifth = k + 4 < ctx->op_end ? &s->ops[k + 4] : NULL;
     uint8_t *slot;
     float eps; /* the products' norm_eps: the slot's RMS norm, or none */
     *consumed = 0;
@@ -8806,7 +8807,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
     q8.norm = 0;
     q8.prepared = 0;
     q8.angles[0] = q8.angles[1] = 0;
-    for (k = 0; k < ctx->sched.n_ops; k++) {
+    for (k = ctx->op_first; k < ctx->op_end; k++) { /* the loaded part's ops (all of them with one part) */
         const forge__op *op = &ctx->sched.ops[k];
         if (n == 1 && ctx->use_q8 && !ctx->rows) {
             if ((r = forge__gpu_decode_fused(ctx, k, dev_pos, &q8, &consumed, error))) return r;
@@ -8966,7 +8967,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
             break;
         }
     }
-    if (n == 1) ctx->norms_prepared = q8.prepared;
+    if (n == 1) ctx->norms_prepared = (ctx->op_first ? ctx->norms_prepared : 0) + q8.prepared;
     return FORGE_OK;
 }
 
@@ -8987,7 +8988,7 @@ static forge_result forge__gpu_wait(forge_context *ctx, forge_error *error) {
    between those spans, the last up to n_ctx; forge__gpu_decode_band picks the step's. Where
    recording fails, or FORGE_NO_GRAPH is set, the plain launches stay (sized by the same bands). */
 static void forge__gpu_record_decode(forge_context *ctx, const forge_context_desc *desc) {
-    const int off = desc->gpu_no_graph;
+    const int off = desc->gpu_no_graph || ctx->n_parts > 1; /* a split steps through its devices in plain launches */
     uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
     uint32_t limits[FORGE__GPU_GRAPHS], n_limits, i, n = 0;
     char message[256], line[400];
@@ -9000,7 +9001,9 @@ static void forge__gpu_record_decode(forge_context *ctx, const forge_context_des
     ctx->n_bands = n;
     ctx->n_graphs = 0;
     if (off) {
-        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, "decode graph: off (gpu_no_graph), plain launches");
+        if (desc->log)
+            desc->log(desc->log_user_data, FORGE_LOG_INFO,
+                      ctx->n_parts > 1 ? "decode graph: off (layers split across devices), plain launches" : "decode graph: off (gpu_no_graph), plain launches");
         return;
     }
     for (i = 0; i < n && r == FORGE_OK; i++) {
@@ -9041,38 +9044,89 @@ static uint32_t forge__gpu_decode_band(const forge_context *ctx) {
 /* Allocates the one device arena of the plan, uploads the weights the schedule reads (norms and
    biases converted to f32 on the way) and records the decode step. Everything taken is released
    by forge_context_destroy. */
+static FORGE__MAYBE_UNUSED forge_result forge__gpu_part_init(forge_context *ctx, const forge_context_desc *desc, uint32_t part, forge_error *error);
+
 static forge_result forge__gpu_context_init(forge_context *ctx, const forge_context_desc *desc, forge_error *error) {
 #ifdef FORGE_HIP
     const forge_gguf *g = ctx->model->gguf;
-    const forge_gguf_tensor *rope = forge_gguf_find_tensor(g, "rope_freqs.weight");
-    uint64_t n_tensors = forge_gguf_tensor_count(g), offset = 0;
-    const forge_config *c = ctx->c;
+    uint64_t n_tensors = forge_gguf_tensor_count(g);
     forge_result r;
-    uint32_t il;
-
-    ctx->dev_weight = (uint64_t *)forge__alloc(&ctx->allocator, (size_t)(n_tensors ? n_tensors : 1) * sizeof(uint64_t));
+    uint32_t part;
+    char message[256];
     ctx->logits = (float *)forge__alloc(&ctx->allocator, (size_t)ctx->plan.logits_bytes); /* the host copy */
-    if (!ctx->dev_weight || !ctx->logits)
-        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the GPU context's host tables");
+    if (!ctx->logits) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the GPU context's host tables");
     ctx->arena = (uint8_t *)ctx->logits;
     ctx->arena_bytes = ctx->plan.total_bytes;
-    FORGE__HIP(forge_hip_stream_create(&ctx->stream, FORGE__MSG));
-    FORGE__HIP(forge_hip_arena_alloc((size_t)ctx->plan.total_bytes, (void **)&ctx->dev, FORGE__MSG));
-    {
-        char message[256];
-        if (forge_hip_host_alloc(FORGE__GPU_STEP_WORDS * sizeof(uint32_t), (void **)&ctx->step_host, message, sizeof message) != 0)
-            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the decode step's slots: %s", message);
-        if (forge_hip_host_alloc(16 + 8 * (size_t)forge_hip_top_k_max() + 4 * (size_t)forge_hip_top_k_history_max(), (void **)&ctx->sample_host,
-                                 message, sizeof message) != 0)
-            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the sampler's candidate buffer: %s", message);
+    if (forge_hip_host_alloc(FORGE__GPU_STEP_WORDS * sizeof(uint32_t), (void **)&ctx->step_host, message, sizeof message) != 0)
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the decode step's slots: %s", message);
+    if (forge_hip_host_alloc(16 + 8 * (size_t)forge_hip_top_k_max() + 4 * (size_t)forge_hip_top_k_history_max(), (void **)&ctx->sample_host,
+                             message, sizeof message) != 0)
+        return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the sampler's candidate buffer: %s", message);
+    if (ctx->plan.capture_bytes) { /* the host side of the staging, where the chunks are delivered (one layout, whichever part writes) */
+        const uint64_t bytes = forge__capture_bytes(&ctx->sched, &ctx->r, NULL);
+        ctx->capture = (uint8_t *)forge__alloc(&ctx->allocator, (size_t)bytes);
+        if (!ctx->capture)
+            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate %llu bytes of host capture staging", (forge__ull)bytes);
     }
+    forge__capture_bind(ctx);
+    ctx->use_q8 = !desc->gpu_no_q8;
+    ctx->fuse_norm = desc->gpu_norm_fusion == 0 ? 1 : desc->gpu_norm_fusion < 0 ? 0 : 2; /* 1: where faster; 0: never; 2: wherever the shapes allow */
+    {
+        uint32_t storage = forge__kv_storage_type(ctx->r.kv_type);
+        const forge_type_traits *kvt = forge_type_info(storage);
+        ctx->row_k_bytes = (uint64_t)ctx->c->head_dim / kvt->block_elems * kvt->block_bytes;
+        ctx->row_v_bytes = (uint64_t)ctx->c->head_dim_v / kvt->block_elems * kvt->block_bytes;
+    }
+    for (part = 0; part < ctx->n_parts; part++) { /* each device: its stream, its arena, its weights and regions */
+        forge__part *q = &ctx->part[part];
+        q->dev_weight = (uint64_t *)forge__alloc(&ctx->allocator, (size_t)(n_tensors ? n_tensors : 1) * sizeof(uint64_t));
+        if (!q->dev_weight) return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate the GPU context's host tables");
+        if (forge_hip_set_device(q->device, message, sizeof message) != 0)
+            return forge__fail(error, FORGE_ERR_IO, "GPU %d: %s", q->device, message);
+        FORGE__HIP(forge_hip_stream_create(&q->stream, FORGE__MSG));
+        if (ctx->n_parts > 1) FORGE__HIP(forge_hip_event_create(&q->done, FORGE__MSG));
+        if (forge_hip_arena_alloc((size_t)ctx->plan.parts[part].total_bytes, (void **)&q->arena, message, sizeof message) != 0)
+            return forge__fail(error, FORGE_ERR_IO, ctx->n_parts > 1 ? "GPU %d (layers %u-%u): %s" : "GPU%.0d%.0u%.0u: %s", q->device,
+                               ctx->plan.parts[part].layer_first, ctx->plan.parts[part].layer_first + ctx->plan.parts[part].n_layers - 1, message);
+        forge__part_load(ctx, part);
+        if ((r = forge__gpu_part_init(ctx, desc, part, error))) return r;
+        forge__part_save(ctx, part);
+    }
+    for (part = 0; part + 1 < ctx->n_parts; part++) { /* each boundary's copy goes direct where the devices allow */
+        int enabled = 0;
+        if (forge_hip_peer_enable(ctx->part[part].device, ctx->part[part + 1].device, &enabled, message, sizeof message) != 0)
+            return forge__fail(error, FORGE_ERR_IO, "GPU %d to GPU %d: %s", ctx->part[part].device, ctx->part[part + 1].device, message);
+        if (enabled) ctx->peers |= 1u << part;
+    }
+    forge__part_load(ctx, ctx->n_parts - 1); /* a step ends on the last part: the logits are there */
+    if (forge_hip_set_device(ctx->part[ctx->n_parts - 1].device, message, sizeof message) != 0)
+        return forge__fail(error, FORGE_ERR_IO, "GPU %d: %s", ctx->part[ctx->n_parts - 1].device, message);
+    forge__gpu_record_decode(ctx, desc);
+    return FORGE_OK;
+#else
+    (void)ctx, (void)desc;
+    return forge__fail(error, FORGE_ERR_UNSUPPORTED, "this build of forge has no GPU backend (compile with FORGE_HIP)");
+#endif
+}
+
+/* One part's arena (loaded, its device current): the weights its ops read, uploaded (norms and
+   biases converted to f32 on the way), then its regions as the plan counted them. */
+static FORGE__MAYBE_UNUSED forge_result forge__gpu_part_init(forge_context *ctx, const forge_context_desc *desc, uint32_t part, forge_error *error) {
+#ifdef FORGE_HIP
+    const forge_gguf *g = ctx->model->gguf;
+    const forge_gguf_tensor *rope = forge_gguf_find_tensor(g, "rope_freqs.weight");
+    const forge_plan_part *pp = &ctx->plan.parts[part];
+    const forge_config *c = ctx->c;
+    uint64_t offset = 0;
+    forge_result r;
+    uint32_t il;
 
     /* the arena: weights | scratch | logits | attention scratch | token ids | step slots | rope tables | q8 | capture | KV cache */
     if ((r = forge__gpu_upload(ctx, desc, &offset, error))) return r;
     ctx->dev_scratch = offset;
-    offset += ctx->plan.scratch_bytes;
+    offset += pp->scratch_bytes;
     ctx->dev_logits = offset;
-    offset += ctx->plan.logits_bytes;
+    offset += pp->logits_bytes;
     ctx->dev_attn = offset;
     ctx->dev_attn_bytes = forge__align_gpu(forge_hip_attention_scratch_bytes(ctx->r.n_ctx, ctx->r.n_batch,
                                                                              forge__schedule_max_heads(&ctx->sched), c->head_dim_v));
@@ -9101,21 +9155,12 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
         ctx->dev_split_bytes = forge__gpu_split_bytes(&ctx->r, &ctx->sched);
     }
     offset += forge__gpu_rows_bytes(&ctx->r, &ctx->sched, ctx->model);
-    ctx->use_q8 = !desc->gpu_no_q8;
-    ctx->fuse_norm = desc->gpu_norm_fusion == 0 ? 1 : desc->gpu_norm_fusion < 0 ? 0 : 2; /* 1: where faster; 0: never; 2: wherever the shapes allow */
     ctx->dev_capture = offset;
-    offset += ctx->plan.capture_bytes;
-    if (ctx->plan.capture_bytes) { /* the host side of the staging, where the chunks are delivered */
-        ctx->capture = (uint8_t *)forge__alloc(&ctx->allocator, (size_t)ctx->plan.capture_bytes);
-        if (!ctx->capture)
-            return forge__fail(error, FORGE_ERR_HOST_MEMORY, "cannot allocate %llu bytes of host capture staging",
-                               (forge__ull)ctx->plan.capture_bytes);
-    }
-    forge__capture_bind(ctx);
+    offset += pp->capture_bytes;
     ctx->dev_kv = offset;
-    if (offset + ctx->plan.kv_bytes != ctx->plan.total_bytes)
+    if (offset + pp->kv_bytes != pp->total_bytes)
         return forge__fail(error, FORGE_ERR_CONFIG, "the GPU arena layout (%llu bytes) differs from the plan (%llu)",
-                           (forge__ull)(offset + ctx->plan.kv_bytes), (forge__ull)ctx->plan.total_bytes);
+                           (forge__ull)(offset + pp->kv_bytes), (forge__ull)pp->total_bytes);
     ctx->dev_rope_factors = c->has_rope_freqs ? forge__dev_f32(ctx, rope) : NULL;
     FORGE__HIP(forge_hip_memset(ctx->dev + ctx->dev_att_count, 0, (size_t)forge__schedule_max_heads(&ctx->sched) * sizeof(uint32_t),
                                 ctx->stream, FORGE__MSG));
@@ -9127,23 +9172,19 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
                             forge_hip_rope_freqs(freq + FORGE__GPU_ROPE_PAIRS, c->n_rot, c->rope_freq_base_swa, ctx->stream, message,
                                                  sizeof message) == 0;
     }
-    {
-        uint32_t storage = forge__kv_storage_type(ctx->r.kv_type);
-        const forge_type_traits *kvt = forge_type_info(storage);
-        ctx->row_k_bytes = (uint64_t)c->head_dim / kvt->block_elems * kvt->block_bytes;
-        ctx->row_v_bytes = (uint64_t)c->head_dim_v / kvt->block_elems * kvt->block_bytes;
-    }
-    for (offset = 0, il = 0; il < c->n_layer; il++) {
+    for (offset = 0, il = pp->layer_first; il < pp->layer_first + pp->n_layers; il++) {
         ctx->kv_layer_offset[il] = offset;
         ctx->kv_cells[il] = forge_kv_layer_cells(c, il, ctx->r.n_ctx, ctx->r.n_batch);
         offset += (uint64_t)ctx->kv_cells[il] * c->layer_n_head_kv[il] * (ctx->row_k_bytes + ctx->row_v_bytes);
     }
-    if ((r = forge__kv_layout_check(ctx, offset, error))) return r;
+    if (offset * ctx->r.n_seq != pp->kv_bytes)
+        return forge__fail(error, FORGE_ERR_CONFIG, "the KV cache layout (%u x %llu bytes) differs from the plan (%llu)", ctx->r.n_seq,
+                           (forge__ull)offset, (forge__ull)pp->kv_bytes);
+    ctx->kv_seq_bytes = offset;
     FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
-    forge__gpu_record_decode(ctx, desc);
     return FORGE_OK;
 #else
-    (void)ctx, (void)desc;
+    (void)ctx, (void)desc, (void)part;
     return forge__fail(error, FORGE_ERR_UNSUPPORTED, "this build of forge has no GPU backend (compile with FORGE_HIP)");
 #endif
 }
@@ -9153,6 +9194,77 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
    graph where there is one, else through the same launches made one by one, and returns with its
    work queued (forge__gpu_wait, forge_context_logits and forge_context_argmax wait for it); a prompt
    batch passes the position as arguments and waits for its work. */
+#ifdef FORGE_HIP
+/* A step of a split model: each part in turn on its device, its stream waiting for the boundary copy
+   of the part before; the step's inputs (tokens, positions, row tables) copied to each part that
+   reads them; after each part but the last, the values the boundary carries copied into the next
+   part's scratch (the same offsets) and an event recorded. It ends with the last part loaded. A step
+   starts only once the last one has finished (forge__gpu_wait), so no part's scratch is written while
+   another step reads it. */
+static forge_result forge__gpu_run_parts(forge_context *ctx, forge_error *error) {
+    const uint32_t n = ctx->n_tokens, half = (uint32_t)forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(uint32_t));
+    uint32_t p, v;
+    forge_result r;
+    if (n == 1 && !ctx->rows) {
+        ctx->step_host[0] = (uint32_t)ctx->tokens[0];
+        ctx->step_host[1] = ctx->pos;
+        ctx->att_span = ctx->n_bands ? ctx->graph_span[forge__gpu_decode_band(ctx)] : ctx->r.n_ctx;
+    }
+    for (p = 0; p < ctx->n_parts; p++) {
+        int32_t *dev_tokens;
+        const uint32_t *dev_pos = NULL;
+        forge__part_load(ctx, p);
+        FORGE__HIP(forge_hip_set_device(ctx->part[p].device, FORGE__MSG));
+        if (p > 0) FORGE__HIP(forge_hip_stream_wait(ctx->stream, ctx->part[p - 1].done, FORGE__MSG));
+        dev_tokens = (int32_t *)(void *)(ctx->dev + ctx->dev_tokens);
+        if (ctx->rows) {
+            if (p == 0) FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
+            FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows, ctx->row_pos, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
+            FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows + half, ctx->row_seq, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
+        } else if (n == 1) {
+            uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
+            FORGE__HIP(forge_hip_copy_to_device(slots, ctx->step_host, 2 * sizeof(uint32_t), ctx->stream, FORGE__MSG));
+            dev_tokens = (int32_t *)slots;
+            dev_pos = slots + 1;
+        } else if (p == 0) {
+            FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
+        }
+        if ((r = forge__gpu_launch_ops(ctx, n, dev_tokens, dev_pos, error))) return r;
+        if (p + 1 == ctx->n_parts) break;
+        for (v = 0; v < ctx->sched.n_values; v++)
+            if (forge__crosses(&ctx->sched.values[v], ctx->part[p + 1].op_first)) {
+                const uint64_t at = ctx->sched.values[v].offset;
+                FORGE__HIP(forge_hip_copy_peer(ctx->part[p + 1].arena + ctx->part[p + 1].dev_scratch + at, ctx->part[p + 1].device,
+                                               ctx->dev + ctx->dev_scratch + at, ctx->part[p].device,
+                                               (size_t)ctx->sched.values[v].width * n * sizeof(float), ctx->stream, FORGE__MSG));
+            }
+        FORGE__HIP(forge_hip_event_record(ctx->part[p].done, ctx->stream, FORGE__MSG));
+    }
+    if (n == 1 && !ctx->rows) ctx->n_logit_rows = FORGE__MAX(ctx->n_logit_rows, 1u);
+    if (ctx->sched.n_captures) { /* each capture's rows from the device of the part that wrote them */
+        uint32_t k;
+        for (k = 0; k < ctx->sched.n_captures; k++) {
+            forge__part_load(ctx, ctx->capture_part[k]);
+            FORGE__HIP(forge_hip_set_device(ctx->part[ctx->capture_part[k]].device, FORGE__MSG));
+            FORGE__HIP(forge_hip_copy_from_device(ctx->capture + ctx->capture_offset[k], ctx->dev + ctx->dev_capture + ctx->capture_offset[k],
+                                                  (size_t)n * ctx->sched.capture_width[k] * forge_capture_dtype_bytes(ctx->r.capture_dtype),
+                                                  ctx->stream, FORGE__MSG));
+        }
+        for (p = 0; p < ctx->n_parts; p++) {
+            FORGE__HIP(forge_hip_set_device(ctx->part[p].device, FORGE__MSG));
+            FORGE__HIP(forge_hip_stream_sync(ctx->part[p].stream, FORGE__MSG));
+        }
+        forge__part_load(ctx, ctx->n_parts - 1);
+        FORGE__HIP(forge_hip_set_device(ctx->part[ctx->n_parts - 1].device, FORGE__MSG));
+    } else if (n > 1 || ctx->rows) { /* the host's row tables are read by the copies above */
+        FORGE__HIP(forge_hip_stream_sync(ctx->stream, FORGE__MSG));
+    } else {
+        ctx->dev_pending = 1;
+    }
+    return FORGE_OK;
+}
+#endif
+
 static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *error) {
 #ifdef FORGE_HIP
     uint32_t k, n = ctx->n_tokens;
@@ -9160,6 +9272,7 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
     forge_result r;
     if ((r = forge__gpu_wait(ctx, error))) return r;
     ctx->logits_on_host = 0;
+    if (ctx->n_parts > 1) return forge__gpu_run_parts(ctx, error);
     if (ctx->rows) { /* several sequences: the tokens, each row's position and sequence, then the batch's launches */
         const uint64_t half = forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(uint32_t));
         FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
@@ -9364,7 +9477,8 @@ static void forge__context_destroy(forge_context *ctx) {
             forge_hip_arena_free(ctx->part[i].arena);
             forge__free(&a, ctx->part[i].dev_weight);
         }
-        if (ctx->n_parts > 1) forge_hip_peer_release(ctx->peers);
+        for (i = 0; i + 1 < ctx->n_parts; i++) /* the peer access this context turned on, off again */
+            if (ctx->peers >> i & 1u) forge_hip_peer_disable(ctx->part[i].device, ctx->part[i + 1].device);
     }
 #endif
     if (ctx->r.backend == FORGE_BACKEND_GPU) {

@@ -75,6 +75,12 @@
 #define hipGraphLaunch cudaGraphLaunch
 #define hipGraphExecDestroy cudaGraphExecDestroy
 #define hipGraphDestroy cudaGraphDestroy
+#define hipMemcpyPeerAsync cudaMemcpyPeerAsync
+#define hipStreamWaitEvent cudaStreamWaitEvent
+#define hipDeviceCanAccessPeer cudaDeviceCanAccessPeer
+#define hipDeviceEnablePeerAccess cudaDeviceEnablePeerAccess
+#define hipDeviceDisablePeerAccess cudaDeviceDisablePeerAccess
+#define hipErrorPeerAccessAlreadyEnabled cudaErrorPeerAccessAlreadyEnabled
 // every lane of a wave takes part in forge's shuffles, so the full mask is right
 #define FORGE_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
 #define FORGE_SHFL(value, src_lane) __shfl_sync(0xffffffffu, (value), (src_lane))
@@ -416,6 +422,62 @@ int forge_hip_event_sync(void *event, char *message, size_t message_bytes) {
 
 void forge_hip_event_destroy(void *event) {
     if (event) (void)hipEventDestroy((hipEvent_t)event);
+}
+
+// ---- several devices (a model split by layers) ----
+
+// Makes `device` current for the calling thread (inside forge_hip_enter's scope, which restores the
+// device the caller had).
+int forge_hip_set_device(int device, char *message, size_t message_bytes) {
+    hipError_t err = hipSetDevice(device);
+    return err == hipSuccess ? 0 : forge__hip_fail(err, "set device", message, message_bytes);
+}
+
+// bytes from src on src_device to dst on dst_device, queued on `stream` (the source device's): a
+// direct copy where peer access is on, else staged by the runtime; a plain device copy on one device.
+int forge_hip_copy_peer(void *dst, int dst_device, const void *src, int src_device, size_t bytes, void *stream, char *message,
+                        size_t message_bytes) {
+    hipError_t err = dst_device == src_device ? hipMemcpyAsync(dst, src, bytes, hipMemcpyDeviceToDevice, (hipStream_t)stream)
+                                              : hipMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, (hipStream_t)stream);
+    return err == hipSuccess ? 0 : forge__hip_fail(err, "peer copy", message, message_bytes);
+}
+
+// The work queued on `stream` after this waits for `event` (recorded on another stream, of any device).
+int forge_hip_stream_wait(void *stream, void *event, char *message, size_t message_bytes) {
+    hipError_t err = hipStreamWaitEvent((hipStream_t)stream, (hipEvent_t)event, 0);
+    return err == hipSuccess ? 0 : forge__hip_fail(err, "stream wait", message, message_bytes);
+}
+
+// Lets `device` reach `peer`'s memory directly when the hardware allows: *enabled is 1 when this call
+// turned it on (forge_hip_peer_disable turns it off again), 0 when it was on already or is not
+// possible (the copies are then staged, which is correct, only slower). The calling thread's current
+// device is the same after as before.
+int forge_hip_peer_enable(int device, int peer, int *enabled, char *message, size_t message_bytes) {
+    forge_hip_scope scope;
+    int can = 0;
+    hipError_t err;
+    *enabled = 0;
+    if (device == peer) return 0;
+    if ((err = hipDeviceCanAccessPeer(&can, device, peer)) != hipSuccess) return forge__hip_fail(err, "peer query", message, message_bytes);
+    if (!can) return 0;
+    if (forge_hip_enter(device, forge__hip_switches, &scope, message, message_bytes) != 0) return -1;
+    err = hipDeviceEnablePeerAccess(peer, 0);
+    forge_hip_leave(&scope);
+    if (err == hipErrorPeerAccessAlreadyEnabled) {
+        (void)hipGetLastError(); // the sticky-free error is cleared, nothing changed
+        return 0;
+    }
+    if (err != hipSuccess) return forge__hip_fail(err, "peer enable", message, message_bytes);
+    *enabled = 1;
+    return 0;
+}
+
+void forge_hip_peer_disable(int device, int peer) {
+    forge_hip_scope scope;
+    char message[64];
+    if (forge_hip_enter(device, forge__hip_switches, &scope, message, sizeof message) != 0) return;
+    (void)hipDeviceDisablePeerAccess(peer);
+    forge_hip_leave(&scope);
 }
 
 // Graphs: the launches queued on `stream` between begin and end are recorded instead of run, and

@@ -581,7 +581,10 @@ static void upload_progress_setup(forge_context_desc *desc, upload_progress *u, 
     "  --on-budget POLICY    refuse (default): a plan over the budget allocates nothing; warn: allocate anyway\n" \
     "  --gpu, --cpu          the backend; default the GPU when this build has one and it answers\n" \
     "  --device N            GPU index, [0, 255]\n" \
-    "  --seqs N              sequence slots, each with its own KV cache, [1, " CLI_STR(FORGE_MAX_SEQ) "]; default 1\n"
+    "  --seqs N              sequence slots, each with its own KV cache, [1, " CLI_STR(FORGE_MAX_SEQ) "]; default 1\n" \
+    "  --devices LIST        split the layers across these GPUs, in order (e.g. 0,1); each has its own budget\n" \
+    "  --split LIST          each device's share of the layers' bytes (e.g. 0.6,0.4); default by each one's budget\n" \
+    "  --split-layers LIST   each device's layers (e.g. 40,40), summing to the model's\n"
 
 /* A command's context before its flags: forge's defaults, then the FORGE_* environment variables
    (the library reads none by itself), and every core: the CLI is the only program running it. */
@@ -596,6 +599,52 @@ static int context_defaults(forge_context_desc *desc) {
     return 1;
 }
 
+/* --devices, --split and --split-layers: lists of one length each (a split without --devices names
+   GPUs 0 .. N-1). */
+static int parse_split_option(const char *opt, const char *value, forge_context_desc *desc) {
+    uint32_t list[FORGE_MAX_DEVICES + 1], n = 0, i;
+    if (!strcmp(opt, "--split")) { /* shares: numbers above 0 */
+        const char *item = value;
+        for (;;) {
+            char one[64];
+            double share;
+            size_t len = strcspn(item, ",");
+            if (n == FORGE_MAX_DEVICES || len >= sizeof one) {
+                fprintf(stderr, "forge: --split '%s': at most %d shares\n", value, FORGE_MAX_DEVICES);
+                return 0;
+            }
+            snprintf(one, sizeof one, "%.*s", (int)len, item);
+            if (!parse_number_in(one, "--split", 0.0, 1e9, 1, &share)) return 0;
+            desc->split[n++] = share;
+            if (!item[len]) break;
+            item += len + 1;
+        }
+    } else if (!parse_u32_list(value, opt, !strcmp(opt, "--devices") ? 0 : 1, !strcmp(opt, "--devices") ? 255 : 1u << 20, list,
+                               FORGE_MAX_DEVICES, &n)) {
+        return 0;
+    } else if (!strcmp(opt, "--devices")) {
+        if (n < 2) {
+            fprintf(stderr, "forge: --devices '%s': a split takes two devices or more (one device: --device N)\n", value);
+            return 0;
+        }
+        for (i = 0; i < n; i++) desc->devices[i] = (int)list[i];
+    } else {
+        for (i = 0; i < n; i++) desc->split_layers[i] = list[i];
+    }
+    if (n < 2) {
+        fprintf(stderr, "forge: %s '%s': a split takes two devices or more\n", opt, value);
+        return 0;
+    }
+    if (desc->n_devices && desc->n_devices != n) {
+        fprintf(stderr, "forge: %s '%s' lists %u devices, another option %u\n", opt, value, n, desc->n_devices);
+        return 0;
+    }
+    if (!desc->n_devices && strcmp(opt, "--devices"))
+        for (i = 0; i < n; i++) desc->devices[i] = (int)i; /* GPUs 0 .. n-1 until --devices says otherwise */
+    desc->n_devices = n;
+    return 1;
+}
+
 /* Options every command that makes a context shares; returns 1 if argv[*i] was one (consuming its value). */
 static int context_option(int argc, char **argv, int *i, forge_context_desc *desc, int *bad) {
     const char *opt = argv[*i];
@@ -607,7 +656,8 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
     }
     if (strcmp(opt, "--ctx") && strcmp(opt, "-c") && strcmp(opt, "--kv") && strcmp(opt, "--mem-fraction") &&
         strcmp(opt, "--batch") && strcmp(opt, "-b") && strcmp(opt, "--threads") && strcmp(opt, "-t") &&
-        strcmp(opt, "--device") && strcmp(opt, "--headroom") && strcmp(opt, "--on-budget") && strcmp(opt, "--seqs"))
+        strcmp(opt, "--device") && strcmp(opt, "--headroom") && strcmp(opt, "--on-budget") && strcmp(opt, "--seqs") &&
+        strcmp(opt, "--devices") && strcmp(opt, "--split") && strcmp(opt, "--split-layers"))
         return 0;
     if (!value) {
         fprintf(stderr, "forge: %s needs a value\n", opt);
@@ -630,6 +680,8 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
             *bad = 1;
         }
         desc->log = log_warning;
+    } else if (!strcmp(opt, "--devices") || !strcmp(opt, "--split") || !strcmp(opt, "--split-layers")) {
+        *bad |= !parse_split_option(opt, value, desc);
     } else if (!strcmp(opt, "--device")) {
         uint32_t device = 0;
         *bad |= !parse_u32_in(value, "--device", 0, 255, &device);
@@ -747,6 +799,27 @@ static int cmd_plan(int argc, char **argv) {
                (unsigned long long)p->weights_bytes, (unsigned long long)p->kv_bytes, (unsigned long long)p->scratch_bytes,
                (unsigned long long)p->logits_bytes, (unsigned long long)p->capture_bytes, (unsigned long long)p->pattern_bytes,
                (unsigned long long)p->reserve_bytes, (unsigned long long)p->total_bytes);
+        printf(", \"parts\": [");
+        {
+            uint32_t k;
+            for (k = 0; k < p->n_parts; k++) {
+                const forge_plan_part *q = &p->parts[k];
+                printf("%s{\"device\": %d, \"layer_first\": %u, \"n_layers\": %u, \"weights_bytes\": %llu, \"kv_bytes\": %llu, "
+                       "\"scratch_bytes\": %llu, \"logits_bytes\": %llu, \"capture_bytes\": %llu, \"reserve_bytes\": %llu, \"total_bytes\": %llu}",
+                       k ? ", " : "", q->device, q->layer_first, q->n_layers, (unsigned long long)q->weights_bytes, (unsigned long long)q->kv_bytes,
+                       (unsigned long long)q->scratch_bytes, (unsigned long long)q->logits_bytes, (unsigned long long)q->capture_bytes,
+                       (unsigned long long)q->reserve_bytes, (unsigned long long)q->total_bytes);
+            }
+            printf("], \"devices\": [");
+            for (k = 0; k < v.n_devices; k++) {
+                printf("%s{\"device\": %d, \"name\": ", k ? ", " : "", v.devices[k].device);
+                json_cstr(stdout, v.devices[k].memory.device);
+                printf(", \"free_bytes\": %llu, \"plan_bytes\": %llu, \"budget_bytes\": %llu, \"fits\": %s}",
+                       (unsigned long long)v.devices[k].memory.free_bytes, (unsigned long long)v.devices[k].plan_bytes,
+                       (unsigned long long)v.devices[k].budget_bytes, v.devices[k].fits ? "true" : "false");
+            }
+            printf("]");
+        }
         printf(", \"mem_fraction\": ");
         json_float(stdout, v.mem_fraction);
         printf(", \"budget_bytes\": %llu, \"fits\": %s", (unsigned long long)v.budget_bytes, v.fits ? "true" : "false");
@@ -772,9 +845,23 @@ static int cmd_plan(int argc, char **argv) {
         human_bytes(a, sizeof a, p->capture_bytes);  printf("  captures  %14llu  %s\n", (unsigned long long)p->capture_bytes, a);
         human_bytes(a, sizeof a, p->reserve_bytes);  printf("  reserve   %14llu  %s\n", (unsigned long long)p->reserve_bytes, a);
         human_bytes(a, sizeof a, p->total_bytes);    printf("  total     %14llu  %s\n", (unsigned long long)p->total_bytes, a);
-        human_bytes(a, sizeof a, v.budget_bytes);
-        printf("  budget    %14llu  %s (%.0f%% of free memory on %s)\n", (unsigned long long)v.budget_bytes, a,
-               v.mem_fraction * 100.0, v.memory.device);
+        if (p->n_parts > 1) {
+            uint32_t k;
+            for (k = 0; k < p->n_parts; k++) {
+                human_bytes(a, sizeof a, p->parts[k].total_bytes);
+                printf("  device %-3d%14llu  %s (layers %u-%u)\n", p->parts[k].device, (unsigned long long)p->parts[k].total_bytes, a,
+                       p->parts[k].layer_first, p->parts[k].layer_first + p->parts[k].n_layers - 1);
+            }
+            for (k = 0; k < v.n_devices; k++) {
+                human_bytes(a, sizeof a, v.devices[k].budget_bytes);
+                printf("  budget %-3d%14llu  %s (%.0f%% of free memory on %s)%s\n", v.devices[k].device, (unsigned long long)v.devices[k].budget_bytes,
+                       a, v.mem_fraction * 100.0, v.devices[k].memory.device, v.devices[k].fits ? "" : ": short");
+            }
+        } else {
+            human_bytes(a, sizeof a, v.budget_bytes);
+            printf("  budget    %14llu  %s (%.0f%% of free memory on %s)\n", (unsigned long long)v.budget_bytes, a,
+                   v.mem_fraction * 100.0, v.memory.device);
+        }
         human_bytes(a, sizeof a, v.seq_bytes);
         printf("  sequences %14u  up to %u fit; one more costs %llu bytes (%s)\n", p->n_seq, v.max_seq_that_fits,
                (unsigned long long)v.seq_bytes, a);

@@ -29,6 +29,9 @@ typedef struct mk_shape {
 } mk_shape;
 
 static const mk_shape mk_shapes[] = {
+    {"llama3-70b", "llama", "llama-bpe", 80, 8192, 64, 8, 28672, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 128000, 0,
+     "meta-llama/Meta-Llama-3-70B config.json: 80 layers, hidden 8192, 64 heads, 8 kv heads, intermediate 28672, "
+     "vocab 128256, max_position 8192, rope_theta 500000, rms_norm_eps 1e-5, tie_word_embeddings false"},
     {"llama3-8b", "llama", "llama-bpe", 32, 4096, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 128000, 0,
      "meta-llama/Meta-Llama-3-8B config.json (as mirrored at huggingface.co/pandyamarut/Meta-Llama-3-8B): "
      "32 layers, hidden 4096, 32 heads, 8 kv heads, intermediate 14336, vocab 128256, max_position 8192, "
