@@ -143,7 +143,7 @@ test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu $(BUILD)/test_seqs_gpu $(BUILD
 	$(BUILD)/test_kernels
 	$(BUILD)/test_gpu $(FIXTURES) "$(GPU_MODEL)"
 	FORGE_FIXTURES=$(FIXTURES) FORGE_TEST_BACKEND=gpu $(BUILD)/test_seqs_gpu
-	FORGE_FIXTURES=$(FIXTURES) FORGE_TEST_BACKEND=gpu FORGE_TEST_DEVICES=$$(nvidia-smi -L 2>/dev/null | wc -l) $(BUILD)/test_split_gpu
+	FORGE_FIXTURES=$(FIXTURES) FORGE_TEST_BACKEND=gpu FORGE_TEST_DEVICES=$$(nvidia-smi -L 2>/dev/null | wc -l) FORGE_TEST_MODEL="$(GPU_MODEL)" $(BUILD)/test_split_gpu
 	$(BUILD)/test_long_gpu $(FIXTURES)
 else
 test-gpu:

@@ -8198,6 +8198,7 @@ typedef struct forge__part {
         dev_att_count, dev_rope_freq, dev_sample, dev_rows, dev_split, dev_split_bytes, dev_rows_attn, dev_rows_attn_bytes;
     const float *dev_rope_factors;
     int rope_freq_ok;
+    void *graph[FORGE__GPU_GRAPHS]; /* GPU, a split: the part's decode step recorded, one graph per band */
 } forge__part;
 
 struct forge_context {
@@ -8987,10 +8988,24 @@ static forge_result forge__gpu_wait(forge_context *ctx, forge_error *error) {
    short spans take smaller parts of a GQA group), so there is one graph for each band of positions
    between those spans, the last up to n_ctx; forge__gpu_decode_band picks the step's. Where
    recording fails, or FORGE_NO_GRAPH is set, the plain launches stay (sized by the same bands). */
+/* Every recorded graph destroyed (the context's, or each part's of a split). */
+static void forge__gpu_drop_graphs(forge_context *ctx) {
+    uint32_t i, p;
+    for (i = 0; i < FORGE__GPU_GRAPHS; i++) {
+        if (ctx->graph[i]) forge_hip_graph_destroy(ctx->graph[i]);
+        ctx->graph[i] = NULL;
+        for (p = 0; p < ctx->n_parts; p++) {
+            if (ctx->part[p].graph[i]) forge_hip_graph_destroy(ctx->part[p].graph[i]);
+            ctx->part[p].graph[i] = NULL;
+        }
+    }
+    ctx->n_graphs = 0;
+}
+
 static void forge__gpu_record_decode(forge_context *ctx, const forge_context_desc *desc) {
-    const int off = desc->gpu_no_graph || ctx->n_parts > 1; /* a split steps through its devices in plain launches */
-    uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
-    uint32_t limits[FORGE__GPU_GRAPHS], n_limits, i, n = 0;
+    const int off = desc->gpu_no_graph;
+    const uint32_t home = ctx->cur_part;
+    uint32_t limits[FORGE__GPU_GRAPHS], n_limits, i, p, n = 0;
     char message[256], line[400];
     forge_error e;
     forge_result r = FORGE_OK;
@@ -9001,29 +9016,38 @@ static void forge__gpu_record_decode(forge_context *ctx, const forge_context_des
     ctx->n_bands = n;
     ctx->n_graphs = 0;
     if (off) {
-        if (desc->log)
-            desc->log(desc->log_user_data, FORGE_LOG_INFO,
-                      ctx->n_parts > 1 ? "decode graph: off (layers split across devices), plain launches" : "decode graph: off (gpu_no_graph), plain launches");
+        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, "decode graph: off (gpu_no_graph), plain launches");
         return;
     }
+    /* a split records each part's ops on its own device; the step joins them with its copies and events */
     for (i = 0; i < n && r == FORGE_OK; i++) {
-        if (forge_hip_graph_begin(ctx->stream, message, sizeof message) != 0) {
-            snprintf(line, sizeof line, "decode graph: not available (%.300s), plain launches", message);
-            if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
-            break;
+        for (p = 0; p < ctx->n_parts && r == FORGE_OK; p++) {
+            uint32_t *slots;
+            void **graph = ctx->n_parts > 1 ? &ctx->part[p].graph[i] : &ctx->graph[i];
+            forge__part_load(ctx, p);
+            slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
+            if (forge_hip_set_device(ctx->part[p].device, message, sizeof message) != 0 ||
+                forge_hip_graph_begin(ctx->stream, message, sizeof message) != 0) {
+                snprintf(line, sizeof line, "decode graph: not available (%.300s), plain launches", message);
+                if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
+                r = FORGE_ERR_IO;
+                break;
+            }
+            ctx->att_span = ctx->graph_span[i];
+            r = forge__gpu_launch_ops(ctx, 1, (const int32_t *)slots, slots + 1, &e);
+            if (forge_hip_graph_end(ctx->stream, r == FORGE_OK, graph, message, sizeof message) != 0 || r != FORGE_OK) {
+                snprintf(line, sizeof line, "decode graph: recording failed (%.300s), plain launches", r != FORGE_OK ? e.message : message);
+                if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, line);
+                *graph = NULL;
+                r = FORGE_ERR_IO;
+            }
         }
-        ctx->att_span = ctx->graph_span[i];
-        r = forge__gpu_launch_ops(ctx, 1, (const int32_t *)slots, slots + 1, &e);
-        if (forge_hip_graph_end(ctx->stream, r == FORGE_OK, &ctx->graph[i], message, sizeof message) != 0 || r != FORGE_OK) {
-            snprintf(line, sizeof line, "decode graph: recording failed (%.300s), plain launches", r != FORGE_OK ? e.message : message);
-            if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, line);
-            break;
-        }
-        ctx->n_graphs = i + 1;
+        if (r == FORGE_OK) ctx->n_graphs = i + 1;
     }
+    forge__part_load(ctx, home);
+    (void)forge_hip_set_device(ctx->part[home].device, message, sizeof message);
     if (ctx->n_graphs < n) { /* all or none */
-        for (i = 0; i < ctx->n_graphs; i++) forge_hip_graph_destroy(ctx->graph[i]);
-        ctx->n_graphs = 0;
+        forge__gpu_drop_graphs(ctx);
     } else if (desc->log) {
         snprintf(line, sizeof line,
                  "decode graph: %u ops recorded once in %u graphs (positions below %u%s), replayed at every position (%u norms prepared by a product)",
@@ -9229,7 +9253,10 @@ static forge_result forge__gpu_run_parts(forge_context *ctx, forge_error *error)
         } else if (p == 0) {
             FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
         }
-        if ((r = forge__gpu_launch_ops(ctx, n, dev_tokens, dev_pos, error))) return r;
+        if (dev_pos && ctx->n_graphs)
+            FORGE__HIP(forge_hip_graph_launch(ctx->part[p].graph[forge__gpu_decode_band(ctx)], ctx->stream, FORGE__MSG));
+        else if ((r = forge__gpu_launch_ops(ctx, n, dev_tokens, dev_pos, error)))
+            return r;
         if (p + 1 == ctx->n_parts) break;
         for (v = 0; v < ctx->sched.n_values; v++)
             if (forge__crosses(&ctx->sched.values[v], ctx->part[p + 1].op_first)) {
@@ -9240,7 +9267,7 @@ static forge_result forge__gpu_run_parts(forge_context *ctx, forge_error *error)
             }
         FORGE__HIP(forge_hip_event_record(ctx->part[p].done, ctx->stream, FORGE__MSG));
     }
-    if (n == 1 && !ctx->rows) ctx->n_logit_rows = FORGE__MAX(ctx->n_logit_rows, 1u);
+    if (n == 1 && !ctx->rows) ctx->n_logit_rows = 1;
     if (ctx->sched.n_captures) { /* each capture's rows from the device of the part that wrote them */
         uint32_t k;
         for (k = 0; k < ctx->sched.n_captures; k++) {
@@ -9467,7 +9494,7 @@ static void forge__context_destroy(forge_context *ctx) {
         for (i = 0; i < ctx->n_parts; i++) /* a queued step still reads the arenas */
             if (ctx->part[i].stream && forge_hip_set_device(ctx->part[i].device, message, sizeof message) == 0)
                 (void)forge_hip_stream_sync(ctx->part[i].stream, message, sizeof message);
-        for (i = 0; i < ctx->n_graphs; i++) forge_hip_graph_destroy(ctx->graph[i]);
+        forge__gpu_drop_graphs(ctx);
         forge_hip_host_free(ctx->step_host);
         forge_hip_host_free(ctx->sample_host);
         for (i = 0; i < ctx->n_parts; i++) {

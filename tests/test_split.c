@@ -6,7 +6,8 @@
    continuations are the same; the plan's parts add up to the whole, each device is checked against
    its own budget, forge's own split follows the budgets, a failure on any part frees what the others
    took, and bad descriptors are refused with the numbers. FORGE_TEST_BACKEND=gpu runs the same on
-   the GPU backend (parts on GPU 0 twice, or on GPUs 0 and 1 with FORGE_TEST_DEVICES=2). */
+   the GPU backend (parts on GPU 0 twice, or on GPUs 0 and 1 with FORGE_TEST_DEVICES=2, where
+   FORGE_TEST_MODEL=FILE adds each device's memory against its part and 10,000 decode steps). */
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 #include "test.h"
@@ -386,6 +387,77 @@ static void test_bad_descriptors(void) {
     forge_model_close(m);
 }
 
+#ifdef FORGE_HIP
+void forge_hip_fail_allocation_after(long k);
+
+/* On two GPUs, a model of a few hundred MiB (FORGE_TEST_MODEL): each device's free memory falls by its
+   part of the plan (within 2%), one allocation each; 10,000 decode steps leave both flat; destroy
+   gives both back; a failing allocation on the second device gives the first its memory back. */
+static void test_device_memory(const char *path) {
+    forge_model *m = NULL;
+    forge_context *ctx = NULL;
+    forge_context_desc d;
+    forge_error e;
+    forge_memory_reading before[2], after[2], later[2];
+    unsigned long allocations;
+    int32_t t = 42;
+    int i, k, steps = 0;
+    TEST_CASE("split: device memory by device");
+    if (!CHECK(forge_model_open(path, NULL, &m, &e) == FORGE_OK, "open %s: %s", path, e.message)) return;
+    memset(&d, 0, sizeof d);
+    d.backend = FORGE_BACKEND_GPU;
+    d.n_ctx = 4096;
+    d.n_devices = 2, d.devices[0] = 0, d.devices[1] = 1;
+    for (k = 0; k < 2; k++) forge_memory_query_gpu(k, &before[k], &e);
+    allocations = forge_gpu_allocation_count();
+    if (!CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_OK, "create: %s", e.message)) {
+        forge_model_close(m);
+        return;
+    }
+    for (k = 0; k < 2; k++) {
+        const forge_plan_part *q = &forge_context_plan(ctx)->parts[k];
+        double taken;
+        forge_memory_query_gpu(k, &after[k], &e);
+        taken = (double)before[k].free_bytes - (double)after[k].free_bytes;
+        printf("  GPU %d: part %llu bytes (layers %u-%u), free memory fell by %.0f (%.3f of the part)\n", k, (unsigned long long)q->total_bytes,
+               q->layer_first, q->layer_first + q->n_layers - 1, taken, taken / (double)q->total_bytes);
+        CHECK(fabs(taken - (double)q->total_bytes) <= 0.02 * (double)q->total_bytes, "GPU %d within 2%%: %.0f vs %llu", k, taken,
+              (unsigned long long)q->total_bytes);
+    }
+    CHECK(forge_gpu_allocation_count() == allocations + 2, "one device allocation a device: %lu", forge_gpu_allocation_count() - allocations);
+    CHECK(forge_eval(ctx, &t, 1, &e) == FORGE_OK, "eval: %s", e.message);
+    for (k = 0; k < 2; k++) forge_memory_query_gpu(k, &after[k], &e);
+    for (i = 0; i < 10000; i++) {
+        if (forge_context_pos(ctx) + 1 >= 4096) forge_context_reset(ctx);
+        if (forge_eval(ctx, &t, 1, &e) != FORGE_OK || forge_context_argmax(ctx, &t, &e) != FORGE_OK) break;
+        steps++;
+    }
+    CHECK(steps == 10000, "10,000 decode steps: %d (%s)", steps, e.message);
+    for (k = 0; k < 2; k++) {
+        forge_memory_query_gpu(k, &later[k], &e);
+        CHECK(later[k].free_bytes == after[k].free_bytes, "GPU %d free memory flat: %llu then %llu", k, (unsigned long long)after[k].free_bytes,
+              (unsigned long long)later[k].free_bytes);
+    }
+    CHECK(forge_gpu_allocation_count() == allocations + 2, "nothing allocated while decoding");
+    forge_context_destroy(ctx);
+    for (k = 0; k < 2; k++) {
+        forge_memory_query_gpu(k, &later[k], &e);
+        CHECK(later[k].free_bytes == before[k].free_bytes, "GPU %d: destroy gives it all back (%llu vs %llu)", k,
+              (unsigned long long)later[k].free_bytes, (unsigned long long)before[k].free_bytes);
+    }
+    ctx = NULL;
+    forge_hip_fail_allocation_after(1); /* the second device's arena */
+    CHECK(forge_context_create(m, &d, &ctx, &e) == FORGE_ERR_IO && ctx == NULL && strstr(e.message, "GPU 1"), "GPU 1 fails: %s", e.message);
+    forge_hip_fail_allocation_after(-1);
+    for (k = 0; k < 2; k++) {
+        forge_memory_query_gpu(k, &later[k], &e);
+        CHECK(later[k].free_bytes == before[k].free_bytes, "GPU %d: where it was after the failure on GPU 1 (%llu vs %llu)", k,
+              (unsigned long long)later[k].free_bytes, (unsigned long long)before[k].free_bytes);
+    }
+    forge_model_close(m);
+}
+#endif
+
 int main(void) {
     static const char *const families[] = {"tiny-llama-q8_0.gguf",    "tiny-llama-q4_k_m.gguf",   "tiny-qwen2-f16.gguf",
                                            "tiny-qwen3-q4_k_m.gguf",  "tiny-gemma-f16.gguf",      "tiny-gemma2-f16.gguf",
@@ -406,5 +478,8 @@ int main(void) {
     test_budgets();
     test_transactional();
     test_bad_descriptors();
+#ifdef FORGE_HIP
+    if (backend == FORGE_BACKEND_GPU && second_device && getenv("FORGE_TEST_MODEL")) test_device_memory(getenv("FORGE_TEST_MODEL"));
+#endif
     return test_summary();
 }
