@@ -208,6 +208,25 @@ check "mkmodel: full vocabulary tokenizes" sh -c \
 rm -f "$tmp"/*.gguf
 check "mkmodel: full-size llama3-8b q4_k_m dry run matches an independent computation" sh -c \
   "$FORGE mkmodel --shape llama3-8b --type q4_k_m --dry-run >'$tmp/full.txt' && $PY '$tmp/full.py' '$tmp/full.txt'"
+# the mixture of experts (Mixtral-8x7B's shape): the router and each projection's experts in one
+# tensor as llama.cpp writes them, read back by the gguf package, evaluated by forge
+check "mkmodel mixtral-8x7b q4_0 writes" $FORGE mkmodel --shape mixtral-8x7b --type q4_0 --layers 1 --vocab 2048 -o "$tmp/mx.gguf"
+check "mkmodel mixtral-8x7b: 8 experts, 2 a token, the experts' tensors" $PY -c "
+import sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+f = lambda k: int(r.fields[k].parts[-1][0])
+assert f('llama.expert_count') == 8 and f('llama.expert_used_count') == 2, 'expert counts'
+t = {x.name: ([int(v) for v in x.shape], x.tensor_type.name) for x in r.tensors}
+assert t['blk.0.ffn_gate_exps.weight'] == ([4096, 14336, 8], 'Q4_0'), t['blk.0.ffn_gate_exps.weight']
+assert t['blk.0.ffn_down_exps.weight'][0] == [14336, 4096, 8] and t['blk.0.ffn_up_exps.weight'][0] == [4096, 14336, 8]
+assert t['blk.0.ffn_gate_inp.weight'] == ([4096, 8], 'F32'), t['blk.0.ffn_gate_inp.weight']
+assert 'blk.0.ffn_gate.weight' not in t
+" "$tmp/mx.gguf"
+check "mkmodel mixtral-8x7b: eval gives finite logits" sh -c \
+  "$FORGE eval -m '$tmp/mx.gguf' --tokens 1,275,273,2000 --logits '$tmp/logits.f32' --ctx 64 && $PY '$tmp/logits.py' '$tmp/logits.f32' 4 2048"
+rm -f "$tmp/mx.gguf"
+check "mkmodel: llama3-70b is 80 layers, 723 tensors" sh -c \
+  "$FORGE mkmodel --shape llama3-70b --type q4_k_m --dry-run | grep -q '^n_tensors 723\$' && $FORGE mkmodel --shape llama3-70b --type q4_k_m --dry-run | grep -q '^n_layer 80\$'"
 check "mkmodel: unknown shape is refused" sh -c "! $FORGE mkmodel --shape llama9 --type q4_0 -o '$tmp/x.gguf' && test ! -e '$tmp/x.gguf'"
 check "mkmodel: unknown mix is refused" sh -c "! $FORGE mkmodel --shape llama3-8b --type q3_k -o '$tmp/x.gguf'"
 check "mkmodel: a vocabulary too small is refused" sh -c "! $FORGE mkmodel --shape llama3-8b --type q4_0 --vocab 100 -o '$tmp/x.gguf'"

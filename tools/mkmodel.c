@@ -26,28 +26,34 @@ typedef struct mk_shape {
     uint32_t special_first; /* id of the first special token in the real vocabulary */
     int qwen_vocab;         /* special tokens of Qwen2.5 (else Llama 3's) */
     const char *source;
+    uint32_t n_expert, n_expert_used; /* a mixture of experts: experts per layer and per token (0: dense) */
 } mk_shape;
 
 static const mk_shape mk_shapes[] = {
     {"llama3-70b", "llama", "llama-bpe", 80, 8192, 64, 8, 28672, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 128000, 0,
      "meta-llama/Meta-Llama-3-70B config.json: 80 layers, hidden 8192, 64 heads, 8 kv heads, intermediate 28672, "
-     "vocab 128256, max_position 8192, rope_theta 500000, rms_norm_eps 1e-5, tie_word_embeddings false"},
+     "vocab 128256, max_position 8192, rope_theta 500000, rms_norm_eps 1e-5, tie_word_embeddings false", 0, 0},
     {"llama3-8b", "llama", "llama-bpe", 32, 4096, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 128000, 0,
      "meta-llama/Meta-Llama-3-8B config.json (as mirrored at huggingface.co/pandyamarut/Meta-Llama-3-8B): "
      "32 layers, hidden 4096, 32 heads, 8 kv heads, intermediate 14336, vocab 128256, max_position 8192, "
-     "rope_theta 500000, rms_norm_eps 1e-5, tie_word_embeddings false, rope_scaling null"},
+     "rope_theta 500000, rms_norm_eps 1e-5, tie_word_embeddings false, rope_scaling null", 0, 0},
     {"qwen2.5-0.5b", "qwen2", "qwen2", 24, 896, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, 1, 1, 151643, 1,
      "Qwen/Qwen2.5-0.5B config.json (as mirrored at huggingface.co/osllmai-community/Qwen2.5-0.5B): "
      "24 layers, hidden 896, 14 heads, 2 kv heads, intermediate 4864, vocab 151936, max_position 32768, "
-     "rope_theta 1e6, rms_norm_eps 1e-6, tie_word_embeddings true"},
+     "rope_theta 1e6, rms_norm_eps 1e-6, tie_word_embeddings true", 0, 0},
     {"qwen2.5-1.5b", "qwen2", "qwen2", 28, 1536, 12, 2, 8960, 151936, 32768, 1000000.0f, 1e-6f, 1, 1, 151643, 1,
      "Qwen/Qwen2.5-1.5B-Instruct config.json (as mirrored at huggingface.co/onnx-community/Qwen2.5-1.5B-Instruct): "
      "28 layers, hidden 1536, 12 heads, 2 kv heads, intermediate 8960, vocab 151936, max_position 32768, "
-     "rope_theta 1e6, rms_norm_eps 1e-6, tie_word_embeddings true"},
+     "rope_theta 1e6, rms_norm_eps 1e-6, tie_word_embeddings true", 0, 0},
     {"qwen2.5-7b", "qwen2", "qwen2", 28, 3584, 28, 4, 18944, 152064, 32768, 1000000.0f, 1e-6f, 0, 1, 151643, 1,
      "Qwen/Qwen2.5-7B-Instruct config.json (as mirrored at huggingface.co/osllmai-community/Qwen2.5-7B-Instruct): "
      "28 layers, hidden 3584, 28 heads, 4 kv heads, intermediate 18944, vocab 152064, max_position 32768 "
-     "(the base model says 131072), rope_theta 1e6, rms_norm_eps 1e-6, tie_word_embeddings false"},
+     "(the base model says 131072), rope_theta 1e6, rms_norm_eps 1e-6, tie_word_embeddings false", 0, 0},
+    {"mixtral-8x7b", "llama", "llama-bpe", 32, 4096, 32, 8, 14336, 32000, 32768, 1000000.0f, 1e-5f, 0, 0, 31744, 0,
+     "mistralai/Mixtral-8x7B-v0.1 config.json: 32 layers, hidden 4096, 32 heads, 8 kv heads, intermediate 14336 per "
+     "expert, 8 local experts, 2 per token, vocab 32000, max_position 32768, rope_theta 1e6, rms_norm_eps 1e-5, "
+     "tie_word_embeddings false (the vocabulary here is byte-level BPE of that size, the real one SentencePiece)",
+     8, 2},
 };
 
 /* Type mixes and the general.file_type llama.cpp gives them. */
@@ -65,14 +71,14 @@ static const struct {
 
 typedef enum {
     MK_EMBD, MK_OUTPUT, MK_ATTN_Q, MK_ATTN_K, MK_ATTN_V, MK_ATTN_OUT, MK_FFN_GATE, MK_FFN_UP, MK_FFN_DOWN,
-    MK_NORM, MK_BIAS
+    MK_NORM, MK_BIAS, MK_ROUTER
 } mk_role;
 
 typedef struct mk_tensor {
     char name[48];
     mk_role role;
     uint32_t n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3];
     uint32_t type;
     uint64_t n_bytes, offset; /* offset from the start of the data section */
 } mk_tensor;
@@ -445,15 +451,22 @@ typedef struct mk_model {
 
 static uint64_t mk_align(uint64_t x) { return (x + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN; }
 
-static void mk_add(mk_model *m, mk_role role, uint32_t layer, uint64_t ne0, uint64_t ne1, const char *fmt) {
+/* A tensor of ne0 x ne1 (ne1 0: a vector) x ne2 (0: two dimensions; the experts of a layer). */
+static void mk_add3(mk_model *m, mk_role role, uint32_t layer, uint64_t ne0, uint64_t ne1, uint64_t ne2, const char *fmt) {
     mk_tensor *t = &m->tensors[m->n_tensors++];
     snprintf(t->name, sizeof t->name, fmt, layer);
     t->role = role;
-    t->n_dims = ne1 > 0 ? 2 : 1;
+    t->n_dims = ne2 > 0 ? 3 : ne1 > 0 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 > 0 ? ne1 : 1;
-    if (role == MK_NORM || role == MK_BIAS) t->type = FORGE_TYPE_F32;
+    t->ne[2] = ne2 > 0 ? ne2 : 1;
+    /* norms, biases and the router stay f32 (llama.cpp's quantizer leaves ffn_gate_inp alone) */
+    if (role == MK_NORM || role == MK_BIAS || role == MK_ROUTER) t->type = FORGE_TYPE_F32;
     else t->type = mk_weight_type(m->mix, role, layer, m->n_layer, ne0, m->shape->tied);
+}
+
+static void mk_add(mk_model *m, mk_role role, uint32_t layer, uint64_t ne0, uint64_t ne1, const char *fmt) {
+    mk_add3(m, role, layer, ne0, ne1, 0, fmt);
 }
 
 /* Tensor table (llama.cpp's names and order), sizes and offsets, then the header bytes. */
@@ -480,6 +493,13 @@ static int mk_build(mk_model *m) {
         if (s->qkv_bias) mk_add(m, MK_BIAS, il, kv, 0, "blk.%u.attn_v.bias");
         mk_add(m, MK_ATTN_OUT, il, q, embd, "blk.%u.attn_output.weight");
         mk_add(m, MK_NORM, il, embd, 0, "blk.%u.ffn_norm.weight");
+        if (s->n_expert) { /* the router, then each projection's experts in one tensor */
+            mk_add(m, MK_ROUTER, il, embd, s->n_expert, "blk.%u.ffn_gate_inp.weight");
+            mk_add3(m, MK_FFN_GATE, il, embd, s->n_ff, s->n_expert, "blk.%u.ffn_gate_exps.weight");
+            mk_add3(m, MK_FFN_DOWN, il, s->n_ff, embd, s->n_expert, "blk.%u.ffn_down_exps.weight");
+            mk_add3(m, MK_FFN_UP, il, embd, s->n_ff, s->n_expert, "blk.%u.ffn_up_exps.weight");
+            continue;
+        }
         mk_add(m, MK_FFN_GATE, il, embd, s->n_ff, "blk.%u.ffn_gate.weight");
         mk_add(m, MK_FFN_UP, il, embd, s->n_ff, "blk.%u.ffn_up.weight");
         mk_add(m, MK_FFN_DOWN, il, s->n_ff, embd, "blk.%u.ffn_down.weight");
@@ -488,7 +508,7 @@ static int mk_build(mk_model *m) {
     if (!s->tied) mk_add(m, MK_OUTPUT, 0, embd, m->n_vocab, "output.weight");
     for (i = 0; i < m->n_tensors; i++) {
         mk_tensor *t = &m->tensors[i];
-        if (forge_type_bytes(t->type, t->ne[0] * t->ne[1], &t->n_bytes) != FORGE_OK) return 0;
+        if (forge_type_bytes(t->type, t->ne[0] * t->ne[1] * t->ne[2], &t->n_bytes) != FORGE_OK) return 0;
         t->offset = offset;
         offset += mk_align(t->n_bytes);
     }
@@ -513,6 +533,10 @@ static int mk_build(mk_model *m) {
     mk_kv_f32(b, MK_ARCH_KEY("rope.freq_base"), s->rope_base);
     mk_kv_f32(b, MK_ARCH_KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
     mk_kv_u32(b, MK_ARCH_KEY("rope.dimension_count"), (uint32_t)head_dim);
+    if (s->n_expert) {
+        mk_kv_u32(b, MK_ARCH_KEY("expert_count"), s->n_expert);
+        mk_kv_u32(b, MK_ARCH_KEY("expert_used_count"), s->n_expert_used);
+    }
     if (s->arch[0] == 'l') mk_kv_u32(b, MK_ARCH_KEY("vocab_size"), m->n_vocab); /* llama.cpp's converter writes it for llama */
 #undef MK_ARCH_KEY
     mk_kv_str(b, "tokenizer.ggml.model", "gpt2");
@@ -710,9 +734,14 @@ static int cmd_mkmodel(int argc, char **argv) {
                m.n_tensors);
         for (t = 0; t < m.n_tensors; t++) {
             const mk_tensor *x = &m.tensors[t];
-            printf("tensor %s %s %llu,%llu %llu %llu\n", x->name, forge_type_info(x->type)->name,
-                   (unsigned long long)x->ne[0], (unsigned long long)(x->n_dims > 1 ? x->ne[1] : 0),
-                   (unsigned long long)x->n_bytes, (unsigned long long)x->offset);
+            if (x->n_dims == 3)
+                printf("tensor %s %s %llu,%llu,%llu %llu %llu\n", x->name, forge_type_info(x->type)->name, (unsigned long long)x->ne[0],
+                       (unsigned long long)x->ne[1], (unsigned long long)x->ne[2], (unsigned long long)x->n_bytes,
+                       (unsigned long long)x->offset);
+            else
+                printf("tensor %s %s %llu,%llu %llu %llu\n", x->name, forge_type_info(x->type)->name,
+                       (unsigned long long)x->ne[0], (unsigned long long)(x->n_dims > 1 ? x->ne[1] : 0),
+                       (unsigned long long)x->n_bytes, (unsigned long long)x->offset);
         }
         status = fflush(stdout) == 0 ? 0 : 1;
         goto done;
