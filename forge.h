@@ -48,6 +48,9 @@
         and attention patterns (softmax probabilities of chosen heads against a window of keys)
       - many sequences on one model (n_seq): the weights once, a KV cache per sequence in the plan,
         steps that advance several sequences together (forge_eval_batch), one reset while the others go on
+      - one model split by layers across the GPUs of a host (n_devices): each device's bytes in the
+        plan (forge_plan.parts) against that device's own budget, one arena per device, the
+        activations passed by peer copies; the CPU runs the same split on host arenas (tests)
       - the short path (forge_llm): from a path to a streamed reply in a few calls
 
    OPTIONS (define before including; the FORGE_GGUF_MAX_* and other limits are in the code below)
@@ -62,6 +65,7 @@
       FORGE_POOL_SPINS    polls of an idle pool thread before it sleeps (4000)
       FORGE_MAX_LAYERS    most layers a configuration holds (512)
       FORGE_MAX_SEQ       most sequence slots of one context (4096)
+      FORGE_MAX_DEVICES   most devices one context's layers are split across (8)
       FORGE_GGUF_MAX_KV, _TENSORS, _STRING_BYTES, _ARRAY_COUNT, _NAME_BYTES, _ALIGNMENT
                           the reader's limits on what a file may claim
       FORGE_TOKENIZE_MAX_TEXT_BYTES, FORGE_TOKENIZER_MAX_VOCAB   the tokenizer's limits
@@ -100,14 +104,17 @@
         a thread. Objects serve one thread at a time; separate objects are independent, except that
         a tokenizer (read-only after create) may serve several threads at once.
       - GPU device: every call that touches a context's device makes desc.device current for the
-        calling thread and puts back the device the thread had before returning (the queries too).
+        calling thread and puts back the device the thread had before returning (the queries too);
+        a split context makes each of its devices current in turn and puts back the same way.
       - Process-wide state in forge_kernels.hip (nothing else in forge is global):
           per-device answers cached once (atomics): whether overlapped launches (PDL) run, the
             multiprocessor count, whether a staged kernel may take its shared memory;
           the launch switches of the context being served, thread-local (set around each call);
           test hooks: the count of device allocations, injected allocation failures, staging forced
             on or off (forge_hip_set_staging) (atomics);
-          the runtime's own per-thread current device, which forge leaves as it found it.
+          the runtime's own per-thread current device, which forge leaves as it found it;
+          peer access between two devices of a split: a context that finds it off turns it on, and
+          off again at destroy (where it was on already, forge leaves it alone).
         All of it is safe when contexts are created on several threads at once.
 
    LIFETIMES
