@@ -75,7 +75,7 @@ def stderr_on_terminal(forge, args):
 def test_help(forge):
     # every verb answers --help on stdout with exit 0 and names every flag it accepts
     context = ["--ctx", "--kv", "--batch", "--threads", "--mem-fraction", "--headroom", "--on-budget", "--gpu", "--cpu", "--device",
-               "--seqs"]
+               "--seqs", "--devices", "--split", "--split-layers"]
     sampler = ["--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--seed"]
     verbs = {
         "info": ["--json"],
@@ -129,6 +129,13 @@ def test_numbers(forge, model):
         (["plan", model, "--headroom", "2X"], "--headroom '2X' must be a size"),
         (["plan", model, "--on-budget", "maybe"], "--on-budget 'maybe' must be refuse or warn"),
         (["plan", model, "--seqs", "0"], "--seqs '0' must be an integer in [1, 4096]"),
+        (["plan", model, "--devices", "0"], "a split takes two devices or more"),
+        (["plan", model, "--devices", "0,1", "--split", "1,2,3"], "lists 3 devices, another option 2"),
+        (["plan", model, "--split", "0.5,nan"], "--split 'nan' must be a number in (0, 1e+09]"),
+        (["plan", model, "--split", "0.5,0"], "--split '0' must be a number in (0, 1e+09]"),
+        (["plan", model, "--devices", "0,256"], "--devices '256' must be an integer in [0, 255]"),
+        (["plan", "--cpu", model, "--split-layers", "1,1"], "layers by device: 2 of 2 devices given layers, 2 in all; the model has 4"),
+        (["plan", "--cpu", model, "--split-layers", "1,1,1,1,1"], "5 devices for a model of 4 layers"),
         (["bench", "--cpu", "-m", model, "--seqs", "1,99999"], "--seqs '99999' must be an integer in [1, 4096]"),
         (["bench", "--cpu", "-m", model, "--seqs", "1,2", "-p", "0"], "-p and -n must be above 0"),
         (["eval", "-m", model, "--tokens", "1,2", "--logits", "/dev/null", "--threads", "1e3"], "--threads '1e3' must be an integer in [0, 256]"),
@@ -203,6 +210,25 @@ def test_tokenize(forge, fixtures):
           "tokenize on a vocabulary-only file: %r -> %r (llama.cpp: %r) %s" % (first, proc.stdout.strip(), expected, short(proc.stderr)))
     proc = forge_run(forge, ["tokenize", "-m", vocab, "a", "b"])
     check(proc.returncode == 1 and "one text at a time" in proc.stderr, "tokenize refuses a second text (%s)" % short(proc.stderr))
+
+
+def test_split(forge, model):
+    # a split on the CPU: forge plan shows each device's layers and terms, the parts add up, and run
+    # gives the same text as the whole model
+    proc = forge_run(forge, ["plan", model, "--cpu", "--split-layers", "1,3", "--ctx", "256", "--json"])
+    plan = json.loads(proc.stdout) if proc.returncode == 0 else {}
+    parts = plan.get("parts", [])
+    check(proc.returncode == 0 and [(p["layer_first"], p["n_layers"]) for p in parts] == [(0, 1), (1, 3)] and
+          sum(p["total_bytes"] for p in parts) == plan["plan"]["total_bytes"] and
+          sum(p["kv_bytes"] for p in parts) == plan["plan"]["kv_bytes"] and len(plan.get("devices", [])) == 1,
+          "plan --json --split-layers 1,3: parts %s, devices %s" % ([(p["layer_first"], p["n_layers"]) for p in parts], plan.get("devices")))
+    proc = forge_run(forge, ["plan", model, "--cpu", "--split", "0.5,0.5", "--ctx", "256"])
+    check(proc.returncode == 0 and "device 0" in proc.stdout and "(layers 0-1)" in proc.stdout and "(layers 2-3)" in proc.stdout and
+          "on 2 devices" in proc.stdout, "plan --split 0.5,0.5 lists the devices (%s)" % short(proc.stdout, 400))
+    whole = forge_run(forge, ["run", "--cpu", "-m", model, "-p", "hello", "-n", "8", "--temp", "0"])
+    split = forge_run(forge, ["run", "--cpu", "-m", model, "-p", "hello", "-n", "8", "--temp", "0", "--devices", "0,1", "--split-layers", "3,1"])
+    check(whole.returncode == 0 and split.returncode == 0 and whole.stdout == split.stdout and whole.stdout.strip(),
+          "run split across two devices gives the whole model's text (%r vs %r)" % (short(whole.stdout), short(split.stdout)))
 
 
 def test_bench(forge, model):
@@ -340,6 +366,7 @@ def main():
     test_generation(args.forge, model)
     test_tokenize(args.forge, args.fixtures)
     test_bench(args.forge, model)
+    test_split(args.forge, model)
     test_budget_flags(args.forge, model)
     print("%d passed, %d failed" % (passed, failed))
     sys.exit(1 if failed else 0)

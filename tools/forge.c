@@ -1451,8 +1451,26 @@ static uint64_t peak_host_bytes(void) {
     return (uint64_t)u.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
-/* The peak a bench row reports. GPU: how far free device memory fell from before the context (the
-   lowest reading taken); CPU: the process's peak resident set. */
+/* Free memory of the context's GPUs, summed over the devices of a split (each counted once). */
+static forge_result bench_gpu_free(const forge_context_desc *d, forge_memory_reading *out) {
+    const uint32_t n = d->n_devices > 1 ? d->n_devices : 1;
+    uint32_t i, j;
+    uint64_t sum = 0;
+    memset(out, 0, sizeof *out);
+    for (i = 0; i < n; i++) {
+        const int device = n > 1 ? d->devices[i] : d->device;
+        forge_memory_reading r;
+        for (j = 0; j < i && d->devices[j] != device; j++) {}
+        if (j < i) continue;
+        if (forge_memory_query_gpu(device, &r, NULL) != FORGE_OK) return FORGE_ERR_IO;
+        sum += r.free_bytes;
+    }
+    out->free_bytes = sum;
+    return FORGE_OK;
+}
+
+/* The peak a bench row reports. GPU: how far free device memory (of every device of a split) fell
+   from before the context (the lowest reading taken); CPU: the process's peak resident set. */
 static uint64_t bench_peak_bytes(int gpu, const forge_memory_reading *before, uint64_t lowest_free) {
     if (!gpu) return peak_host_bytes();
     return lowest_free <= before->free_bytes ? before->free_bytes - lowest_free : 0;
@@ -1526,7 +1544,7 @@ static int bench_seqs(forge_model *model, forge_context_desc desc, const uint32_
         desc.n_seq = b;
         if (!desc.n_ctx) desc.n_ctx = n_prompt + n_gen;
         memset(&before, 0, sizeof before);
-        if (gpu) forge_memory_query_gpu(desc.device, &before, NULL);
+        if (gpu) bench_gpu_free(&desc, &before);
         if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) goto fail;
         p = forge_context_plan(ctx);
         free(tokens), free(seq);
@@ -1572,7 +1590,7 @@ static int bench_seqs(forge_model *model, forge_context_desc desc, const uint32_
                 goto done;
             }
             if (r) tg_s[r - 1] = now_seconds() - t0;
-            if (gpu && forge_memory_query_gpu(desc.device, &now, NULL) == FORGE_OK && now.free_bytes < lowest_free) lowest_free = now.free_bytes;
+            if (gpu && bench_gpu_free(&desc, &now) == FORGE_OK && now.free_bytes < lowest_free) lowest_free = now.free_bytes;
         }
         qsort(pp_s, reps, sizeof pp_s[0], cmp_double);
         qsort(tg_s, reps, sizeof tg_s[0], cmp_double);
@@ -1712,7 +1730,7 @@ static int cmd_bench(int argc, char **argv) {
     warn_ctx(model, desc.n_ctx, "bench");
     memset(&before, 0, sizeof before);
     gpu = desc.backend == FORGE_BACKEND_GPU || (desc.backend == FORGE_BACKEND_AUTO && forge_gpu_available());
-    if (gpu) forge_memory_query_gpu(desc.device, &before, NULL);
+    if (gpu) bench_gpu_free(&desc, &before);
     if (forge_context_create(model, &desc, &ctx, &err) != FORGE_OK) goto fail;
     if ((uint64_t)max_depth + n_prompt + 1 > forge_context_plan(ctx)->n_ctx + 1ull) {
         fprintf(stderr, "forge bench: depth %u + %u prompt tokens do not fit a context of %u positions\n", max_depth, n_prompt,
@@ -1752,7 +1770,7 @@ static int cmd_bench(int argc, char **argv) {
                 if (r) tg[r - 1] = n_gen / (t1 - t0);
                 if (!logits_finite(ctx, n_vocab, "bench")) goto done;
             }
-            if (gpu && forge_memory_query_gpu(desc.device, &now, NULL) == FORGE_OK && now.free_bytes < lowest_free)
+            if (gpu && bench_gpu_free(&desc, &now) == FORGE_OK && now.free_bytes < lowest_free)
                 lowest_free = now.free_bytes;
         }
         if (n_prompt) {
