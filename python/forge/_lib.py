@@ -12,6 +12,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_i
 
 MAX_LAYERS = 512  # FORGE_MAX_LAYERS as the package builds it
 MAX_CAPTURES = 256  # FORGE_MAX_CAPTURES
+MAX_DEVICES = 8  # FORGE_MAX_DEVICES
 ERROR_MESSAGE_BYTES = 512
 
 
@@ -50,11 +51,24 @@ class forge_context_desc(Structure):
                 ("mem_headroom_bytes", c_uint64), ("policy", c_int), ("memory", POINTER(forge_memory_reading)),
                 ("allocator", forge_allocator), ("log", c_void_p), ("log_user_data", c_void_p),
                 ("gpu_no_graph", c_int), ("gpu_no_q8", c_int), ("gpu_norm_fusion", c_int), ("gpu_no_pdl", c_int),
-                ("gpu_no_stage", c_int), ("captures", POINTER(forge_capture)), ("n_captures", c_uint32),
+                ("gpu_no_stage", c_int), ("cpu_no_q8", c_int), ("captures", POINTER(forge_capture)), ("n_captures", c_uint32),
                 ("capture_dtype", c_int), ("on_capture", c_void_p), ("capture_user_data", c_void_p),
                 ("on_progress", c_void_p), ("progress_user_data", c_void_p),
                 ("pattern_head_first", c_uint32), ("pattern_n_heads", c_uint32),
-                ("pattern_key_first", c_uint32), ("pattern_n_keys", c_uint32)]
+                ("pattern_key_first", c_uint32), ("pattern_n_keys", c_uint32),
+                ("n_devices", c_uint32), ("devices", c_int * MAX_DEVICES), ("split", c_double * MAX_DEVICES),
+                ("device_memory", POINTER(forge_memory_reading)), ("split_layers", c_uint32 * MAX_DEVICES)]
+
+
+class forge_plan_part(Structure):
+    _fields_ = [("device", c_int), ("layer_first", c_uint32), ("n_layers", c_uint32), ("weights_bytes", c_uint64),
+                ("kv_bytes", c_uint64), ("scratch_bytes", c_uint64), ("logits_bytes", c_uint64), ("capture_bytes", c_uint64),
+                ("reserve_bytes", c_uint64), ("total_bytes", c_uint64)]
+
+
+class forge_device_verdict(Structure):
+    _fields_ = [("device", c_int), ("memory", forge_memory_reading), ("plan_bytes", c_uint64), ("budget_bytes", c_uint64),
+                ("fits", c_int)]
 
 
 class forge_plan(Structure):
@@ -62,14 +76,16 @@ class forge_plan(Structure):
                 ("n_seq", c_uint32), ("kv_type", c_int), ("weights_bytes", c_uint64), ("kv_bytes", c_uint64),
                 ("scratch_bytes", c_uint64), ("logits_bytes", c_uint64), ("capture_bytes", c_uint64),
                 ("pattern_bytes", c_uint64), ("pattern_key_first", c_uint32), ("pattern_n_keys", c_uint32),
-                ("pattern_n_heads", c_uint32), ("reserve_bytes", c_uint64), ("total_bytes", c_uint64)]
+                ("pattern_n_heads", c_uint32), ("reserve_bytes", c_uint64), ("total_bytes", c_uint64),
+                ("n_parts", c_uint32), ("parts", forge_plan_part * MAX_DEVICES)]
 
 
 class forge_verdict(Structure):
     _fields_ = [("fits", c_int), ("plan", forge_plan), ("memory", forge_memory_reading), ("mem_fraction", c_double),
                 ("mem_headroom_bytes", c_uint64), ("budget_bytes", c_uint64), ("max_ctx_that_fits", c_uint32),
                 ("kv_type_that_fits", c_int), ("max_seq_that_fits", c_uint32), ("seq_bytes", c_uint64),
-                ("message", c_char * ERROR_MESSAGE_BYTES)]
+                ("message", c_char * ERROR_MESSAGE_BYTES), ("n_devices", c_uint32),
+                ("devices", forge_device_verdict * MAX_DEVICES), ("split_that_fits", c_double * MAX_DEVICES)]
 
 
 class forge_config(Structure):
@@ -104,7 +120,7 @@ class forge_chat_message(Structure):
 
 _STRUCTS = [forge_error, forge_allocator, forge_sampler_desc, forge_memory_reading, forge_capture,
             forge_capture_chunk, forge_context_desc, forge_plan, forge_verdict, forge_config, forge_host_memory,
-            forge_step, forge_chat_message]
+            forge_step, forge_chat_message, forge_plan_part, forge_device_verdict]
 
 P = c_void_p  # opaque handles: forge_model *, forge_tokenizer *, forge_context *, forge_generator *
 E = POINTER(forge_error)

@@ -84,6 +84,9 @@ class Model:
         batch: most tokens a generation step evaluates; 0 means 512.
         gpu_index: which GPU.
         headroom_bytes: memory kept free on top of the fraction.
+        devices: GPU indices to split the layers across, in order (two or more; empty: one device).
+        split: each device's share of the layers' bytes (empty: in proportion to each one's budget).
+        split_layers: each device's layers, summing to the model's (empty: by ``split``).
 
     Attributes: ``path``; ``config``, what forge derived from the file (``arch``, ``n_layer``,
     ``n_embd``, ``n_head``, ``n_head_kv``, ``head_dim``, ``n_vocab``, ``n_ctx_train``, ``n_swa``);
@@ -99,7 +102,8 @@ class Model:
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], *, ctx: int = 0, kv: str = "f16", mem_fraction: float = 0.0,
                  device: str = "auto", threads: int = 0, batch: int = 0, gpu_index: int = 0,
-                 headroom_bytes: int = 0) -> None:
+                 headroom_bytes: int = 0, devices: Sequence[int] = (), split: Sequence[float] = (),
+                 split_layers: Sequence[int] = ()) -> None:
         self._model = c_void_p()
         self._tok = c_void_p()
         self._gen_ctx = c_void_p()
@@ -112,6 +116,12 @@ class Model:
         _check(lib.forge_kv_type_parse(kv.encode(), byref(kv_type), byref(error)), error)
         self._base = dict(backend=_BACKENDS[device], device=gpu_index, n_ctx=ctx, n_batch=batch, kv_type=kv_type.value,
                           n_threads=threads, mem_fraction=mem_fraction, mem_headroom_bytes=headroom_bytes)
+        lists = [list(x) for x in (devices, split, split_layers) if len(x)]
+        if lists and (len(set(len(x) for x in lists)) != 1 or not 2 <= len(lists[0]) <= _lib.MAX_DEVICES):
+            raise ValueError(f"devices, split and split_layers must list the same number of devices, 2 to {_lib.MAX_DEVICES} "
+                             f"(got {len(devices)}, {len(split)}, {len(split_layers)})")
+        self._split = (len(lists[0]) if lists else 0, list(devices) or list(range(len(lists[0]) if lists else 0)), list(split),
+                       list(split_layers))
         _check(lib.forge_model_open(self.path.encode(), None, byref(self._model), byref(error)), error, opening_file=True)
         try:
             _check(lib.forge_tokenizer_create(lib.forge_model_gguf(self._model), None, byref(self._tok), byref(error)), error,
@@ -171,6 +181,12 @@ class Model:
         desc = _lib.forge_context_desc()
         for name, value in {**self._base, **fields}.items():
             setattr(desc, name, value)
+        n, devices, split, split_layers = self._split
+        desc.n_devices = n
+        for i in range(n):
+            desc.devices[i] = devices[i]
+            desc.split[i] = split[i] if split else 0.0
+            desc.split_layers[i] = split_layers[i] if split_layers else 0
         return desc
 
     def _verdict(self, desc: _lib.forge_context_desc) -> Tuple[_lib.forge_verdict, _lib.forge_host_memory]:
@@ -196,6 +212,13 @@ class Model:
             "plan": {"weights_bytes": p.weights_bytes, "kv_bytes": p.kv_bytes, "scratch_bytes": p.scratch_bytes,
                      "logits_bytes": p.logits_bytes, "capture_bytes": p.capture_bytes, "pattern_bytes": p.pattern_bytes,
                      "reserve_bytes": p.reserve_bytes, "total_bytes": p.total_bytes},
+            "parts": [{"device": q.device, "layer_first": q.layer_first, "n_layers": q.n_layers, "weights_bytes": q.weights_bytes,
+                       "kv_bytes": q.kv_bytes, "scratch_bytes": q.scratch_bytes, "logits_bytes": q.logits_bytes,
+                       "capture_bytes": q.capture_bytes, "reserve_bytes": q.reserve_bytes, "total_bytes": q.total_bytes}
+                      for q in p.parts[:p.n_parts]],
+            "devices": [{"device": d.device, "name": d.memory.device.decode(), "free_bytes": d.memory.free_bytes,
+                         "plan_bytes": d.plan_bytes, "budget_bytes": d.budget_bytes, "fits": bool(d.fits)}
+                        for d in v.devices[:v.n_devices]],
             "mem_fraction": v.mem_fraction, "budget_bytes": v.budget_bytes, "fits": bool(v.fits),
             "max_ctx_that_fits": None if v.fits else v.max_ctx_that_fits,
             "kv_type_that_fits": None if v.fits or v.kv_type_that_fits == 0 else kv_name(v.kv_type_that_fits),

@@ -17,7 +17,9 @@
 #define FORGE_PY_LAYOUT(X)                                                                                                     \
     X(forge_error) X(forge_allocator) X(forge_sampler_desc) X(forge_memory_reading) X(forge_capture) X(forge_capture_chunk) \
     X(forge_context_desc) X(forge_plan) X(forge_verdict) X(forge_config) X(forge_host_memory) X(forge_step)                \
-    X(forge_chat_message)
+    X(forge_chat_message)                                                                        \
+    X(forge_plan_part)                                                                           \
+    X(forge_device_verdict)
 
 /* sizeof the named structure, 0 for a name not in the list */
 FORGE_PY_EXPORT size_t forge_py_sizeof(const char *name) {

@@ -122,6 +122,25 @@ def test_generate_greedy_equals_forge_run():
     assert "".join(pieces) == want.rstrip("\n")
 
 
+def test_split_across_devices_plans_by_device_and_generates_the_same():
+    # on the CPU the parts are host arenas standing in for devices: the same split, plans and text
+    path = smollm2()
+    want = cli("plan", LLAMA, "--json", "--cpu", "-t", "2", "--ctx", "256", "--split-layers", "1,3")
+    with forge.Model(LLAMA, device="cpu", threads=2, ctx=256, split_layers=[1, 3]) as model:
+        plan = model.plan()
+    cli_plan = json.loads(want.stdout)
+    assert [(q["layer_first"], q["n_layers"]) for q in plan["parts"]] == [(0, 1), (1, 3)]
+    assert plan["parts"] == cli_plan["parts"] and plan["plan"] == cli_plan["plan"]
+    assert sum(q["total_bytes"] for q in plan["parts"]) == plan["plan"]["total_bytes"]
+    with forge.Model(path, device="cpu", threads=2, ctx=256) as whole, \
+            forge.Model(path, device="cpu", threads=2, ctx=256, devices=[0, 1], split=[0.3, 0.7]) as split:
+        assert len(split.plan()["parts"]) == 2
+        assert list(split.generate("The capital of France is", max_tokens=12)) == \
+            list(whole.generate("The capital of France is", max_tokens=12))
+    with pytest.raises(ValueError):
+        forge.Model(LLAMA, device="cpu", devices=[0, 1], split=[0.5, 0.3, 0.2])
+
+
 def test_chat_follows_the_chat_format():
     path = smollm2()
     with forge.Model(path, device="cpu", threads=2, ctx=512) as model:
