@@ -8085,12 +8085,17 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
                     first = FORGE__MIN(first, v->plan.parts[j].layer_first);
                     last = FORGE__MAX(last, v->plan.parts[j].layer_first + v->plan.parts[j].n_layers - 1);
                 }
+            char short_by[32] = "";
             forge__in_unit(need, sizeof need, d->plan_bytes, div);
             forge__in_unit(budget, sizeof budget, d->budget_bytes, div);
             forge__in_unit(free_text, sizeof free_text, d->memory.free_bytes, div);
+            if (!d->fits) {
+                char amount[16];
+                forge__in_unit(amount, sizeof amount, d->plan_bytes - d->budget_bytes, div);
+                snprintf(short_by, sizeof short_by, ", short by %s", amount);
+            }
             used += snprintf(v->message + used, sizeof v->message - (size_t)used, "; device %d (layers %u-%u): %s of %s %s budget (%.3g%% of %s free)%s",
-                             d->device, first, last, need, budget, unit, v->mem_fraction * 100.0, free_text,
-                             d->fits ? "" : ", short");
+                             d->device, first, last, need, budget, unit, v->mem_fraction * 100.0, free_text, short_by);
         }
         len = strlen(v->message);
         if (!v->fits) {

@@ -294,7 +294,7 @@ static void test_budgets(void) {
     d.split_layers[0] = 2, d.split_layers[1] = 2; /* the caller's even split leaves device 1 short */
     if (CHECK(forge_plan_check(m, &d, &v, &e) == FORGE_OK, "check: %s", e.message)) {
         CHECK(!v.fits && v.devices[0].fits && !v.devices[1].fits, "device 1 is short: %s", v.message);
-        CHECK(strstr(v.message, "device 0 (layers 0-1)") && strstr(v.message, "(layers 2-3)") && strstr(v.message, "short") &&
+        CHECK(strstr(v.message, "device 0 (layers 0-1)") && strstr(v.message, "(layers 2-3)") && strstr(v.message, "short by ") &&
                   strstr(v.message, "--split ") && strstr(v.message, "a device more"),
               "the refusal names the device, the layers, a split that fits and a device more: %s", v.message);
         CHECK(v.split_that_fits[0] > v.split_that_fits[1] && v.split_that_fits[1] > 0.0, "the split that fits leans on device 0 (%g, %g)",
