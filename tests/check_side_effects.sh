@@ -24,7 +24,10 @@ check() { # name, allowed function names (space separated), hits
 check "forge.h reads the environment only in forge_context_desc_apply_env" "forge__env_on forge_context_desc_apply_env" \
   "$(where forge.h 'getenv[ ]*[(]')"
 check "forge_kernels.hip reads no environment variable" "" "$(where forge_kernels.hip 'getenv[ ]*[(]')"
-check "forge_kernels.hip changes the current device only in forge_hip_enter and forge_hip_leave" "forge_hip_enter forge_hip_leave" \
+# forge_hip_set_device moves a split context between its devices; forge.h calls it only inside a scope
+# that forge_hip_enter opened (the public calls, create and destroy), whose leave puts the caller's back
+check "forge_kernels.hip changes the current device only in forge_hip_enter, forge_hip_leave and forge_hip_set_device" \
+  "forge_hip_enter forge_hip_leave forge_hip_set_device" \
   "$(where forge_kernels.hip '(hip|cuda)SetDevice[ ]*[(]')"
 check "forge.h never exits, aborts or prints to a stream" "" \
   "$(sed -n '/^#ifdef FORGE_IMPLEMENTATION/,$p' forge.h > /tmp/forge_impl_$$.h; where /tmp/forge_impl_$$.h '(^|[^a-z_])(exit|abort|_Exit|quick_exit|printf|puts|fputs|perror)[ ]*[(]|fprintf[ ]*[(]|[^a-z_]assert[ ]*[(]'; rm -f /tmp/forge_impl_$$.h)"
