@@ -4195,6 +4195,275 @@ static FORGE__VNNI_FN void forge__q8_rowdot_vnni_plain(const forge__q8_row_block
                                                        uint32_t n_tokens, uint32_t n_blocks, float *out) {
     forge__q8_rowdot_vnni_with(w, x, x_stride, n_tokens, n_blocks, out, 0);
 }
+
+/* Helpers small enough to inline into the kernels that call them with a constant type. */
+#define FORGE__INLINE_VNNI inline FORGE__VNNI_FN
+
+/* ---- Q4_K and Q6_K on AVX-512 VNNI: the 8 blocks of a super-block side by side ----
+   A row's super-block meets a token as 8 integer sums, one per block of 32, in the 8 lanes of one
+   vector, which then meet the blocks' scales and the token's d in one multiply and one fused add for
+   all 8 (instead of one of each per block): lane l of a (row, token)'s accumulator holds the sum over
+   super-blocks of block l's terms, and the lanes are added in a fixed order at the end. One token
+   takes block l's sums straight from the file's bytes (vpdpbusd per block, then the 8 blocks' lanes
+   folded together); a step of more tokens unpacks each row once with its blocks' bytes transposed
+   (vector k holding bytes 4k..4k+3 of every block), against the tokens transposed the same way, so
+   that vpdpbusd leaves each block's sum in its own lane, and runs 2 rows against 4 tokens at a time.
+   The integers are exact either way and the floats are the same operations in the same order, so a
+   token's sums do not depend on its step. Weights go in unsigned (Q6_K's q + 32); Q6_K's -32 comes
+   back through the token's sums of each 16. */
+typedef struct forge__q8_tile_x {
+    int8_t q[8][32];    /* q[k][4l + j]: byte 4k + j of block l */
+    float d[8], ds[8];  /* block l's d and d times the sum of its bytes */
+    int32_t bias[2][8]; /* 32 times the sum of block l's bytes 0..15 and 16..31 */
+} forge__q8_tile_x;
+
+typedef struct forge__k_tile_w {
+    uint8_t q[8][32];          /* as forge__q8_tile_x's q, unsigned */
+    float scale[8], offset[8]; /* d times block l's scale and -dmin times its minimum (Q6_K: d and 0) */
+    int32_t sc[2][8];          /* Q6_K: block l's scales of bytes 0..15 and 16..31 */
+} forge__k_tile_w;
+
+/* v[l] lanes 4k..4k+3 -> out[k] lanes l: an 8 x 8 transpose of 32-bit words. */
+static FORGE__INLINE_VNNI void forge__vnni_transpose(const __m256i v[8], __m256i out[8]) {
+    __m256i t[8], u[8];
+    int i;
+    for (i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    for (i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (i = 0; i < 4; i++) {
+        out[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        out[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* The sums of lanes 0..3 (bytes 0..15) and of lanes 4..7 (bytes 16..31) of v[l], into lane l. */
+static FORGE__INLINE_VNNI void forge__vnni_fold(const __m256i v[8], __m256i *half0, __m256i *half1) {
+    const __m256i a0 = _mm256_hadd_epi32(v[0], v[1]), a1 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i a2 = _mm256_hadd_epi32(v[4], v[5]), a3 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
+    *half0 = _mm256_permute2x128_si256(b0, b1, 0x20);
+    *half1 = _mm256_permute2x128_si256(b0, b1, 0x31);
+}
+
+/* A Q4_K super-block's scales and minimums, block l in lane l. */
+static FORGE__INLINE_VNNI void forge__vnni_q4_k_scales(const uint8_t *w, __m256 *scale, __m256 *offset) {
+    uint32_t u[4], low_mins;
+    memcpy(u, w + 4, 12); /* forge__k4_scale_min's table, four at a time (x86 is little-endian) */
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    low_mins = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = low_mins;
+    u[0] &= 0x3f3f3f3fu;
+    *scale = _mm256_mul_ps(_mm256_set1_ps(forge__avx2_half(w)),
+                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)u))));
+    *offset = _mm256_mul_ps(_mm256_set1_ps(-forge__avx2_half(w + 2)),
+                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(u + 2)))));
+}
+
+/* A Q6_K super-block's 16 scales: those of bytes 0..15 (even) and 16..31 (odd) of block l in lane l. */
+static FORGE__INLINE_VNNI void forge__vnni_q6_k_scales(const uint8_t *w, __m256i *sc0, __m256i *sc1) {
+    const __m128i s = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(w + 192)),
+                                       _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    *sc0 = _mm256_cvtepi8_epi32(s);
+    *sc1 = _mm256_cvtepi8_epi32(_mm_srli_si128(s, 8));
+}
+
+/* A super-block's 8 block sums (Q6_K: with its scales and -32) into a (row, token)'s lanes. */
+static FORGE__INLINE_VNNI void forge__vnni_k_step(__m256i sums, __m256 scale, __m256 offset, const forge__q8_tile_x *x,
+                                              __m256 *acc, __m256 *offsets, int six) {
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(scale, _mm256_loadu_ps(x->d)), *acc);
+    if (!six) *offsets = _mm256_fmadd_ps(offset, _mm256_loadu_ps(x->ds), *offsets);
+}
+
+static FORGE__INLINE_VNNI __m256i forge__vnni_q6_k_sums(__m256i half0, __m256i half1, __m256i sc0, __m256i sc1,
+                                                    const forge__q8_tile_x *x) {
+    return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(half0, _mm256_loadu_si256((const __m256i *)x->bias[0])), sc0),
+                            _mm256_mullo_epi32(_mm256_sub_epi32(half1, _mm256_loadu_si256((const __m256i *)x->bias[1])), sc1));
+}
+
+static FORGE__INLINE_VNNI float forge__vnni_k_total(__m256 acc, __m256 offsets, int six) {
+    return six ? forge__avx2_sum(acc) + 0.0f : forge__avx2_sum(acc) + forge__avx2_sum(offsets);
+}
+
+/* A super-block's 8 blocks of 32 unsigned bytes, block l in v[l], as the file holds them. */
+static FORGE__INLINE_VNNI void forge__vnni_k_blocks(const uint8_t *w, __m256i v[8], int six) {
+    const __m256i mask = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);
+    int i;
+    if (!six) {
+        for (i = 0; i < 4; i++) {
+            const __m256i raw = forge__avx2_load(w + 16 + 32 * i);
+            v[2 * i] = _mm256_and_si256(raw, mask);
+            v[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+        }
+        return;
+    }
+    for (i = 0; i < 2; i++) { /* forge__qdot_q6_k_avx2's unpacking, without the -32 */
+        const __m256i ql0 = forge__avx2_load(w + 64 * i), ql1 = forge__avx2_load(w + 64 * i + 32);
+        const __m256i qh = forge__avx2_load(w + 128 + 32 * i);
+        v[4 * i] = _mm256_or_si256(_mm256_and_si256(ql0, mask), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+        v[4 * i + 1] = _mm256_or_si256(_mm256_and_si256(ql1, mask),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
+        v[4 * i + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
+        v[4 * i + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
+    }
+}
+
+/* One row (n_super super-blocks) against one token: x its blocks, tx the same transposed. */
+static FORGE__INLINE_VNNI float forge__kdot_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                             const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super, int six) {
+    __m256 acc = _mm256_setzero_ps(), offsets = _mm256_setzero_ps();
+    uint32_t s;
+    for (s = 0; s < n_super; s++, w += six ? 210 : 144, x += 8, tx++) {
+        __m256i v[8], half0, half1;
+        __m256 scale, offset = _mm256_setzero_ps();
+        int l;
+        forge__vnni_k_blocks(w, v, six);
+        for (l = 0; l < 8; l++) v[l] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v[l], forge__avx2_load(x[l].q));
+        forge__vnni_fold(v, &half0, &half1);
+        if (six) {
+            __m256i sc0, sc1;
+            forge__vnni_q6_k_scales(w, &sc0, &sc1);
+            scale = _mm256_set1_ps(forge__avx2_half(w + 208));
+            forge__vnni_k_step(forge__vnni_q6_k_sums(half0, half1, sc0, sc1, tx), scale, offset, tx, &acc, &offsets, 1);
+        } else {
+            forge__vnni_q4_k_scales(w, &scale, &offset);
+            forge__vnni_k_step(_mm256_add_epi32(half0, half1), scale, offset, tx, &acc, &offsets, 0);
+        }
+    }
+    return forge__vnni_k_total(acc, offsets, six);
+}
+
+/* A row of n_super super-blocks into its transposed form. */
+static FORGE__INLINE_VNNI void forge__vnni_k_unpack(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
+                                                uint32_t n_super, int six) {
+    uint32_t s;
+    for (s = 0; s < n_super; s++, w += six ? 210 : 144, out++) {
+        __m256i v[8], t[8];
+        __m256 scale, offset = _mm256_setzero_ps();
+        int k;
+        forge__vnni_k_blocks(w, v, six);
+        forge__vnni_transpose(v, t);
+        for (k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)out->q[k], t[k]);
+        if (six) {
+            __m256i sc0, sc1;
+            forge__vnni_q6_k_scales(w, &sc0, &sc1);
+            _mm256_storeu_si256((__m256i *)out->sc[0], sc0);
+            _mm256_storeu_si256((__m256i *)out->sc[1], sc1);
+            scale = _mm256_set1_ps(forge__avx2_half(w + 208));
+        } else {
+            forge__vnni_q4_k_scales(w, &scale, &offset);
+            memset(out->sc, 0, sizeof out->sc);
+        }
+        _mm256_storeu_ps(out->scale, scale);
+        _mm256_storeu_ps(out->offset, offset);
+    }
+}
+
+/* A token's blocks (n_super super-blocks of them) into their transposed form. */
+static FORGE__INLINE_VNNI void forge__vnni_x_transpose(const forge__q8_block *FORGE__RESTRICT x, forge__q8_tile_x *FORGE__RESTRICT out,
+                                                   uint32_t n_super) {
+    const __m256i ones = _mm256_set1_epi8(1);
+    uint32_t s;
+    for (s = 0; s < n_super; s++, x += 8, out++) {
+        __m256i v[8], t[8], half0, half1;
+        int l;
+        for (l = 0; l < 8; l++) {
+            v[l] = forge__avx2_load(x[l].q);
+            out->d[l] = x[l].d;
+            out->ds[l] = x[l].ds;
+        }
+        forge__vnni_transpose(v, t);
+        for (l = 0; l < 8; l++) {
+            _mm256_storeu_si256((__m256i *)out->q[l], t[l]);
+            v[l] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, v[l]);
+        }
+        forge__vnni_fold(v, &half0, &half1);
+        _mm256_storeu_si256((__m256i *)out->bias[0], _mm256_slli_epi32(half0, 5));
+        _mm256_storeu_si256((__m256i *)out->bias[1], _mm256_slli_epi32(half1, 5));
+    }
+}
+
+/* Two transposed rows (w and w + w_stride) against n_tokens <= 4 tokens (x + t * x_stride):
+   out[4 r + t]. The lanes of missing tokens repeat the last one's work and are dropped. */
+static FORGE__INLINE_VNNI void forge__ktile_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
+                                             const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
+                                             uint32_t n_super, float *out, int six) {
+    __m256 acc[2][4], offsets[2][4];
+    uint32_t s, r, t, k;
+    for (r = 0; r < 2; r++)
+        for (t = 0; t < 4; t++) acc[r][t] = offsets[r][t] = _mm256_setzero_ps();
+    for (s = 0; s < n_super; s++) {
+        const forge__k_tile_w *wr[2];
+        const forge__q8_tile_x *xt[4];
+        __m256i half0[2][4], half1[2][4];
+        wr[0] = w + s;
+        wr[1] = w + w_stride + s;
+        FORGE__UNROLL
+        for (t = 0; t < 4; t++) xt[t] = x + (t < n_tokens ? t : n_tokens - 1) * x_stride + s;
+        FORGE__UNROLL
+        for (r = 0; r < 2; r++) {
+            FORGE__UNROLL
+            for (t = 0; t < 4; t++) half0[r][t] = half1[r][t] = _mm256_setzero_si256();
+        }
+        FORGE__UNROLL
+        for (k = 0; k < 8; k++) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)wr[0]->q[k]);
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)wr[1]->q[k]);
+            FORGE__UNROLL
+            for (t = 0; t < 4; t++) {
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)xt[t]->q[k]);
+                if (six && k >= 4) {
+                    half1[0][t] = _mm256_dpbusd_epi32(half1[0][t], w0, xv);
+                    half1[1][t] = _mm256_dpbusd_epi32(half1[1][t], w1, xv);
+                } else {
+                    half0[0][t] = _mm256_dpbusd_epi32(half0[0][t], w0, xv);
+                    half0[1][t] = _mm256_dpbusd_epi32(half0[1][t], w1, xv);
+                }
+            }
+        }
+        FORGE__UNROLL
+        for (r = 0; r < 2; r++) {
+            const __m256 scale = _mm256_loadu_ps(wr[r]->scale), offset = _mm256_loadu_ps(wr[r]->offset);
+            const __m256i sc0 = _mm256_loadu_si256((const __m256i *)wr[r]->sc[0]);
+            const __m256i sc1 = _mm256_loadu_si256((const __m256i *)wr[r]->sc[1]);
+            FORGE__UNROLL
+            for (t = 0; t < 4; t++) {
+                const __m256i sums = six ? forge__vnni_q6_k_sums(half0[r][t], half1[r][t], sc0, sc1, xt[t]) : half0[r][t];
+                forge__vnni_k_step(sums, scale, offset, xt[t], &acc[r][t], &offsets[r][t], six);
+            }
+        }
+    }
+    for (r = 0; r < 2; r++)
+        for (t = 0; t < n_tokens; t++) out[4 * r + t] = forge__vnni_k_total(acc[r][t], offsets[r][t], six);
+}
+
+static FORGE__INLINE_VNNI float forge__kdot_q4_k_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                  const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super) {
+    return forge__kdot_vnni(w, x, tx, n_super, 0);
+}
+static FORGE__INLINE_VNNI float forge__kdot_q6_k_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                  const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super) {
+    return forge__kdot_vnni(w, x, tx, n_super, 1);
+}
+static FORGE__INLINE_VNNI void forge__ktile_q4_k_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
+                                                  const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
+                                                  uint32_t n_super, float *out) {
+    forge__ktile_vnni(w, w_stride, x, x_stride, n_tokens, n_super, out, 0);
+}
+static FORGE__INLINE_VNNI void forge__ktile_q6_k_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
+                                                  const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
+                                                  uint32_t n_super, float *out) {
+    forge__ktile_vnni(w, w_stride, x, x_stride, n_tokens, n_super, out, 1);
+}
 #endif /* FORGE__VNNI */
 
 static FORGE__AVX2_FN void forge__q8_rowdot_avx2_plain(const forge__q8_row_block *FORGE__RESTRICT w,
@@ -4260,7 +4529,46 @@ typedef struct forge__qmatmul_job {
     float *y;
     uint8_t *slots; /* slot_bytes per thread */
     size_t slot_bytes;
+#ifdef FORGE__VNNI
+    /* Q4_K and Q6_K on AVX-512 VNNI: one token from the file's bytes, more on rows unpacked two at a time */
+    float (*kdot)(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                  const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super);
+    void (*ktile)(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride, const forge__q8_tile_x *FORGE__RESTRICT x,
+                  size_t x_stride, uint32_t n_tokens, uint32_t n_super, float *out);
+    const forge__q8_tile_x *tx; /* the tokens transposed, n_blocks / 8 each */
+#endif
 } forge__qmatmul_job;
+
+#ifdef FORGE__VNNI
+static void forge__qmatmul_task_k(const forge__qmatmul_job *job, uint32_t first, uint32_t end, uint32_t thread) {
+    const uint32_t n_rows = job->n_rows, n_super = job->n_blocks / 8;
+    uint32_t r, t, i;
+    if (job->n_tokens <= FORGE__VDOT_TOKENS) {
+        for (r = first; r < end; r++) {
+            const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
+            for (t = 0; t < job->n_tokens; t++)
+                job->y[(size_t)t * n_rows + r] = job->kdot(row, job->x + (size_t)t * job->n_blocks, job->tx + (size_t)t * n_super, n_super);
+        }
+        return;
+    }
+    for (r = first; r < end; r += 2) {
+        const uint32_t pair = FORGE__MIN(2u, end - r);
+        forge__k_tile_w *rows = (forge__k_tile_w *)(void *)(job->slots + (size_t)thread * job->slot_bytes);
+        for (i = 0; i < 2; i++) /* a lone last row runs as both */
+            forge__vnni_k_unpack(job->w + (size_t)(r + FORGE__MIN(i, pair - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_super,
+                                 n_super, job->type == FORGE_TYPE_Q6_K);
+        for (t = 0; t < job->n_tokens; t += 4) {
+            const uint32_t n = FORGE__MIN(4u, job->n_tokens - t);
+            float out[8];
+            job->ktile(rows, n_super, job->tx + (size_t)t * n_super, n_super, n, n_super, out);
+            for (i = 0; i < n; i++) {
+                job->y[(size_t)(t + i) * n_rows + r] = out[i];
+                if (pair > 1) job->y[(size_t)(t + i) * n_rows + r + 1] = out[4 + i];
+            }
+        }
+    }
+}
+#endif
 
 static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
     const forge__qmatmul_job *job = (const forge__qmatmul_job *)ctx;
@@ -4268,6 +4576,12 @@ static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint
     const uint32_t end = (uint32_t)FORGE__MIN((uint64_t)first + job->rows_per_task, (uint64_t)n_rows);
     uint32_t r, t, i;
     (void)n_tasks;
+#ifdef FORGE__VNNI
+    if (job->ktile) {
+        forge__qmatmul_task_k(job, first, end, thread);
+        return;
+    }
+#endif
     if (job->n_tokens <= FORGE__VDOT_TOKENS) { /* each row read once, from cache for the tokens after the first */
         for (r = first; r < end; r++) {
             const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
@@ -4290,11 +4604,19 @@ static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint
 
 static size_t forge__q8_round_up(size_t bytes) { return (bytes + FORGE__WORK_ALIGN - 1) / FORGE__WORK_ALIGN * FORGE__WORK_ALIGN; }
 
+/* The bytes of forge__matmul_q8's `work` per block of 32 of a token: its rounded form (40), or its
+   transposed form for the Q4_K and Q6_K products on AVX-512 VNNI (48). */
+#define FORGE__Q8_X_BLOCK_BYTES 48
+/* The bytes of a thread's slot per block of 32 of a row: two rows unpacked, 48 each (forge__q8_row_block,
+   or a forge__k_tile_w per 8 blocks). */
+#define FORGE__Q8_SLOT_BLOCK_BYTES 96
+
 /* Bytes of forge__matmul_q8's `work` for n_tokens rows of n_cols on n_threads threads: the quantized
-   activations, then one unpacked row per thread. */
+   activations, the rounded form of up to 4 tokens (for the transposed products), then one slot per thread. */
 static FORGE__MAYBE_UNUSED size_t forge__matmul_q8_work_bytes(uint32_t n_threads, uint32_t n_cols, uint32_t n_tokens) {
-    return forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block)) +
-           (size_t)n_threads * forge__q8_round_up((size_t)(n_cols / 32) * sizeof(forge__q8_row_block)) + FORGE__WORK_ALIGN;
+    return forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * FORGE__Q8_X_BLOCK_BYTES) +
+           forge__q8_round_up((size_t)FORGE__VDOT_TOKENS * (n_cols / 32) * sizeof(forge__q8_block)) +
+           (size_t)n_threads * forge__q8_round_up((size_t)(n_cols / 32) * FORGE__Q8_SLOT_BLOCK_BYTES) + FORGE__WORK_ALIGN;
 }
 
 /* Whether forge__matmul_q8 handles rows of n_cols elements of this type. */
@@ -4310,7 +4632,7 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
                                                  uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                                  uint32_t n_tokens, void *work, int simd) {
     forge__qmatmul_job job;
-    forge__q8_block *q;
+    forge__q8_block *q, *rounded;
     uint32_t n_tasks, target_tasks, t;
     uint64_t per_task, macs = (uint64_t)n_rows * n_cols * n_tokens;
     if (n_rows == 0 || n_tokens == 0) return;
@@ -4320,12 +4642,29 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
     }
     q = (forge__q8_block *)(void *)((uint8_t *)work + (FORGE__WORK_ALIGN - (size_t)((uintptr_t)work % FORGE__WORK_ALIGN)) %
                                                           FORGE__WORK_ALIGN);
-    for (t = 0; t < n_tokens; t++) forge__q8_quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
+    rounded = (forge__q8_block *)(void *)((uint8_t *)q + forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * FORGE__Q8_X_BLOCK_BYTES));
     job.qdot = forge__qdot_for(type, simd);
     job.rowdot = forge__q8_rowdot_for(type, simd);
     job.type = type;
-    job.slots = (uint8_t *)q + forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block));
-    job.slot_bytes = forge__q8_round_up((size_t)(n_cols / 32) * sizeof(forge__q8_row_block));
+    job.slots = (uint8_t *)rounded + forge__q8_round_up((size_t)FORGE__VDOT_TOKENS * (n_cols / 32) * sizeof(forge__q8_block));
+    job.slot_bytes = forge__q8_round_up((size_t)(n_cols / 32) * FORGE__Q8_SLOT_BLOCK_BYTES);
+#ifdef FORGE__VNNI
+    job.kdot = NULL;
+    job.ktile = NULL;
+    job.tx = (const forge__q8_tile_x *)(const void *)q;
+    if (simd > 1 && (type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q6_K) && FORGE__AVX2_PRESENT() && FORGE__VNNI_PRESENT()) {
+        const uint32_t n_super = n_cols / 256;
+        job.kdot = type == FORGE_TYPE_Q4_K ? forge__kdot_q4_k_vnni : forge__kdot_q6_k_vnni;
+        job.ktile = type == FORGE_TYPE_Q4_K ? forge__ktile_q4_k_vnni : forge__ktile_q6_k_vnni;
+        for (t = 0; t < n_tokens; t++) { /* the rounded form of the first 4 tokens stays for the one-token dot products */
+            forge__q8_block *tmp = rounded + (size_t)(t % FORGE__VDOT_TOKENS) * (n_cols / 32);
+            forge__q8_quantize(x + (size_t)t * n_cols, tmp, n_cols / 32);
+            forge__vnni_x_transpose(tmp, (forge__q8_tile_x *)(void *)q + (size_t)t * n_super, n_super);
+        }
+        q = rounded;
+    } else
+#endif
+        for (t = 0; t < n_tokens; t++) forge__q8_quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
     job.w = w;
     job.row_bytes = row_bytes;
     job.n_rows = n_rows;
