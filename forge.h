@@ -3985,6 +3985,50 @@ static FORGE__AVX2_FN __m256i forge__avx2_fifth_bits(uint32_t high) {
     return _mm256_and_si256(v, _mm256_set1_epi8(16));
 }
 
+/* forge__q8_quantize in vectors, with the same bytes and floats (a NaN scale's payload aside):
+   _mm256_cvtps_epi32 rounds as lrintf does, in the current rounding mode. */
+static FORGE__AVX2_FN void forge__q8_quantize_avx2(const float *FORGE__RESTRICT x, forge__q8_block *FORGE__RESTRICT out,
+                                                   uint32_t n_blocks) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    const __m256 low = _mm256_set1_ps(-127.5f), high = _mm256_set1_ps(127.5f);
+    uint32_t b;
+    int i;
+    for (b = 0; b < n_blocks; b++, x += 32, out++) {
+        __m256 v[4], big = zero, finite = zero, inv;
+        __m256i q[4], sum;
+        __m128 m;
+        float amax;
+        for (i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + 8 * i);
+            big = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), big); /* a NaN lane keeps big, as a > amax does */
+            finite = _mm256_add_ps(finite, _mm256_mul_ps(v[i], zero));
+        }
+        m = _mm_max_ps(_mm256_castps256_ps128(big), _mm256_extractf128_ps(big, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+        amax = _mm_cvtss_f32(m);
+        out->d = amax / 127.0f + forge__avx2_sum(finite);
+        inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        for (i = 0; i < 4; i++) {
+            const __m256 s = _mm256_mul_ps(v[i], inv);
+            const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(s, low, _CMP_GE_OQ), _mm256_cmp_ps(s, high, _CMP_LE_OQ));
+            q[i] = _mm256_and_si256(_mm256_cvtps_epi32(s), _mm256_castps_si256(ok));
+        }
+        sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        { /* 32 words to 32 bytes in order: the packs work within 128-bit halves, the permute restores it */
+            const __m256i words = _mm256_packs_epi32(q[0], q[1]), words2 = _mm256_packs_epi32(q[2], q[3]);
+            const __m256i bytes = _mm256_packs_epi16(words, words2);
+            _mm256_storeu_si256((__m256i *)out->q, _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        }
+        {
+            __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+            out->ds = out->d * (float)_mm_cvtsi128_si32(s);
+        }
+    }
+}
+
 /* The one-token forms unpack in registers what forge__q8_row_unpack writes, and add the same floats
    in the same order as forge__q8_rowdot_avx2. */
 static FORGE__AVX2_FN float forge__qdot_q4_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
@@ -4602,6 +4646,40 @@ static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint
     }
 }
 
+typedef void (*forge__q8_quantize_fn)(const float *FORGE__RESTRICT x, forge__q8_block *FORGE__RESTRICT out, uint32_t n_blocks);
+
+/* The tokens of a step rounded to 8 bits (and transposed for the Q4_K and Q6_K forms), a task per
+   group of tokens: the same bytes whichever thread rounds them. */
+typedef struct forge__q8_prepare_job {
+    forge__q8_quantize_fn quantize;
+    const float *x;
+    forge__q8_block *q;      /* the rounded tokens, n_blocks each */
+    void *tx;                /* or, where not NULL, their transposed forms, n_blocks / 8 each */
+    uint8_t *scratch;        /* with tx: a rounded token per thread, scratch_bytes apart */
+    size_t scratch_bytes;
+    uint32_t n_cols, n_tokens, tokens_per_task;
+} forge__q8_prepare_job;
+
+static void forge__q8_prepare_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
+    const forge__q8_prepare_job *job = (const forge__q8_prepare_job *)ctx;
+    const uint32_t n_blocks = job->n_cols / 32, first = task * job->tokens_per_task;
+    const uint32_t end = FORGE__MIN(first + job->tokens_per_task, job->n_tokens);
+    uint32_t t;
+    (void)n_tasks;
+    for (t = first; t < end; t++) {
+#ifdef FORGE__VNNI
+        if (job->tx) {
+            forge__q8_block *tmp = (forge__q8_block *)(void *)(job->scratch + (size_t)thread * job->scratch_bytes);
+            job->quantize(job->x + (size_t)t * job->n_cols, tmp, n_blocks);
+            forge__vnni_x_transpose(tmp, (forge__q8_tile_x *)job->tx + (size_t)t * (n_blocks / 8), n_blocks / 8);
+            continue;
+        }
+#endif
+        (void)thread;
+        job->quantize(job->x + (size_t)t * job->n_cols, job->q + (size_t)t * n_blocks, n_blocks);
+    }
+}
+
 static size_t forge__q8_round_up(size_t bytes) { return (bytes + FORGE__WORK_ALIGN - 1) / FORGE__WORK_ALIGN * FORGE__WORK_ALIGN; }
 
 /* The bytes of forge__matmul_q8's `work` per block of 32 of a token: its rounded form (40), or its
@@ -4632,6 +4710,7 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
                                                  uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                                  uint32_t n_tokens, void *work, int simd) {
     forge__qmatmul_job job;
+    forge__q8_prepare_job prep;
     forge__q8_block *q, *rounded;
     uint32_t n_tasks, target_tasks, t;
     uint64_t per_task, macs = (uint64_t)n_rows * n_cols * n_tokens;
@@ -4648,23 +4727,40 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
     job.type = type;
     job.slots = (uint8_t *)rounded + forge__q8_round_up((size_t)FORGE__VDOT_TOKENS * (n_cols / 32) * sizeof(forge__q8_block));
     job.slot_bytes = forge__q8_round_up((size_t)(n_cols / 32) * FORGE__Q8_SLOT_BLOCK_BYTES);
+    prep.quantize = forge__q8_quantize;
+#ifdef FORGE__AVX2
+    if (simd && FORGE__AVX2_PRESENT()) prep.quantize = forge__q8_quantize_avx2;
+#endif
+    prep.x = x;
+    prep.q = q;
+    prep.tx = NULL;
+    prep.scratch = job.slots; /* the threads' slots are free until the products start */
+    prep.scratch_bytes = job.slot_bytes;
+    prep.n_cols = n_cols;
+    prep.n_tokens = n_tokens;
+    prep.tokens_per_task = 1;
 #ifdef FORGE__VNNI
     job.kdot = NULL;
     job.ktile = NULL;
     job.tx = (const forge__q8_tile_x *)(const void *)q;
     if (simd > 1 && (type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q6_K) && FORGE__AVX2_PRESENT() && FORGE__VNNI_PRESENT()) {
-        const uint32_t n_super = n_cols / 256;
         job.kdot = type == FORGE_TYPE_Q4_K ? forge__kdot_q4_k_vnni : forge__kdot_q6_k_vnni;
         job.ktile = type == FORGE_TYPE_Q4_K ? forge__ktile_q4_k_vnni : forge__ktile_q6_k_vnni;
-        for (t = 0; t < n_tokens; t++) { /* the rounded form of the first 4 tokens stays for the one-token dot products */
-            forge__q8_block *tmp = rounded + (size_t)(t % FORGE__VDOT_TOKENS) * (n_cols / 32);
-            forge__q8_quantize(x + (size_t)t * n_cols, tmp, n_cols / 32);
-            forge__vnni_x_transpose(tmp, (forge__q8_tile_x *)(void *)q + (size_t)t * n_super, n_super);
-        }
+        prep.tx = q;
         q = rounded;
-    } else
+    }
 #endif
-        for (t = 0; t < n_tokens; t++) forge__q8_quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
+    if (n_tokens <= FORGE__VDOT_TOKENS) { /* a step too small to share: here, keeping the rounded tokens for the dot products */
+        for (t = 0; t < n_tokens; t++) {
+            prep.quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
+#ifdef FORGE__VNNI
+            if (prep.tx) forge__vnni_x_transpose(q + (size_t)t * (n_cols / 32), (forge__q8_tile_x *)prep.tx + (size_t)t * (n_cols / 256), n_cols / 256);
+#endif
+        }
+    } else {
+        prep.tokens_per_task = (n_tokens + forge__pool_size(p) * 4u - 1) / (forge__pool_size(p) * 4u);
+        forge__pool_run(p, forge__q8_prepare_task, &prep, (n_tokens + prep.tokens_per_task - 1) / prep.tokens_per_task);
+    }
     job.w = w;
     job.row_bytes = row_bytes;
     job.n_rows = n_rows;

@@ -290,6 +290,25 @@ static void test_matmul_q8(void) {
         forge__q8_quantize(v, &blk, 1);
         CHECK(isnan(blk.d) && blk.q[7] == 0, "q8 of an infinity: scale %g", (double)blk.d);
     }
+#ifdef FORGE__AVX2
+    if (FORGE__AVX2_PRESENT()) { /* the vector rounding: the same bytes and floats as the portable one */
+        static float v[64 * 32];
+        forge__q8_block a[64], b[64];
+        int same = 1;
+        for (i = 0; i < 64 * 32; i++) v[i] = rng_uniform(-3.0f, 3.0f) * (i % 61 == 0 ? 50.0f : 1.0f);
+        for (i = 0; i < 32; i++) v[32 + i] = (float)i - 16.0f, v[64 + i] = 0.0f, v[96 + i] = -1e-30f * (float)(i + 1);
+        v[33] = 0.5f * 16.0f / 127.0f, v[35] = 1.5f * 16.0f / 127.0f, v[36] = -2.5f * 16.0f / 127.0f; /* ties */
+        forge__q8_quantize(v, a, 64);
+        forge__q8_quantize_avx2(v, b, 64);
+        for (i = 0; i < 64; i++)
+            same &= a[i].d == b[i].d && a[i].ds == b[i].ds && memcmp(a[i].q, b[i].q, 32) == 0;
+        CHECK(same, "q8 rounding: AVX2 form differs from the portable one");
+        v[200] = NAN, v[300] = -INFINITY;
+        forge__q8_quantize_avx2(v, b, 64);
+        CHECK(isnan(b[6].d) && b[6].q[200 % 32] == 0 && isnan(b[9].d) && b[9].q[300 % 32] == 0 && b[8].d == a[8].d,
+              "q8 rounding (AVX2) of a NaN and an infinity");
+    }
+#endif
     for (ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const forge_type_traits *t = forge_type_info(types[ti]);
         const uint64_t row_bytes = (uint64_t)n_cols / t->block_elems * t->block_bytes;
