@@ -4242,6 +4242,8 @@ static FORGE__VNNI_FN void forge__q8_rowdot_vnni_plain(const forge__q8_row_block
 
 /* Helpers small enough to inline into the kernels that call them with a constant type. */
 #define FORGE__INLINE_VNNI inline FORGE__VNNI_FN
+/* The kernels proper, inlined into each type's entry so that its branches on the type fold away. */
+#define FORGE__KERNEL_VNNI inline __attribute__((always_inline)) FORGE__VNNI_FN
 
 /* ---- Q4_K and Q6_K on AVX-512 VNNI: the 8 blocks of a super-block side by side ----
    A row's super-block meets a token as 8 integer sums, one per block of 32, in the 8 lanes of one
@@ -4271,16 +4273,19 @@ typedef struct forge__k_tile_w {
 static FORGE__INLINE_VNNI void forge__vnni_transpose(const __m256i v[8], __m256i out[8]) {
     __m256i t[8], u[8];
     int i;
+    FORGE__UNROLL
     for (i = 0; i < 4; i++) {
         t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
         t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
     }
+    FORGE__UNROLL
     for (i = 0; i < 2; i++) {
         u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
         u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
         u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
         u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
     }
+    FORGE__UNROLL
     for (i = 0; i < 4; i++) {
         out[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
         out[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
@@ -4341,6 +4346,7 @@ static FORGE__INLINE_VNNI void forge__vnni_k_blocks(const uint8_t *w, __m256i v[
     const __m256i mask = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);
     int i;
     if (!six) {
+        FORGE__UNROLL
         for (i = 0; i < 4; i++) {
             const __m256i raw = forge__avx2_load(w + 16 + 32 * i);
             v[2 * i] = _mm256_and_si256(raw, mask);
@@ -4348,6 +4354,7 @@ static FORGE__INLINE_VNNI void forge__vnni_k_blocks(const uint8_t *w, __m256i v[
         }
         return;
     }
+    FORGE__UNROLL
     for (i = 0; i < 2; i++) { /* forge__qdot_q6_k_avx2's unpacking, without the -32 */
         const __m256i ql0 = forge__avx2_load(w + 64 * i), ql1 = forge__avx2_load(w + 64 * i + 32);
         const __m256i qh = forge__avx2_load(w + 128 + 32 * i);
@@ -4362,7 +4369,7 @@ static FORGE__INLINE_VNNI void forge__vnni_k_blocks(const uint8_t *w, __m256i v[
 }
 
 /* One row (n_super super-blocks) against one token: x its blocks, tx the same transposed. */
-static FORGE__INLINE_VNNI float forge__kdot_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+static FORGE__KERNEL_VNNI float forge__kdot_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                              const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super, int six) {
     __m256 acc = _mm256_setzero_ps(), offsets = _mm256_setzero_ps();
     uint32_t s;
@@ -4371,6 +4378,7 @@ static FORGE__INLINE_VNNI float forge__kdot_vnni(const uint8_t *FORGE__RESTRICT 
         __m256 scale, offset = _mm256_setzero_ps();
         int l;
         forge__vnni_k_blocks(w, v, six);
+        FORGE__UNROLL
         for (l = 0; l < 8; l++) v[l] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v[l], forge__avx2_load(x[l].q));
         forge__vnni_fold(v, &half0, &half1);
         if (six) {
@@ -4387,7 +4395,7 @@ static FORGE__INLINE_VNNI float forge__kdot_vnni(const uint8_t *FORGE__RESTRICT 
 }
 
 /* A row of n_super super-blocks into its transposed form. */
-static FORGE__INLINE_VNNI void forge__vnni_k_unpack(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
+static FORGE__KERNEL_VNNI void forge__vnni_k_unpack(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
                                                 uint32_t n_super, int six) {
     uint32_t s;
     for (s = 0; s < n_super; s++, w += six ? 210 : 144, out++) {
@@ -4396,6 +4404,7 @@ static FORGE__INLINE_VNNI void forge__vnni_k_unpack(const uint8_t *FORGE__RESTRI
         int k;
         forge__vnni_k_blocks(w, v, six);
         forge__vnni_transpose(v, t);
+        FORGE__UNROLL
         for (k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)out->q[k], t[k]);
         if (six) {
             __m256i sc0, sc1;
@@ -4420,12 +4429,14 @@ static FORGE__INLINE_VNNI void forge__vnni_x_transpose(const forge__q8_block *FO
     for (s = 0; s < n_super; s++, x += 8, out++) {
         __m256i v[8], t[8], half0, half1;
         int l;
+        FORGE__UNROLL
         for (l = 0; l < 8; l++) {
             v[l] = forge__avx2_load(x[l].q);
             out->d[l] = x[l].d;
             out->ds[l] = x[l].ds;
         }
         forge__vnni_transpose(v, t);
+        FORGE__UNROLL
         for (l = 0; l < 8; l++) {
             _mm256_storeu_si256((__m256i *)out->q[l], t[l]);
             v[l] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, v[l]);
@@ -4438,7 +4449,7 @@ static FORGE__INLINE_VNNI void forge__vnni_x_transpose(const forge__q8_block *FO
 
 /* Two transposed rows (w and w + w_stride) against n_tokens <= 4 tokens (x + t * x_stride):
    out[4 r + t]. The lanes of missing tokens repeat the last one's work and are dropped. */
-static FORGE__INLINE_VNNI void forge__ktile_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
+static FORGE__KERNEL_VNNI void forge__ktile_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
                                              const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
                                              uint32_t n_super, float *out, int six) {
     __m256 acc[2][4], offsets[2][4];
@@ -4490,20 +4501,28 @@ static FORGE__INLINE_VNNI void forge__ktile_vnni(const forge__k_tile_w *FORGE__R
         for (t = 0; t < n_tokens; t++) out[4 * r + t] = forge__vnni_k_total(acc[r][t], offsets[r][t], six);
 }
 
-static FORGE__INLINE_VNNI float forge__kdot_q4_k_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+static FORGE__VNNI_FN float forge__kdot_q4_k_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                   const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super) {
     return forge__kdot_vnni(w, x, tx, n_super, 0);
 }
-static FORGE__INLINE_VNNI float forge__kdot_q6_k_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+static FORGE__VNNI_FN float forge__kdot_q6_k_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
                                                   const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super) {
     return forge__kdot_vnni(w, x, tx, n_super, 1);
 }
-static FORGE__INLINE_VNNI void forge__ktile_q4_k_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
+static FORGE__VNNI_FN void forge__unpack_q4_k_vnni(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
+                                                   uint32_t n_super) {
+    forge__vnni_k_unpack(w, out, n_super, 0);
+}
+static FORGE__VNNI_FN void forge__unpack_q6_k_vnni(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
+                                                   uint32_t n_super) {
+    forge__vnni_k_unpack(w, out, n_super, 1);
+}
+static FORGE__VNNI_FN void forge__ktile_q4_k_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
                                                   const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
                                                   uint32_t n_super, float *out) {
     forge__ktile_vnni(w, w_stride, x, x_stride, n_tokens, n_super, out, 0);
 }
-static FORGE__INLINE_VNNI void forge__ktile_q6_k_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
+static FORGE__VNNI_FN void forge__ktile_q6_k_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
                                                   const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
                                                   uint32_t n_super, float *out) {
     forge__ktile_vnni(w, w_stride, x, x_stride, n_tokens, n_super, out, 1);
@@ -4579,6 +4598,7 @@ typedef struct forge__qmatmul_job {
                   const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super);
     void (*ktile)(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride, const forge__q8_tile_x *FORGE__RESTRICT x,
                   size_t x_stride, uint32_t n_tokens, uint32_t n_super, float *out);
+    void (*kunpack)(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out, uint32_t n_super);
     const forge__q8_tile_x *tx; /* the tokens transposed, n_blocks / 8 each */
 #endif
 } forge__qmatmul_job;
@@ -4599,8 +4619,7 @@ static void forge__qmatmul_task_k(const forge__qmatmul_job *job, uint32_t first,
         const uint32_t pair = FORGE__MIN(2u, end - r);
         forge__k_tile_w *rows = (forge__k_tile_w *)(void *)(job->slots + (size_t)thread * job->slot_bytes);
         for (i = 0; i < 2; i++) /* a lone last row runs as both */
-            forge__vnni_k_unpack(job->w + (size_t)(r + FORGE__MIN(i, pair - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_super,
-                                 n_super, job->type == FORGE_TYPE_Q6_K);
+            job->kunpack(job->w + (size_t)(r + FORGE__MIN(i, pair - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_super, n_super);
         for (t = 0; t < job->n_tokens; t += 4) {
             const uint32_t n = FORGE__MIN(4u, job->n_tokens - t);
             float out[8];
@@ -4746,6 +4765,7 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
     if (simd > 1 && (type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q6_K) && FORGE__AVX2_PRESENT() && FORGE__VNNI_PRESENT()) {
         job.kdot = type == FORGE_TYPE_Q4_K ? forge__kdot_q4_k_vnni : forge__kdot_q6_k_vnni;
         job.ktile = type == FORGE_TYPE_Q4_K ? forge__ktile_q4_k_vnni : forge__ktile_q6_k_vnni;
+        job.kunpack = type == FORGE_TYPE_Q4_K ? forge__unpack_q4_k_vnni : forge__unpack_q6_k_vnni;
         prep.tx = q;
         q = rounded;
     }
