@@ -4294,9 +4294,13 @@ static FORGE__INLINE_VNNI void forge__vnni_transpose(const __m256i v[8], __m256i
 
 /* The sums of lanes 0..3 (bytes 0..15) and of lanes 4..7 (bytes 16..31) of v[l], into lane l. */
 static FORGE__INLINE_VNNI void forge__vnni_fold(const __m256i v[8], __m256i *half0, __m256i *half1) {
-    const __m256i a0 = _mm256_hadd_epi32(v[0], v[1]), a1 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i a2 = _mm256_hadd_epi32(v[4], v[5]), a3 = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
+    __m256i a[4], b0, b1;
+    int i;
+    FORGE__UNROLL
+    for (i = 0; i < 4; i++)
+        a[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    b0 = _mm256_add_epi32(_mm256_unpacklo_epi64(a[0], a[1]), _mm256_unpackhi_epi64(a[0], a[1]));
+    b1 = _mm256_add_epi32(_mm256_unpacklo_epi64(a[2], a[3]), _mm256_unpackhi_epi64(a[2], a[3]));
     *half0 = _mm256_permute2x128_si256(b0, b1, 0x20);
     *half1 = _mm256_permute2x128_si256(b0, b1, 0x31);
 }
