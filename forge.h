@@ -4253,7 +4253,7 @@ static FORGE__VNNI_FN void forge__q8_rowdot_vnni_plain(const forge__q8_row_block
    takes block l's sums straight from the file's bytes (vpdpbusd per block, then the 8 blocks' lanes
    folded together); a step of more tokens unpacks each row once with its blocks' bytes transposed
    (vector k holding bytes 4k..4k+3 of every block), against the tokens transposed the same way, so
-   that vpdpbusd leaves each block's sum in its own lane, and runs 2 rows against 4 tokens at a time.
+   that vpdpbusd leaves each block's sum in its own lane, and runs 4 rows against 4 tokens at a time.
    The integers are exact either way and the floats are the same operations in the same order, so a
    token's sums do not depend on its step. Weights go in unsigned (Q6_K's q + 32); Q6_K's -32 comes
    back through the token's sums of each 16. */
@@ -4451,58 +4451,65 @@ static FORGE__INLINE_VNNI void forge__vnni_x_transpose(const forge__q8_block *FO
     }
 }
 
-/* Two transposed rows (w and w + w_stride) against n_tokens <= 4 tokens (x + t * x_stride):
-   out[4 r + t]. The lanes of missing tokens repeat the last one's work and are dropped. */
+/* The tile of a step: FORGE__KTILE_ROWS transposed rows (w + r * w_stride) against up to
+   FORGE__KTILE_TOKENS tokens (x + t * x_stride), out[r * FORGE__KTILE_TOKENS + t]. The lanes of missing
+   tokens repeat the last one's work and are dropped. */
+#ifndef FORGE__KTILE_ROWS
+#define FORGE__KTILE_ROWS 4
+#endif
+#ifndef FORGE__KTILE_TOKENS
+#define FORGE__KTILE_TOKENS 4
+#endif
 static FORGE__KERNEL_VNNI void forge__ktile_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
-                                             const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
-                                             uint32_t n_super, float *out, int six) {
-    __m256 acc[2][4], offsets[2][4];
+                                                 const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
+                                                 uint32_t n_super, float *out, int six) {
+    enum { R = FORGE__KTILE_ROWS, T = FORGE__KTILE_TOKENS };
+    __m256 acc[R][T], offsets[R][T];
     uint32_t s, r, t, k;
-    for (r = 0; r < 2; r++)
-        for (t = 0; t < 4; t++) acc[r][t] = offsets[r][t] = _mm256_setzero_ps();
+    for (r = 0; r < R; r++)
+        for (t = 0; t < T; t++) acc[r][t] = offsets[r][t] = _mm256_setzero_ps();
     for (s = 0; s < n_super; s++) {
-        const forge__k_tile_w *wr[2];
-        const forge__q8_tile_x *xt[4];
-        __m256i half0[2][4], half1[2][4];
-        wr[0] = w + s;
-        wr[1] = w + w_stride + s;
+        const forge__k_tile_w *wr[R];
+        const forge__q8_tile_x *xt[T];
+        __m256i half0[R][T], half1[R][T];
         FORGE__UNROLL
-        for (t = 0; t < 4; t++) xt[t] = x + (t < n_tokens ? t : n_tokens - 1) * x_stride + s;
+        for (r = 0; r < R; r++) wr[r] = w + r * w_stride + s;
         FORGE__UNROLL
-        for (r = 0; r < 2; r++) {
+        for (t = 0; t < T; t++) xt[t] = x + (t < n_tokens ? t : n_tokens - 1) * x_stride + s;
+        FORGE__UNROLL
+        for (r = 0; r < R; r++) {
             FORGE__UNROLL
-            for (t = 0; t < 4; t++) half0[r][t] = half1[r][t] = _mm256_setzero_si256();
+            for (t = 0; t < T; t++) half0[r][t] = half1[r][t] = _mm256_setzero_si256();
         }
         FORGE__UNROLL
         for (k = 0; k < 8; k++) {
-            const __m256i w0 = _mm256_loadu_si256((const __m256i *)wr[0]->q[k]);
-            const __m256i w1 = _mm256_loadu_si256((const __m256i *)wr[1]->q[k]);
+            __m256i wv[R];
             FORGE__UNROLL
-            for (t = 0; t < 4; t++) {
+            for (r = 0; r < R; r++) wv[r] = _mm256_loadu_si256((const __m256i *)wr[r]->q[k]);
+            FORGE__UNROLL
+            for (t = 0; t < T; t++) {
                 const __m256i xv = _mm256_loadu_si256((const __m256i *)xt[t]->q[k]);
-                if (six && k >= 4) {
-                    half1[0][t] = _mm256_dpbusd_epi32(half1[0][t], w0, xv);
-                    half1[1][t] = _mm256_dpbusd_epi32(half1[1][t], w1, xv);
-                } else {
-                    half0[0][t] = _mm256_dpbusd_epi32(half0[0][t], w0, xv);
-                    half0[1][t] = _mm256_dpbusd_epi32(half0[1][t], w1, xv);
+                FORGE__UNROLL
+                for (r = 0; r < R; r++) {
+                    if (six && k >= 4) half1[r][t] = _mm256_dpbusd_epi32(half1[r][t], wv[r], xv);
+                    else half0[r][t] = _mm256_dpbusd_epi32(half0[r][t], wv[r], xv);
                 }
             }
         }
         FORGE__UNROLL
-        for (r = 0; r < 2; r++) {
+        for (r = 0; r < R; r++) {
             const __m256 scale = _mm256_loadu_ps(wr[r]->scale), offset = _mm256_loadu_ps(wr[r]->offset);
             const __m256i sc0 = _mm256_loadu_si256((const __m256i *)wr[r]->sc[0]);
             const __m256i sc1 = _mm256_loadu_si256((const __m256i *)wr[r]->sc[1]);
             FORGE__UNROLL
-            for (t = 0; t < 4; t++) {
+            for (t = 0; t < T; t++) {
                 const __m256i sums = six ? forge__vnni_q6_k_sums(half0[r][t], half1[r][t], sc0, sc1, xt[t]) : half0[r][t];
                 forge__vnni_k_step(sums, scale, offset, xt[t], &acc[r][t], &offsets[r][t], six);
             }
         }
     }
-    for (r = 0; r < 2; r++)
-        for (t = 0; t < n_tokens; t++) out[4 * r + t] = forge__vnni_k_total(acc[r][t], offsets[r][t], six);
+    for (r = 0; r < R; r++)
+        for (t = 0; t < n_tokens; t++) out[r * T + t] = forge__vnni_k_total(acc[r][t], offsets[r][t], six);
 }
 
 static FORGE__VNNI_FN float forge__kdot_q4_k_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
@@ -4619,19 +4626,18 @@ static void forge__qmatmul_task_k(const forge__qmatmul_job *job, uint32_t first,
         }
         return;
     }
-    for (r = first; r < end; r += 2) {
-        const uint32_t pair = FORGE__MIN(2u, end - r);
+    for (r = first; r < end; r += FORGE__KTILE_ROWS) {
+        const uint32_t group = FORGE__MIN((uint32_t)FORGE__KTILE_ROWS, end - r);
         forge__k_tile_w *rows = (forge__k_tile_w *)(void *)(job->slots + (size_t)thread * job->slot_bytes);
-        for (i = 0; i < 2; i++) /* a lone last row runs as both */
-            job->kunpack(job->w + (size_t)(r + FORGE__MIN(i, pair - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_super, n_super);
-        for (t = 0; t < job->n_tokens; t += 4) {
-            const uint32_t n = FORGE__MIN(4u, job->n_tokens - t);
-            float out[8];
+        uint32_t j;
+        for (i = 0; i < FORGE__KTILE_ROWS; i++) /* past the last row, the last row again */
+            job->kunpack(job->w + (size_t)(r + FORGE__MIN(i, group - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_super, n_super);
+        for (t = 0; t < job->n_tokens; t += FORGE__KTILE_TOKENS) {
+            const uint32_t n = FORGE__MIN((uint32_t)FORGE__KTILE_TOKENS, job->n_tokens - t);
+            float out[FORGE__KTILE_ROWS * FORGE__KTILE_TOKENS];
             job->ktile(rows, n_super, job->tx + (size_t)t * n_super, n_super, n, n_super, out);
-            for (i = 0; i < n; i++) {
-                job->y[(size_t)(t + i) * n_rows + r] = out[i];
-                if (pair > 1) job->y[(size_t)(t + i) * n_rows + r + 1] = out[4 + i];
-            }
+            for (j = 0; j < group; j++)
+                for (i = 0; i < n; i++) job->y[(size_t)(t + i) * n_rows + r + j] = out[j * FORGE__KTILE_TOKENS + i];
         }
     }
 }
@@ -4708,9 +4714,12 @@ static size_t forge__q8_round_up(size_t bytes) { return (bytes + FORGE__WORK_ALI
 /* The bytes of forge__matmul_q8's `work` per block of 32 of a token: its rounded form (40), or its
    transposed form for the Q4_K and Q6_K products on AVX-512 VNNI (48). */
 #define FORGE__Q8_X_BLOCK_BYTES 48
-/* The bytes of a thread's slot per block of 32 of a row: two rows unpacked, 48 each (forge__q8_row_block,
-   or a forge__k_tile_w per 8 blocks). */
-#define FORGE__Q8_SLOT_BLOCK_BYTES 96
+/* The bytes of a thread's slot per block of 32 of a row: one row unpacked as forge__q8_row_block (48), or
+   FORGE__KTILE_ROWS rows of forge__k_tile_w (48 a block each). */
+#define FORGE__Q8_SLOT_BLOCK_BYTES 192
+#if defined(FORGE__VNNI) && FORGE__KTILE_ROWS * 48 > FORGE__Q8_SLOT_BLOCK_BYTES
+#error "FORGE__KTILE_ROWS rows do not fit a thread's slot"
+#endif
 
 /* Bytes of forge__matmul_q8's `work` for n_tokens rows of n_cols on n_threads threads: the quantized
    activations, the rounded form of up to 4 tokens (for the transposed products), then one slot per thread. */
