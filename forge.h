@@ -3062,6 +3062,7 @@ typedef struct forge__pool_worker {
 struct forge__pool {
     forge_allocator allocator;
     uint32_t n_threads; /* participants, the calling thread included */
+    int q8_level;       /* forge__q8_simd_level(2), asked once: CPUID may trap to a hypervisor at every product */
 #ifdef FORGE__THREADS
     uint32_t spins; /* FORGE_POOL_SPINS, or 0 when there are more threads than cores */
     forge__pool_worker *workers; /* n_threads - 1 */
@@ -3142,6 +3143,8 @@ static void forge__pool_stop(forge__pool *p, uint32_t n_started) {
 
 /* n_threads 0 = forge_cpu_default_threads(); 1 = run on the caller, no threads created.
    With FORGE_NO_THREADS, or without a thread API, every pool has one participant. */
+static int forge__q8_simd_level(int simd);
+
 static FORGE__MAYBE_UNUSED forge_result forge__pool_create(uint32_t n_threads, const forge_allocator *a,
                                                            forge__pool **out, forge_error *e) {
     forge__pool *p;
@@ -3161,6 +3164,7 @@ static FORGE__MAYBE_UNUSED forge_result forge__pool_create(uint32_t n_threads, c
     memset(p, 0, bytes);
     if (a) p->allocator = *a;
     p->n_threads = n_threads;
+    p->q8_level = forge__q8_simd_level(2);
 #ifdef FORGE__THREADS
     if (n_threads > 1) {
         uint32_t i;
@@ -4547,11 +4551,25 @@ static FORGE__AVX2_FN void forge__q8_rowdot_avx2_plain(const forge__q8_row_block
 }
 #endif /* FORGE__AVX2 */
 
-/* The dot product for rows of `type` on 8-bit activations, NULL where the type has none (the f32
-   products take it); vector forms where the machine has them and `simd` allows. */
-static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
+/* The vector level of the products on 8-bit activations for a request of `simd` (0 the portable forms,
+   1 AVX2, 2 also AVX-512 VNNI): the highest this machine has, up to it. */
+static int forge__q8_simd_level(int simd) {
+    int level = 0;
 #ifdef FORGE__AVX2
-    if (simd && FORGE__AVX2_PRESENT()) switch (type) {
+    if (simd > 0 && FORGE__AVX2_PRESENT()) level = 1;
+#ifdef FORGE__VNNI
+    if (simd > 1 && level && FORGE__VNNI_PRESENT()) level = 2;
+#endif
+#endif
+    (void)simd;
+    return level;
+}
+
+/* The dot product for rows of `type` on 8-bit activations, NULL where the type has none (the f32
+   products take it); the vector forms of a level forge__q8_simd_level gave. */
+static forge__qdot_fn forge__qdot_for(uint32_t type, int level) {
+#ifdef FORGE__AVX2
+    if (level) switch (type) {
         case FORGE_TYPE_Q4_0: return forge__qdot_q4_0_avx2;
         case FORGE_TYPE_Q4_1: return forge__qdot_q4_1_avx2;
         case FORGE_TYPE_Q5_0: return forge__qdot_q5_0_avx2;
@@ -4563,7 +4581,7 @@ static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
         default: break;
         }
 #endif
-    (void)simd;
+    (void)level;
     switch (type) {
     case FORGE_TYPE_Q4_0: return forge__qdot_q4_0;
     case FORGE_TYPE_Q4_1: return forge__qdot_q4_1;
@@ -4578,17 +4596,16 @@ static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
 }
 
 /* A type whose blocks have a minimum (Q4_1, Q5_1, Q4_K, Q5_K) needs the offsets' sums. */
-static forge__q8_rowdot_fn forge__q8_rowdot_for(uint32_t type, int simd) {
+static forge__q8_rowdot_fn forge__q8_rowdot_for(uint32_t type, int level) {
 #ifdef FORGE__AVX2
     const int with_offsets = type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1 || type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K;
 #ifdef FORGE__VNNI
-    if (simd > 1 && FORGE__AVX2_PRESENT() && FORGE__VNNI_PRESENT())
-        return with_offsets ? forge__q8_rowdot_vnni : forge__q8_rowdot_vnni_plain;
+    if (level > 1) return with_offsets ? forge__q8_rowdot_vnni : forge__q8_rowdot_vnni_plain;
 #endif
-    if (simd && FORGE__AVX2_PRESENT()) return with_offsets ? forge__q8_rowdot_avx2 : forge__q8_rowdot_avx2_plain;
+    if (level) return with_offsets ? forge__q8_rowdot_avx2 : forge__q8_rowdot_avx2_plain;
 #endif
     (void)type;
-    (void)simd;
+    (void)level;
     return forge__q8_rowdot;
 }
 
@@ -4737,10 +4754,12 @@ static FORGE__MAYBE_UNUSED int forge__matmul_q8_supported(uint32_t type, uint32_
 /* forge__matmul on 8-bit activations, for the types forge__matmul_q8_supported accepts (others
    yield zeros): x is rounded into `work` (forge__matmul_q8_work_bytes(pool size, n_cols, n_tokens)),
    then every row meets every token. simd 0 runs the portable dot products (the tests' reference), 1
-   adds AVX2 where the CPU has it, 2 also AVX-512 VNNI (for steps of many tokens). */
+   adds AVX2 where the CPU has it, 2 also AVX-512 VNNI (for steps of many tokens, and Q4_K and Q6_K). */
 static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, const uint8_t *w, uint64_t row_bytes,
                                                  uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                                  uint32_t n_tokens, void *work, int simd) {
+    /* the pool asked the CPU once; a call without one asks now */
+    const int level = simd <= 0 ? 0 : p ? (simd < p->q8_level ? simd : p->q8_level) : forge__q8_simd_level(simd);
     forge__qmatmul_job job;
     forge__q8_prepare_job prep;
     forge__q8_block *q, *rounded;
@@ -4754,14 +4773,14 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
     q = (forge__q8_block *)(void *)((uint8_t *)work + (FORGE__WORK_ALIGN - (size_t)((uintptr_t)work % FORGE__WORK_ALIGN)) %
                                                           FORGE__WORK_ALIGN);
     rounded = (forge__q8_block *)(void *)((uint8_t *)q + forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * FORGE__Q8_X_BLOCK_BYTES));
-    job.qdot = forge__qdot_for(type, simd);
-    job.rowdot = forge__q8_rowdot_for(type, simd);
+    job.qdot = forge__qdot_for(type, level);
+    job.rowdot = forge__q8_rowdot_for(type, level);
     job.type = type;
     job.slots = (uint8_t *)rounded + forge__q8_round_up((size_t)FORGE__VDOT_TOKENS * (n_cols / 32) * sizeof(forge__q8_block));
     job.slot_bytes = forge__q8_round_up((size_t)(n_cols / 32) * FORGE__Q8_SLOT_BLOCK_BYTES);
     prep.quantize = forge__q8_quantize;
 #ifdef FORGE__AVX2
-    if (simd && FORGE__AVX2_PRESENT()) prep.quantize = forge__q8_quantize_avx2;
+    if (level) prep.quantize = forge__q8_quantize_avx2;
 #endif
     prep.x = x;
     prep.q = q;
@@ -4775,7 +4794,7 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
     job.kdot = NULL;
     job.ktile = NULL;
     job.tx = (const forge__q8_tile_x *)(const void *)q;
-    if (simd > 1 && (type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q6_K) && FORGE__AVX2_PRESENT() && FORGE__VNNI_PRESENT()) {
+    if (level > 1 && (type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q6_K)) {
         job.kdot = type == FORGE_TYPE_Q4_K ? forge__kdot_q4_k_vnni : forge__kdot_q6_k_vnni;
         job.ktile = type == FORGE_TYPE_Q4_K ? forge__ktile_q4_k_vnni : forge__ktile_q6_k_vnni;
         job.kunpack = type == FORGE_TYPE_Q4_K ? forge__unpack_q4_k_vnni : forge__unpack_q6_k_vnni;
