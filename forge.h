@@ -4244,34 +4244,37 @@ static FORGE__VNNI_FN void forge__q8_rowdot_vnni_plain(const forge__q8_row_block
     forge__q8_rowdot_vnni_with(w, x, x_stride, n_tokens, n_blocks, out, 0);
 }
 
-/* Helpers small enough to inline into the kernels that call them with a constant type. */
-#define FORGE__INLINE_VNNI inline FORGE__VNNI_FN
-/* The kernels proper, inlined into each type's entry so that its branches on the type fold away. */
-#define FORGE__KERNEL_VNNI inline __attribute__((always_inline)) FORGE__VNNI_FN
 
-/* ---- Q4_K and Q6_K on AVX-512 VNNI: the 8 blocks of a super-block side by side ----
-   A row's super-block meets a token as 8 integer sums, one per block of 32, in the 8 lanes of one
-   vector, which then meet the blocks' scales and the token's d in one multiply and one fused add for
-   all 8 (instead of one of each per block): lane l of a (row, token)'s accumulator holds the sum over
-   super-blocks of block l's terms, and the lanes are added in a fixed order at the end. One token
-   takes block l's sums straight from the file's bytes (vpdpbusd per block, then the 8 blocks' lanes
-   folded together); a step of more tokens unpacks each row once with its blocks' bytes transposed
-   (vector k holding bytes 4k..4k+3 of every block), against the tokens transposed the same way, so
-   that vpdpbusd leaves each block's sum in its own lane, and runs 4 rows against 4 tokens at a time.
-   The integers are exact either way and the floats are the same operations in the same order, so a
-   token's sums do not depend on its step. Weights go in unsigned (Q6_K's q + 32); Q6_K's -32 comes
-   back through the token's sums of each 16. */
+/* ---- products on AVX-512 VNNI with 8 blocks side by side ----
+   A row's group of 8 blocks of 32 (a K-quant super-block, or 8 blocks of a 32-element type) meets a
+   token as 8 integer sums, one per block, in the 8 lanes of one vector, which then meet the blocks'
+   scales and the token's d in one multiply and one fused add for all 8 (instead of one of each per
+   block): lane l of a (row, token)'s accumulator holds the sum over groups of block l's terms, and the
+   lanes are added in a fixed order at the end. One token takes block l's sums straight from the file's
+   bytes (vpdpbusd per block, then the 8 blocks' lanes folded together); a step of more tokens unpacks
+   each row once with its blocks' bytes transposed (vector k holding bytes 4k..4k+3 of every block),
+   against the tokens transposed the same way, so that vpdpbusd leaves each block's sum in its own lane,
+   and runs 4 rows against 4 tokens at a time. The integers are exact either way and the floats are the
+   same operations in the same order, so a token's sums do not depend on its step. Weights go in
+   unsigned (Q4_0's nibbles, Q5_0's 5 bits, Q8_0's bytes + 128, Q6_K's 6 bits); the bias comes back
+   through the token's sums of each 16. A row's last group may have fewer than 8 blocks: its missing
+   lanes are zeros in both forms. */
 typedef struct forge__q8_tile_x {
-    int8_t q[8][32];    /* q[k][4l + j]: byte 4k + j of block l */
-    float d[8], ds[8];  /* block l's d and d times the sum of its bytes */
-    int32_t bias[2][8]; /* 32 times the sum of block l's bytes 0..15 and 16..31 */
+    int8_t q[8][32];   /* q[k][4l + j]: byte 4k + j of block l */
+    float d[8], ds[8]; /* block l's d and d times the sum of its bytes */
+    int32_t sum[2][8]; /* the sums of block l's bytes 0..15 and 16..31 */
 } forge__q8_tile_x;
 
 typedef struct forge__k_tile_w {
     uint8_t q[8][32];          /* as forge__q8_tile_x's q, unsigned */
-    float scale[8], offset[8]; /* d times block l's scale and -dmin times its minimum (Q6_K: d and 0) */
-    int32_t sc[2][8];          /* Q6_K: block l's scales of bytes 0..15 and 16..31 */
+    float scale[8], offset[8]; /* block l's scale and minimum (Q4_K: d times its scale, -dmin times its minimum) */
+    int32_t sc[2][8];          /* Q6_K: block l's scales of bytes 0..15 and 16..31 (the float scale is d) */
 } forge__k_tile_w;
+
+/* Helpers small enough to inline into the kernels that call them with a constant type. */
+#define FORGE__INLINE_VNNI inline FORGE__VNNI_FN
+/* The kernels proper, inlined into each type's entry so that its branches on the type fold away. */
+#define FORGE__KERNEL_VNNI inline __attribute__((always_inline)) FORGE__VNNI_FN
 
 /* v[l] lanes 4k..4k+3 -> out[k] lanes l: an 8 x 8 transpose of 32-bit words. */
 static FORGE__INLINE_VNNI void forge__vnni_transpose(const __m256i v[8], __m256i out[8]) {
@@ -4296,7 +4299,8 @@ static FORGE__INLINE_VNNI void forge__vnni_transpose(const __m256i v[8], __m256i
     }
 }
 
-/* The sums of lanes 0..3 (bytes 0..15) and of lanes 4..7 (bytes 16..31) of v[l], into lane l. */
+/* The sums of lanes 0..3 (bytes 0..15) and of lanes 4..7 (bytes 16..31) of v[l], into lane l
+   (unpacks and adds: cheaper here than hadd). */
 static FORGE__INLINE_VNNI void forge__vnni_fold(const __m256i v[8], __m256i *half0, __m256i *half1) {
     __m256i a[4], b0, b1;
     int i;
@@ -4309,170 +4313,230 @@ static FORGE__INLINE_VNNI void forge__vnni_fold(const __m256i v[8], __m256i *hal
     *half1 = _mm256_permute2x128_si256(b0, b1, 0x31);
 }
 
-/* A Q4_K super-block's scales and minimums, block l in lane l. */
-static FORGE__INLINE_VNNI void forge__vnni_q4_k_scales(const uint8_t *w, __m256 *scale, __m256 *offset) {
-    uint32_t u[4], low_mins;
-    memcpy(u, w + 4, 12); /* forge__k4_scale_min's table, four at a time (x86 is little-endian) */
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    low_mins = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = low_mins;
-    u[0] &= 0x3f3f3f3fu;
-    *scale = _mm256_mul_ps(_mm256_set1_ps(forge__avx2_half(w)),
-                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)u))));
-    *offset = _mm256_mul_ps(_mm256_set1_ps(-forge__avx2_half(w + 2)),
-                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(u + 2)))));
+/* The bytes of a group of 8 blocks of `type`, and how far the unsigned weights stand above the signed
+   ones (a power of two: its log, -1 for none). */
+static FORGE__INLINE_VNNI uint32_t forge__vnni_group_bytes(uint32_t type) {
+    return type == FORGE_TYPE_Q4_K ? 144u : type == FORGE_TYPE_Q6_K ? 210u : 8u * forge__q8_unit_bytes(type);
+}
+static FORGE__INLINE_VNNI int forge__vnni_bias_log(uint32_t type) {
+    return type == FORGE_TYPE_Q4_0 ? 3 : type == FORGE_TYPE_Q5_0 ? 4 : type == FORGE_TYPE_Q8_0 ? 7 : -1;
 }
 
-/* A Q6_K super-block's 16 scales: those of bytes 0..15 (even) and 16..31 (odd) of block l in lane l. */
-static FORGE__INLINE_VNNI void forge__vnni_q6_k_scales(const uint8_t *w, __m256i *sc0, __m256i *sc1) {
-    const __m128i s = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(w + 192)),
-                                       _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-    *sc0 = _mm256_cvtepi8_epi32(s);
-    *sc1 = _mm256_cvtepi8_epi32(_mm_srli_si128(s, 8));
+/* The halves at the start of 8 blocks (the first n, the rest 0), stride bytes apart, as floats: the
+   first of each in *d, the second in *m (one gather of 4 bytes a block, none past the n-th). */
+static FORGE__INLINE_VNNI void forge__vnni_halves(const uint8_t *w, uint32_t stride, uint32_t n, __m256 *d, __m256 *m) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i words;
+    if (n == 8) {
+        words = _mm256_i32gather_epi32((const int *)(const void *)w, _mm256_mullo_epi32(lane, _mm256_set1_epi32((int)stride)), 1);
+    } else { /* blocks past the n-th read the n-th again (no byte past the row) and become zeros */
+        const __m256i last = _mm256_min_epi32(lane, _mm256_set1_epi32((int)n - 1));
+        words = _mm256_i32gather_epi32((const int *)(const void *)w, _mm256_mullo_epi32(last, _mm256_set1_epi32((int)stride)), 1);
+        words = _mm256_and_si256(words, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), lane));
+    }
+    { /* the low (high) 16 bits of each word into the low 8 bytes of each 128-bit half, then the halves together */
+        const __m256i low = _mm256_shuffle_epi8(words, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5,
+                                                                         8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+        const __m256i both = _mm256_permute4x64_epi64(low, 0xd8); /* qwords 0, 2 (the firsts), 1, 3 (the seconds) */
+        *d = _mm256_cvtph_ps(_mm256_castsi256_si128(both));
+        *m = _mm256_cvtph_ps(_mm256_extracti128_si256(both, 1));
+    }
 }
 
-/* A super-block's 8 block sums (Q6_K: with its scales and -32) into a (row, token)'s lanes. */
-static FORGE__INLINE_VNNI void forge__vnni_k_step(__m256i sums, __m256 scale, __m256 offset, const forge__q8_tile_x *x,
-                                              __m256 *acc, __m256 *offsets, int six) {
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(scale, _mm256_loadu_ps(x->d)), *acc);
-    if (!six) *offsets = _mm256_fmadd_ps(offset, _mm256_loadu_ps(x->ds), *offsets);
+/* The 16 bytes at q as 32 nibbles (low ones in bytes 0..15, high ones in 16..31), from one broadcast load. */
+static FORGE__INLINE_VNNI __m256i forge__vnni_nibbles(const uint8_t *q) {
+    const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
+    return _mm256_and_si256(_mm256_srlv_epi64(raw, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0xf));
 }
 
-static FORGE__INLINE_VNNI __m256i forge__vnni_q6_k_sums(__m256i half0, __m256i half1, __m256i sc0, __m256i sc1,
-                                                    const forge__q8_tile_x *x) {
-    return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(half0, _mm256_loadu_si256((const __m256i *)x->bias[0])), sc0),
-                            _mm256_mullo_epi32(_mm256_sub_epi32(half1, _mm256_loadu_si256((const __m256i *)x->bias[1])), sc1));
-}
-
-static FORGE__INLINE_VNNI float forge__vnni_k_total(__m256 acc, __m256 offsets, int six) {
-    return six ? forge__avx2_sum(acc) + 0.0f : forge__avx2_sum(acc) + forge__avx2_sum(offsets);
-}
-
-/* A super-block's 8 blocks of 32 unsigned bytes, block l in v[l], as the file holds them. */
-static FORGE__INLINE_VNNI void forge__vnni_k_blocks(const uint8_t *w, __m256i v[8], int six) {
+/* A group of n blocks of `type` at w (n = 8 but in a 32-element type's last group): block l's unsigned
+   bytes in v[l] as the file lays them out (zeros past n), the scales and minimums of block l in lane l
+   (Q6_K: d, its scales in sc0/sc1). */
+static FORGE__INLINE_VNNI void forge__vnni_group(uint32_t type, const uint8_t *w, uint32_t n, __m256i v[8], __m256 *scale,
+                                                 __m256 *offset, __m256i *sc0, __m256i *sc1) {
     const __m256i mask = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);
+    const uint32_t bytes = forge__q8_unit_bytes(type);
     int i;
-    if (!six) {
+    *offset = _mm256_setzero_ps();
+    *sc0 = *sc1 = _mm256_setzero_si256();
+    if (type == FORGE_TYPE_Q4_K) {
+        uint32_t u[4], low_mins;
         FORGE__UNROLL
         for (i = 0; i < 4; i++) {
             const __m256i raw = forge__avx2_load(w + 16 + 32 * i);
             v[2 * i] = _mm256_and_si256(raw, mask);
             v[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
         }
+        memcpy(u, w + 4, 12); /* forge__k4_scale_min's table, four at a time (x86 is little-endian) */
+        u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+        low_mins = u[1] & 0x3f3f3f3fu;
+        u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+        u[2] = low_mins;
+        u[0] &= 0x3f3f3f3fu;
+        *scale = _mm256_mul_ps(_mm256_set1_ps(forge__avx2_half(w)),
+                               _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)u))));
+        *offset = _mm256_mul_ps(_mm256_set1_ps(-forge__avx2_half(w + 2)),
+                                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(u + 2)))));
+        return;
+    }
+    if (type == FORGE_TYPE_Q6_K) {
+        const __m128i s = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(w + 192)),
+                                           _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+        FORGE__UNROLL
+        for (i = 0; i < 2; i++) { /* forge__qdot_q6_k_avx2's unpacking, without the -32 */
+            const __m256i ql0 = forge__avx2_load(w + 64 * i), ql1 = forge__avx2_load(w + 64 * i + 32);
+            const __m256i qh = forge__avx2_load(w + 128 + 32 * i);
+            v[4 * i] = _mm256_or_si256(_mm256_and_si256(ql0, mask), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+            v[4 * i + 1] = _mm256_or_si256(_mm256_and_si256(ql1, mask),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
+            v[4 * i + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
+            v[4 * i + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
+        }
+        *sc0 = _mm256_cvtepi8_epi32(s);
+        *sc1 = _mm256_cvtepi8_epi32(_mm_srli_si128(s, 8));
+        *scale = _mm256_set1_ps(forge__avx2_half(w + 208));
         return;
     }
     FORGE__UNROLL
-    for (i = 0; i < 2; i++) { /* forge__qdot_q6_k_avx2's unpacking, without the -32 */
-        const __m256i ql0 = forge__avx2_load(w + 64 * i), ql1 = forge__avx2_load(w + 64 * i + 32);
-        const __m256i qh = forge__avx2_load(w + 128 + 32 * i);
-        v[4 * i] = _mm256_or_si256(_mm256_and_si256(ql0, mask), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
-        v[4 * i + 1] = _mm256_or_si256(_mm256_and_si256(ql1, mask),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
-        v[4 * i + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
-        v[4 * i + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
+    for (i = 0; i < 8; i++) {
+        const uint8_t *b = w + (uint32_t)i * bytes;
+        if ((uint32_t)i >= n) v[i] = _mm256_setzero_si256();
+        else if (type == FORGE_TYPE_Q4_0) v[i] = forge__vnni_nibbles(b + 2);
+        else if (type == FORGE_TYPE_Q4_1) v[i] = forge__vnni_nibbles(b + 4);
+        else if (type == FORGE_TYPE_Q5_0) v[i] = _mm256_or_si256(forge__vnni_nibbles(b + 6), forge__avx2_fifth_bits(forge__le32(b + 2)));
+        else if (type == FORGE_TYPE_Q5_1) v[i] = _mm256_or_si256(forge__vnni_nibbles(b + 8), forge__avx2_fifth_bits(forge__le32(b + 4)));
+        else v[i] = _mm256_xor_si256(forge__avx2_load(b + 2), _mm256_set1_epi8((char)0x80)); /* Q8_0 */
+    }
+    {
+        __m256 minimum;
+        forge__vnni_halves(w, bytes, n, scale, &minimum);
+        if (type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1) *offset = minimum;
     }
 }
 
-/* One row (n_super super-blocks) against one token: x its blocks, tx the same transposed. */
-static FORGE__KERNEL_VNNI float forge__kdot_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
-                                             const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super, int six) {
+/* A group's 8 block sums of a (row, token): the half sums with the bias taken out (Q6_K: with its
+   scales), into the token's lanes. */
+static FORGE__INLINE_VNNI __m256i forge__vnni_sums(uint32_t type, __m256i half0, __m256i half1, __m256i sc0, __m256i sc1,
+                                                   const forge__q8_tile_x *x) {
+    const int bias_log = forge__vnni_bias_log(type);
+    if (type == FORGE_TYPE_Q6_K) {
+        const __m256i s0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x->sum[0]), 5);
+        const __m256i s1 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x->sum[1]), 5);
+        return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(half0, s0), sc0), _mm256_mullo_epi32(_mm256_sub_epi32(half1, s1), sc1));
+    }
+    if (bias_log >= 0) {
+        const __m256i s = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)x->sum[0]), _mm256_loadu_si256((const __m256i *)x->sum[1]));
+        return _mm256_sub_epi32(_mm256_add_epi32(half0, half1), _mm256_sll_epi32(s, _mm_cvtsi32_si128(bias_log)));
+    }
+    return _mm256_add_epi32(half0, half1);
+}
+
+static FORGE__INLINE_VNNI int forge__vnni_has_offsets(uint32_t type) {
+    return type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1;
+}
+
+/* A group's sums into a (row, token)'s lanes. */
+static FORGE__INLINE_VNNI void forge__vnni_step(uint32_t type, __m256i sums, __m256 scale, __m256 offset, const forge__q8_tile_x *x,
+                                                __m256 *acc, __m256 *offsets) {
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(scale, _mm256_loadu_ps(x->d)), *acc);
+    if (forge__vnni_has_offsets(type)) *offsets = _mm256_fmadd_ps(offset, _mm256_loadu_ps(x->ds), *offsets);
+}
+
+static FORGE__INLINE_VNNI float forge__vnni_total(uint32_t type, __m256 acc, __m256 offsets) {
+    return forge__vnni_has_offsets(type) ? forge__avx2_sum(acc) + forge__avx2_sum(offsets) : forge__avx2_sum(acc) + 0.0f;
+}
+
+/* One group of n blocks of a row against one token (x its blocks, tx the same transposed). */
+static FORGE__INLINE_VNNI void forge__vnni_dot_group(uint32_t type, const uint8_t *w, uint32_t n, const forge__q8_block *x,
+                                                     const forge__q8_tile_x *tx, __m256 *acc, __m256 *offsets) {
+    __m256i v[8], half0, half1, sc0, sc1;
+    __m256 scale, offset;
+    int l;
+    forge__vnni_group(type, w, n, v, &scale, &offset, &sc0, &sc1);
+    FORGE__UNROLL
+    for (l = 0; l < 8; l++)
+        if ((uint32_t)l < n) v[l] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v[l], forge__avx2_load(x[l].q));
+    forge__vnni_fold(v, &half0, &half1);
+    forge__vnni_step(type, forge__vnni_sums(type, half0, half1, sc0, sc1, tx), scale, offset, tx, acc, offsets);
+}
+
+/* One row (n_blocks blocks) against one token. */
+static FORGE__KERNEL_VNNI float forge__vnni_dot(uint32_t type, const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_blocks) {
+    const uint32_t group_bytes = forge__vnni_group_bytes(type);
     __m256 acc = _mm256_setzero_ps(), offsets = _mm256_setzero_ps();
-    uint32_t s;
-    for (s = 0; s < n_super; s++, w += six ? 210 : 144, x += 8, tx++) {
-        __m256i v[8], half0, half1;
-        __m256 scale, offset = _mm256_setzero_ps();
-        int l;
-        forge__vnni_k_blocks(w, v, six);
-        FORGE__UNROLL
-        for (l = 0; l < 8; l++) v[l] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v[l], forge__avx2_load(x[l].q));
-        forge__vnni_fold(v, &half0, &half1);
-        if (six) {
-            __m256i sc0, sc1;
-            forge__vnni_q6_k_scales(w, &sc0, &sc1);
-            scale = _mm256_set1_ps(forge__avx2_half(w + 208));
-            forge__vnni_k_step(forge__vnni_q6_k_sums(half0, half1, sc0, sc1, tx), scale, offset, tx, &acc, &offsets, 1);
-        } else {
-            forge__vnni_q4_k_scales(w, &scale, &offset);
-            forge__vnni_k_step(_mm256_add_epi32(half0, half1), scale, offset, tx, &acc, &offsets, 0);
-        }
-    }
-    return forge__vnni_k_total(acc, offsets, six);
+    uint32_t b;
+    for (b = 0; b + 8 <= n_blocks; b += 8, w += group_bytes, x += 8, tx++) forge__vnni_dot_group(type, w, 8, x, tx, &acc, &offsets);
+    if (b < n_blocks) forge__vnni_dot_group(type, w, n_blocks - b, x, tx, &acc, &offsets);
+    return forge__vnni_total(type, acc, offsets);
 }
 
-/* A row of n_super super-blocks into its transposed form. */
-static FORGE__KERNEL_VNNI void forge__vnni_k_unpack(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
-                                                uint32_t n_super, int six) {
-    uint32_t s;
-    for (s = 0; s < n_super; s++, w += six ? 210 : 144, out++) {
-        __m256i v[8], t[8];
-        __m256 scale, offset = _mm256_setzero_ps();
+/* A row of n_blocks blocks into its transposed form. */
+static FORGE__KERNEL_VNNI void forge__vnni_unpack(uint32_t type, const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
+                                                  uint32_t n_blocks) {
+    const uint32_t group_bytes = forge__vnni_group_bytes(type);
+    uint32_t b;
+    for (b = 0; b < n_blocks; b += 8, w += group_bytes, out++) {
+        __m256i v[8], t[8], sc0, sc1;
+        __m256 scale, offset;
         int k;
-        forge__vnni_k_blocks(w, v, six);
+        forge__vnni_group(type, w, FORGE__MIN(8u, n_blocks - b), v, &scale, &offset, &sc0, &sc1);
         forge__vnni_transpose(v, t);
         FORGE__UNROLL
         for (k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)out->q[k], t[k]);
-        if (six) {
-            __m256i sc0, sc1;
-            forge__vnni_q6_k_scales(w, &sc0, &sc1);
-            _mm256_storeu_si256((__m256i *)out->sc[0], sc0);
-            _mm256_storeu_si256((__m256i *)out->sc[1], sc1);
-            scale = _mm256_set1_ps(forge__avx2_half(w + 208));
-        } else {
-            forge__vnni_q4_k_scales(w, &scale, &offset);
-            memset(out->sc, 0, sizeof out->sc);
-        }
+        _mm256_storeu_si256((__m256i *)out->sc[0], sc0);
+        _mm256_storeu_si256((__m256i *)out->sc[1], sc1);
         _mm256_storeu_ps(out->scale, scale);
         _mm256_storeu_ps(out->offset, offset);
     }
 }
 
-/* A token's blocks (n_super super-blocks of them) into their transposed form. */
-static FORGE__INLINE_VNNI void forge__vnni_x_transpose(const forge__q8_block *FORGE__RESTRICT x, forge__q8_tile_x *FORGE__RESTRICT out,
-                                                   uint32_t n_super) {
+/* A token's n_blocks blocks into their transposed form (a last group of fewer than 8: zeros after). */
+static FORGE__VNNI_FN void forge__vnni_x_transpose(const forge__q8_block *FORGE__RESTRICT x, forge__q8_tile_x *FORGE__RESTRICT out,
+                                                   uint32_t n_blocks) {
     const __m256i ones = _mm256_set1_epi8(1);
-    uint32_t s;
-    for (s = 0; s < n_super; s++, x += 8, out++) {
+    uint32_t b;
+    for (b = 0; b < n_blocks; b += 8, x += 8, out++) {
+        const uint32_t n = FORGE__MIN(8u, n_blocks - b);
         __m256i v[8], t[8], half0, half1;
-        int l;
-        FORGE__UNROLL
+        uint32_t l;
         for (l = 0; l < 8; l++) {
-            v[l] = forge__avx2_load(x[l].q);
-            out->d[l] = x[l].d;
-            out->ds[l] = x[l].ds;
+            v[l] = l < n ? forge__avx2_load(x[l].q) : _mm256_setzero_si256();
+            out->d[l] = l < n ? x[l].d : 0.0f;
+            out->ds[l] = l < n ? x[l].ds : 0.0f;
         }
         forge__vnni_transpose(v, t);
-        FORGE__UNROLL
         for (l = 0; l < 8; l++) {
             _mm256_storeu_si256((__m256i *)out->q[l], t[l]);
             v[l] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, v[l]);
         }
         forge__vnni_fold(v, &half0, &half1);
-        _mm256_storeu_si256((__m256i *)out->bias[0], _mm256_slli_epi32(half0, 5));
-        _mm256_storeu_si256((__m256i *)out->bias[1], _mm256_slli_epi32(half1, 5));
+        _mm256_storeu_si256((__m256i *)out->sum[0], half0);
+        _mm256_storeu_si256((__m256i *)out->sum[1], half1);
     }
 }
 
 /* The tile of a step: FORGE__KTILE_ROWS transposed rows (w + r * w_stride) against up to
-   FORGE__KTILE_TOKENS tokens (x + t * x_stride), out[r * FORGE__KTILE_TOKENS + t]. The lanes of missing
-   tokens repeat the last one's work and are dropped. */
+   FORGE__KTILE_TOKENS tokens (x + t * x_stride), out[r * FORGE__KTILE_TOKENS + t], over n_groups groups.
+   The lanes of missing tokens repeat the last one's work and are dropped. */
 #ifndef FORGE__KTILE_ROWS
 #define FORGE__KTILE_ROWS 4
 #endif
 #ifndef FORGE__KTILE_TOKENS
 #define FORGE__KTILE_TOKENS 4
 #endif
-static FORGE__KERNEL_VNNI void forge__ktile_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
-                                                 const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
-                                                 uint32_t n_super, float *out, int six) {
+static FORGE__KERNEL_VNNI void forge__vnni_tile(uint32_t type, const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
+                                                const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
+                                                uint32_t n_groups, float *out) {
     enum { R = FORGE__KTILE_ROWS, T = FORGE__KTILE_TOKENS };
+    const int six = type == FORGE_TYPE_Q6_K;
     __m256 acc[R][T], offsets[R][T];
     uint32_t s, r, t, k;
     for (r = 0; r < R; r++)
         for (t = 0; t < T; t++) acc[r][t] = offsets[r][t] = _mm256_setzero_ps();
-    for (s = 0; s < n_super; s++) {
+    for (s = 0; s < n_groups; s++) {
         const forge__k_tile_w *wr[R];
         const forge__q8_tile_x *xt[T];
         __m256i half0[R][T], half1[R][T];
@@ -4506,41 +4570,60 @@ static FORGE__KERNEL_VNNI void forge__ktile_vnni(const forge__k_tile_w *FORGE__R
             const __m256i sc0 = _mm256_loadu_si256((const __m256i *)wr[r]->sc[0]);
             const __m256i sc1 = _mm256_loadu_si256((const __m256i *)wr[r]->sc[1]);
             FORGE__UNROLL
-            for (t = 0; t < T; t++) {
-                const __m256i sums = six ? forge__vnni_q6_k_sums(half0[r][t], half1[r][t], sc0, sc1, xt[t]) : half0[r][t];
-                forge__vnni_k_step(sums, scale, offset, xt[t], &acc[r][t], &offsets[r][t], six);
-            }
+            for (t = 0; t < T; t++) /* the whole block's sum is in half0 but for Q6_K: its half1 is 0 */
+                forge__vnni_step(type, forge__vnni_sums(type, half0[r][t], half1[r][t], sc0, sc1, xt[t]), scale, offset, xt[t],
+                                 &acc[r][t], &offsets[r][t]);
         }
     }
     for (r = 0; r < R; r++)
-        for (t = 0; t < n_tokens; t++) out[r * T + t] = forge__vnni_k_total(acc[r][t], offsets[r][t], six);
+        for (t = 0; t < n_tokens; t++) out[r * T + t] = forge__vnni_total(type, acc[r][t], offsets[r][t]);
 }
 
-static FORGE__VNNI_FN float forge__kdot_q4_k_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
-                                                  const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super) {
-    return forge__kdot_vnni(w, x, tx, n_super, 0);
-}
-static FORGE__VNNI_FN float forge__kdot_q6_k_vnni(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
-                                                  const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super) {
-    return forge__kdot_vnni(w, x, tx, n_super, 1);
-}
-static FORGE__VNNI_FN void forge__unpack_q4_k_vnni(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
-                                                   uint32_t n_super) {
-    forge__vnni_k_unpack(w, out, n_super, 0);
-}
-static FORGE__VNNI_FN void forge__unpack_q6_k_vnni(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
-                                                   uint32_t n_super) {
-    forge__vnni_k_unpack(w, out, n_super, 1);
-}
-static FORGE__VNNI_FN void forge__ktile_q4_k_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
-                                                  const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
-                                                  uint32_t n_super, float *out) {
-    forge__ktile_vnni(w, w_stride, x, x_stride, n_tokens, n_super, out, 0);
-}
-static FORGE__VNNI_FN void forge__ktile_q6_k_vnni(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
-                                                  const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
-                                                  uint32_t n_super, float *out) {
-    forge__ktile_vnni(w, w_stride, x, x_stride, n_tokens, n_super, out, 1);
+/* Each type's entries: the one-token dot product, the unpacking of a row, the tile. */
+typedef float (*forge__vnni_dot_fn)(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                    const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_blocks);
+typedef void (*forge__vnni_unpack_fn)(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out, uint32_t n_blocks);
+typedef void (*forge__vnni_tile_fn)(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride, const forge__q8_tile_x *FORGE__RESTRICT x,
+                                    size_t x_stride, uint32_t n_tokens, uint32_t n_groups, float *out);
+#define FORGE__VNNI_ENTRIES(name, type)                                                                                          \
+    static FORGE__VNNI_FN float forge__vnni_dot_##name(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, \
+                                                       const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_blocks) {           \
+        return forge__vnni_dot(type, w, x, tx, n_blocks);                                                                        \
+    }                                                                                                                            \
+    static FORGE__VNNI_FN void forge__vnni_unpack_##name(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out, \
+                                                         uint32_t n_blocks) {                                                    \
+        forge__vnni_unpack(type, w, out, n_blocks);                                                                              \
+    }                                                                                                                            \
+    static FORGE__VNNI_FN void forge__vnni_tile_##name(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,                 \
+                                                       const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride,               \
+                                                       uint32_t n_tokens, uint32_t n_groups, float *out) {                       \
+        forge__vnni_tile(type, w, w_stride, x, x_stride, n_tokens, n_groups, out);                                               \
+    }
+FORGE__VNNI_ENTRIES(q4_0, FORGE_TYPE_Q4_0)
+FORGE__VNNI_ENTRIES(q4_1, FORGE_TYPE_Q4_1)
+FORGE__VNNI_ENTRIES(q5_0, FORGE_TYPE_Q5_0)
+FORGE__VNNI_ENTRIES(q5_1, FORGE_TYPE_Q5_1)
+FORGE__VNNI_ENTRIES(q8_0, FORGE_TYPE_Q8_0)
+FORGE__VNNI_ENTRIES(q4_k, FORGE_TYPE_Q4_K)
+FORGE__VNNI_ENTRIES(q6_k, FORGE_TYPE_Q6_K)
+
+/* The three entries of a type that has them (0 where it has not). */
+static int forge__vnni_entries(uint32_t type, forge__vnni_dot_fn *dot, forge__vnni_unpack_fn *unpack, forge__vnni_tile_fn *tile) {
+    switch (type) {
+#define FORGE__VNNI_CASE(name, t)                                                                                                \
+    case t:                                                                                                                      \
+        *dot = forge__vnni_dot_##name, *unpack = forge__vnni_unpack_##name, *tile = forge__vnni_tile_##name;                     \
+        return 1;
+        FORGE__VNNI_CASE(q4_0, FORGE_TYPE_Q4_0)
+        FORGE__VNNI_CASE(q4_1, FORGE_TYPE_Q4_1)
+        FORGE__VNNI_CASE(q5_0, FORGE_TYPE_Q5_0)
+        FORGE__VNNI_CASE(q5_1, FORGE_TYPE_Q5_1)
+        FORGE__VNNI_CASE(q8_0, FORGE_TYPE_Q8_0)
+        FORGE__VNNI_CASE(q4_k, FORGE_TYPE_Q4_K)
+        FORGE__VNNI_CASE(q6_k, FORGE_TYPE_Q6_K)
+#undef FORGE__VNNI_CASE
+    default: return 0;
+    }
 }
 #endif /* FORGE__VNNI */
 
@@ -4621,25 +4704,24 @@ typedef struct forge__qmatmul_job {
     uint8_t *slots; /* slot_bytes per thread */
     size_t slot_bytes;
 #ifdef FORGE__VNNI
-    /* Q4_K and Q6_K on AVX-512 VNNI: one token from the file's bytes, more on rows unpacked two at a time */
-    float (*kdot)(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
-                  const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_super);
-    void (*ktile)(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride, const forge__q8_tile_x *FORGE__RESTRICT x,
-                  size_t x_stride, uint32_t n_tokens, uint32_t n_super, float *out);
-    void (*kunpack)(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out, uint32_t n_super);
-    const forge__q8_tile_x *tx; /* the tokens transposed, n_blocks / 8 each */
+    /* on AVX-512 VNNI, 8 blocks side by side: one token from the file's bytes, more on rows unpacked 4 at a time */
+    int vnni;
+    forge__vnni_dot_fn vdot;
+    forge__vnni_unpack_fn unpack;
+    forge__vnni_tile_fn tile;
+    const forge__q8_tile_x *tx; /* the tokens transposed, n_groups each */
 #endif
 } forge__qmatmul_job;
 
 #ifdef FORGE__VNNI
-static void forge__qmatmul_task_k(const forge__qmatmul_job *job, uint32_t first, uint32_t end, uint32_t thread) {
-    const uint32_t n_rows = job->n_rows, n_super = job->n_blocks / 8;
+static void forge__qmatmul_task_vnni(const forge__qmatmul_job *job, uint32_t first, uint32_t end, uint32_t thread) {
+    const uint32_t n_rows = job->n_rows, n_groups = (job->n_blocks + 7) / 8;
     uint32_t r, t, i;
     if (job->n_tokens <= FORGE__VDOT_TOKENS) {
         for (r = first; r < end; r++) {
             const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
             for (t = 0; t < job->n_tokens; t++)
-                job->y[(size_t)t * n_rows + r] = job->kdot(row, job->x + (size_t)t * job->n_blocks, job->tx + (size_t)t * n_super, n_super);
+                job->y[(size_t)t * n_rows + r] = job->vdot(row, job->x + (size_t)t * job->n_blocks, job->tx + (size_t)t * n_groups, job->n_blocks);
         }
         return;
     }
@@ -4648,11 +4730,11 @@ static void forge__qmatmul_task_k(const forge__qmatmul_job *job, uint32_t first,
         forge__k_tile_w *rows = (forge__k_tile_w *)(void *)(job->slots + (size_t)thread * job->slot_bytes);
         uint32_t j;
         for (i = 0; i < FORGE__KTILE_ROWS; i++) /* past the last row, the last row again */
-            job->kunpack(job->w + (size_t)(r + FORGE__MIN(i, group - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_super, n_super);
+            job->unpack(job->w + (size_t)(r + FORGE__MIN(i, group - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_groups, job->n_blocks);
         for (t = 0; t < job->n_tokens; t += FORGE__KTILE_TOKENS) {
             const uint32_t n = FORGE__MIN((uint32_t)FORGE__KTILE_TOKENS, job->n_tokens - t);
             float out[FORGE__KTILE_ROWS * FORGE__KTILE_TOKENS];
-            job->ktile(rows, n_super, job->tx + (size_t)t * n_super, n_super, n, n_super, out);
+            job->tile(rows, n_groups, job->tx + (size_t)t * n_groups, n_groups, n, n_groups, out);
             for (j = 0; j < group; j++)
                 for (i = 0; i < n; i++) job->y[(size_t)(t + i) * n_rows + r + j] = out[j * FORGE__KTILE_TOKENS + i];
         }
@@ -4667,8 +4749,8 @@ static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint
     uint32_t r, t, i;
     (void)n_tasks;
 #ifdef FORGE__VNNI
-    if (job->ktile) {
-        forge__qmatmul_task_k(job, first, end, thread);
+    if (job->vnni) {
+        forge__qmatmul_task_vnni(job, first, end, thread);
         return;
     }
 #endif
@@ -4717,7 +4799,7 @@ static void forge__q8_prepare_task(void *ctx, uint32_t task, uint32_t n_tasks, u
         if (job->tx) {
             forge__q8_block *tmp = (forge__q8_block *)(void *)(job->scratch + (size_t)thread * job->scratch_bytes);
             job->quantize(job->x + (size_t)t * job->n_cols, tmp, n_blocks);
-            forge__vnni_x_transpose(tmp, (forge__q8_tile_x *)job->tx + (size_t)t * (n_blocks / 8), n_blocks / 8);
+            forge__vnni_x_transpose(tmp, (forge__q8_tile_x *)job->tx + (size_t)t * ((n_blocks + 7) / 8), n_blocks);
             continue;
         }
 #endif
@@ -4729,7 +4811,7 @@ static void forge__q8_prepare_task(void *ctx, uint32_t task, uint32_t n_tasks, u
 static size_t forge__q8_round_up(size_t bytes) { return (bytes + FORGE__WORK_ALIGN - 1) / FORGE__WORK_ALIGN * FORGE__WORK_ALIGN; }
 
 /* The bytes of forge__matmul_q8's `work` per block of 32 of a token: its rounded form (40), or its
-   transposed form for the Q4_K and Q6_K products on AVX-512 VNNI (48). */
+   transposed form for the products on AVX-512 VNNI (48; a row's blocks counted up to a multiple of 8). */
 #define FORGE__Q8_X_BLOCK_BYTES 48
 /* The bytes of a thread's slot per block of 32 of a row: one row unpacked as forge__q8_row_block (48), or
    FORGE__KTILE_ROWS rows of forge__k_tile_w (48 a block each). */
@@ -4741,9 +4823,10 @@ static size_t forge__q8_round_up(size_t bytes) { return (bytes + FORGE__WORK_ALI
 /* Bytes of forge__matmul_q8's `work` for n_tokens rows of n_cols on n_threads threads: the quantized
    activations, the rounded form of up to 4 tokens (for the transposed products), then one slot per thread. */
 static FORGE__MAYBE_UNUSED size_t forge__matmul_q8_work_bytes(uint32_t n_threads, uint32_t n_cols, uint32_t n_tokens) {
-    return forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * FORGE__Q8_X_BLOCK_BYTES) +
+    const size_t groups = (size_t)(n_cols / 32 + 7) / 8;
+    return forge__q8_round_up((size_t)n_tokens * groups * 8 * FORGE__Q8_X_BLOCK_BYTES) +
            forge__q8_round_up((size_t)FORGE__VDOT_TOKENS * (n_cols / 32) * sizeof(forge__q8_block)) +
-           (size_t)n_threads * forge__q8_round_up((size_t)(n_cols / 32) * FORGE__Q8_SLOT_BLOCK_BYTES) + FORGE__WORK_ALIGN;
+           (size_t)n_threads * forge__q8_round_up(groups * 8 * FORGE__Q8_SLOT_BLOCK_BYTES) + FORGE__WORK_ALIGN;
 }
 
 /* Whether forge__matmul_q8 handles rows of n_cols elements of this type. */
@@ -4760,6 +4843,7 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
                                                  uint32_t n_tokens, void *work, int simd) {
     /* the pool asked the CPU once; a call without one asks now */
     const int level = simd <= 0 ? 0 : p ? (simd < p->q8_level ? simd : p->q8_level) : forge__q8_simd_level(simd);
+    const size_t groups = (size_t)(n_cols / 32 + 7) / 8;
     forge__qmatmul_job job;
     forge__q8_prepare_job prep;
     forge__q8_block *q, *rounded;
@@ -4772,12 +4856,12 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
     }
     q = (forge__q8_block *)(void *)((uint8_t *)work + (FORGE__WORK_ALIGN - (size_t)((uintptr_t)work % FORGE__WORK_ALIGN)) %
                                                           FORGE__WORK_ALIGN);
-    rounded = (forge__q8_block *)(void *)((uint8_t *)q + forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * FORGE__Q8_X_BLOCK_BYTES));
+    rounded = (forge__q8_block *)(void *)((uint8_t *)q + forge__q8_round_up((size_t)n_tokens * groups * 8 * FORGE__Q8_X_BLOCK_BYTES));
     job.qdot = forge__qdot_for(type, level);
     job.rowdot = forge__q8_rowdot_for(type, level);
     job.type = type;
     job.slots = (uint8_t *)rounded + forge__q8_round_up((size_t)FORGE__VDOT_TOKENS * (n_cols / 32) * sizeof(forge__q8_block));
-    job.slot_bytes = forge__q8_round_up((size_t)(n_cols / 32) * FORGE__Q8_SLOT_BLOCK_BYTES);
+    job.slot_bytes = forge__q8_round_up(groups * 8 * FORGE__Q8_SLOT_BLOCK_BYTES);
     prep.quantize = forge__q8_quantize;
 #ifdef FORGE__AVX2
     if (level) prep.quantize = forge__q8_quantize_avx2;
@@ -4791,13 +4875,10 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
     prep.n_tokens = n_tokens;
     prep.tokens_per_task = 1;
 #ifdef FORGE__VNNI
-    job.kdot = NULL;
-    job.ktile = NULL;
+    job.vnni = 0;
     job.tx = (const forge__q8_tile_x *)(const void *)q;
-    if (level > 1 && (type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q6_K)) {
-        job.kdot = type == FORGE_TYPE_Q4_K ? forge__kdot_q4_k_vnni : forge__kdot_q6_k_vnni;
-        job.ktile = type == FORGE_TYPE_Q4_K ? forge__ktile_q4_k_vnni : forge__ktile_q6_k_vnni;
-        job.kunpack = type == FORGE_TYPE_Q4_K ? forge__unpack_q4_k_vnni : forge__unpack_q6_k_vnni;
+    if (level > 1 && forge__vnni_entries(type, &job.vdot, &job.unpack, &job.tile)) {
+        job.vnni = 1;
         prep.tx = q;
         q = rounded;
     }
@@ -4806,7 +4887,9 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
         for (t = 0; t < n_tokens; t++) {
             prep.quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
 #ifdef FORGE__VNNI
-            if (prep.tx) forge__vnni_x_transpose(q + (size_t)t * (n_cols / 32), (forge__q8_tile_x *)prep.tx + (size_t)t * (n_cols / 256), n_cols / 256);
+            if (prep.tx)
+                forge__vnni_x_transpose(q + (size_t)t * (n_cols / 32), (forge__q8_tile_x *)prep.tx + (size_t)t * ((n_cols / 32 + 7) / 8),
+                                        n_cols / 32);
 #endif
         }
     } else {
