@@ -4204,8 +4204,8 @@ static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORG
 #ifdef FORGE__VNNI
 
 /* forge__q8_rowdot_avx2 with AVX-512 VNNI's four-byte products (vpdpbusd on 256 bits): the same
-   integers in one instruction instead of two, for the steps of many tokens, which are bound by
-   arithmetic, not memory. */
+   integers in one instruction instead of two, for the steps of many tokens of the types without the
+   grouped forms below (Q5_K). */
 static FORGE__VNNI_FN void forge__q8_rowdot_vnni_with(const forge__q8_row_block *FORGE__RESTRICT w,
                                                      const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
                                                      uint32_t n_tokens, uint32_t n_blocks, float *out, int with_offsets) {
