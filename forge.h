@@ -4203,48 +4203,6 @@ static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORG
 
 #ifdef FORGE__VNNI
 
-/* forge__q8_rowdot_avx2 with AVX-512 VNNI's four-byte products (vpdpbusd on 256 bits): the same
-   integers in one instruction instead of two, for the steps of many tokens of the types without the
-   grouped forms below (Q5_K). */
-static FORGE__VNNI_FN void forge__q8_rowdot_vnni_with(const forge__q8_row_block *FORGE__RESTRICT w,
-                                                     const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
-                                                     uint32_t n_tokens, uint32_t n_blocks, float *out, int with_offsets) {
-    __m256 acc[4];
-    float offsets[4] = {0, 0, 0, 0};
-    uint32_t b, t;
-    for (t = 0; t < 4; t++) acc[t] = _mm256_setzero_ps();
-    for (b = 0; b < n_blocks; b++, w++, x++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)w->q), magnitude = _mm256_abs_epi8(q);
-        const __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(w->scale[0])), _mm_set1_ps(w->scale[1]), 1);
-        FORGE__UNROLL
-        for (t = 0; t < 4; t++) {
-            const forge__q8_block *xt = x + (t < n_tokens ? t : n_tokens - 1) * x_stride;
-            const __m256i xs = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xt->q), q);
-            const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitude, xs);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_set1_ps(xt->d)), acc[t]);
-            if (with_offsets) offsets[t] += w->offset * xt->ds;
-        }
-    }
-    for (t = 0; t < n_tokens; t++) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        out[t] = _mm_cvtss_f32(s) + offsets[t];
-    }
-}
-
-static FORGE__VNNI_FN void forge__q8_rowdot_vnni(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
-                                                 size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
-    forge__q8_rowdot_vnni_with(w, x, x_stride, n_tokens, n_blocks, out, 1);
-}
-
-static FORGE__VNNI_FN void forge__q8_rowdot_vnni_plain(const forge__q8_row_block *FORGE__RESTRICT w,
-                                                       const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
-                                                       uint32_t n_tokens, uint32_t n_blocks, float *out) {
-    forge__q8_rowdot_vnni_with(w, x, x_stride, n_tokens, n_blocks, out, 0);
-}
-
-
 /* ---- products on AVX-512 VNNI with 8 blocks side by side ----
    A row's group of 8 blocks of 32 (a K-quant super-block, or 8 blocks of a 32-element type) meets a
    token as 8 integer sums, one per block, in the 8 lanes of one vector, which then meet the blocks'
@@ -4316,7 +4274,8 @@ static FORGE__INLINE_VNNI void forge__vnni_fold(const __m256i v[8], __m256i *hal
 /* The bytes of a group of 8 blocks of `type`, and how far the unsigned weights stand above the signed
    ones (a power of two: its log, -1 for none). */
 static FORGE__INLINE_VNNI uint32_t forge__vnni_group_bytes(uint32_t type) {
-    return type == FORGE_TYPE_Q4_K ? 144u : type == FORGE_TYPE_Q6_K ? 210u : 8u * forge__q8_unit_bytes(type);
+    return type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K || type == FORGE_TYPE_Q6_K ? forge__q8_unit_bytes(type)
+                                                                                          : 8u * forge__q8_unit_bytes(type);
 }
 static FORGE__INLINE_VNNI int forge__vnni_bias_log(uint32_t type) {
     return type == FORGE_TYPE_Q4_0 ? 3 : type == FORGE_TYPE_Q5_0 ? 4 : type == FORGE_TYPE_Q8_0 ? 7 : -1;
@@ -4359,13 +4318,18 @@ static FORGE__INLINE_VNNI void forge__vnni_group(uint32_t type, const uint8_t *w
     int i;
     *offset = _mm256_setzero_ps();
     *sc0 = *sc1 = _mm256_setzero_si256();
-    if (type == FORGE_TYPE_Q4_K) {
+    if (type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K) {
         uint32_t u[4], low_mins;
         FORGE__UNROLL
         for (i = 0; i < 4; i++) {
-            const __m256i raw = forge__avx2_load(w + 16 + 32 * i);
+            const __m256i raw = forge__avx2_load(w + (type == FORGE_TYPE_Q5_K ? 48 : 16) + 32 * i);
             v[2 * i] = _mm256_and_si256(raw, mask);
             v[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+            if (type == FORGE_TYPE_Q5_K) { /* block s's fifth bits: bit s of each of the 32 bytes at w + 16 */
+                const __m256i qh = forge__avx2_load(w + 16), one = _mm256_set1_epi8(1);
+                v[2 * i] = _mm256_or_si256(v[2 * i], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * i)), one), 4));
+                v[2 * i + 1] = _mm256_or_si256(v[2 * i + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * i + 1)), one), 4));
+            }
         }
         memcpy(u, w + 4, 12); /* forge__k4_scale_min's table, four at a time (x86 is little-endian) */
         u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
@@ -4434,7 +4398,7 @@ static FORGE__INLINE_VNNI __m256i forge__vnni_sums(uint32_t type, __m256i half0,
 }
 
 static FORGE__INLINE_VNNI int forge__vnni_has_offsets(uint32_t type) {
-    return type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1;
+    return type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K || type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1;
 }
 
 /* A group's sums into a (row, token)'s lanes. */
@@ -4605,6 +4569,7 @@ FORGE__VNNI_ENTRIES(q5_0, FORGE_TYPE_Q5_0)
 FORGE__VNNI_ENTRIES(q5_1, FORGE_TYPE_Q5_1)
 FORGE__VNNI_ENTRIES(q8_0, FORGE_TYPE_Q8_0)
 FORGE__VNNI_ENTRIES(q4_k, FORGE_TYPE_Q4_K)
+FORGE__VNNI_ENTRIES(q5_k, FORGE_TYPE_Q5_K)
 FORGE__VNNI_ENTRIES(q6_k, FORGE_TYPE_Q6_K)
 
 /* The three entries of a type that has them (0 where it has not). */
@@ -4620,6 +4585,7 @@ static int forge__vnni_entries(uint32_t type, forge__vnni_dot_fn *dot, forge__vn
         FORGE__VNNI_CASE(q5_1, FORGE_TYPE_Q5_1)
         FORGE__VNNI_CASE(q8_0, FORGE_TYPE_Q8_0)
         FORGE__VNNI_CASE(q4_k, FORGE_TYPE_Q4_K)
+        FORGE__VNNI_CASE(q5_k, FORGE_TYPE_Q5_K)
         FORGE__VNNI_CASE(q6_k, FORGE_TYPE_Q6_K)
 #undef FORGE__VNNI_CASE
     default: return 0;
@@ -4682,10 +4648,7 @@ static forge__qdot_fn forge__qdot_for(uint32_t type, int level) {
 static forge__q8_rowdot_fn forge__q8_rowdot_for(uint32_t type, int level) {
 #ifdef FORGE__AVX2
     const int with_offsets = type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1 || type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K;
-#ifdef FORGE__VNNI
-    if (level > 1) return with_offsets ? forge__q8_rowdot_vnni : forge__q8_rowdot_vnni_plain;
-#endif
-    if (level) return with_offsets ? forge__q8_rowdot_avx2 : forge__q8_rowdot_avx2_plain;
+    if (level) return /* level 2 has its own forms (forge__vnni_entries) for every type */ with_offsets ? forge__q8_rowdot_avx2 : forge__q8_rowdot_avx2_plain;
 #endif
     (void)type;
     (void)level;
