@@ -4739,7 +4739,7 @@ static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint
 
 typedef void (*forge__q8_quantize_fn)(const float *FORGE__RESTRICT x, forge__q8_block *FORGE__RESTRICT out, uint32_t n_blocks);
 
-/* The tokens of a step rounded to 8 bits (and transposed for the Q4_K and Q6_K forms), a task per
+/* The tokens of a step rounded to 8 bits (and transposed for the AVX-512 VNNI forms), a task per
    group of tokens: the same bytes whichever thread rounds them. */
 typedef struct forge__q8_prepare_job {
     forge__q8_quantize_fn quantize;
@@ -4800,7 +4800,7 @@ static FORGE__MAYBE_UNUSED int forge__matmul_q8_supported(uint32_t type, uint32_
 /* forge__matmul on 8-bit activations, for the types forge__matmul_q8_supported accepts (others
    yield zeros): x is rounded into `work` (forge__matmul_q8_work_bytes(pool size, n_cols, n_tokens)),
    then every row meets every token. simd 0 runs the portable dot products (the tests' reference), 1
-   adds AVX2 where the CPU has it, 2 also AVX-512 VNNI (for steps of many tokens, and Q4_K and Q6_K). */
+   adds AVX2 where the CPU has it, 2 AVX-512 VNNI's grouped forms where it has that. */
 static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, const uint8_t *w, uint64_t row_bytes,
                                                  uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                                  uint32_t n_tokens, void *work, int simd) {
