@@ -3114,6 +3114,7 @@ typedef struct forge__pool_worker {
 struct forge__pool {
     forge_allocator allocator;
     uint32_t n_threads; /* participants, the calling thread included */
+    int q8_level;       /* forge__q8_simd_level(2), asked once: CPUID may trap to a hypervisor at every product */
 #ifdef FORGE__THREADS
     uint32_t spins; /* FORGE_POOL_SPINS, or 0 when there are more threads than cores */
     forge__pool_worker *workers; /* n_threads - 1 */
@@ -3194,6 +3195,8 @@ static void forge__pool_stop(forge__pool *p, uint32_t n_started) {
 
 /* n_threads 0 = forge_cpu_default_threads(); 1 = run on the caller, no threads created.
    With FORGE_NO_THREADS, or without a thread API, every pool has one participant. */
+static int forge__q8_simd_level(int simd);
+
 static FORGE__MAYBE_UNUSED forge_result forge__pool_create(uint32_t n_threads, const forge_allocator *a,
                                                            forge__pool **out, forge_error *e) {
     forge__pool *p;
@@ -3213,6 +3216,7 @@ static FORGE__MAYBE_UNUSED forge_result forge__pool_create(uint32_t n_threads, c
     memset(p, 0, bytes);
     if (a) p->allocator = *a;
     p->n_threads = n_threads;
+    p->q8_level = forge__q8_simd_level(2);
 #ifdef FORGE__THREADS
     if (n_threads > 1) {
         uint32_t i;
@@ -4037,6 +4041,50 @@ static FORGE__AVX2_FN __m256i forge__avx2_fifth_bits(uint32_t high) {
     return _mm256_and_si256(v, _mm256_set1_epi8(16));
 }
 
+/* forge__q8_quantize in vectors, with the same bytes and floats (a NaN scale's payload aside):
+   _mm256_cvtps_epi32 rounds as lrintf does, in the current rounding mode. */
+static FORGE__AVX2_FN void forge__q8_quantize_avx2(const float *FORGE__RESTRICT x, forge__q8_block *FORGE__RESTRICT out,
+                                                   uint32_t n_blocks) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    const __m256 low = _mm256_set1_ps(-127.5f), high = _mm256_set1_ps(127.5f);
+    uint32_t b;
+    int i;
+    for (b = 0; b < n_blocks; b++, x += 32, out++) {
+        __m256 v[4], big = zero, finite = zero, inv;
+        __m256i q[4], sum;
+        __m128 m;
+        float amax;
+        for (i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + 8 * i);
+            big = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), big); /* a NaN lane keeps big, as a > amax does */
+            finite = _mm256_add_ps(finite, _mm256_mul_ps(v[i], zero));
+        }
+        m = _mm_max_ps(_mm256_castps256_ps128(big), _mm256_extractf128_ps(big, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+        amax = _mm_cvtss_f32(m);
+        out->d = amax / 127.0f + forge__avx2_sum(finite);
+        inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        for (i = 0; i < 4; i++) {
+            const __m256 s = _mm256_mul_ps(v[i], inv);
+            const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(s, low, _CMP_GE_OQ), _mm256_cmp_ps(s, high, _CMP_LE_OQ));
+            q[i] = _mm256_and_si256(_mm256_cvtps_epi32(s), _mm256_castps_si256(ok));
+        }
+        sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        { /* 32 words to 32 bytes in order: the packs work within 128-bit halves, the permute restores it */
+            const __m256i words = _mm256_packs_epi32(q[0], q[1]), words2 = _mm256_packs_epi32(q[2], q[3]);
+            const __m256i bytes = _mm256_packs_epi16(words, words2);
+            _mm256_storeu_si256((__m256i *)out->q, _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        }
+        {
+            __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+            out->ds = out->d * (float)_mm_cvtsi128_si32(s);
+        }
+    }
+}
+
 /* The one-token forms unpack in registers what forge__q8_row_unpack writes, and add the same floats
    in the same order as forge__q8_rowdot_avx2. */
 static FORGE__AVX2_FN float forge__qdot_q4_0_avx2(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
@@ -4207,45 +4255,393 @@ static FORGE__AVX2_FN void forge__q8_rowdot_avx2(const forge__q8_row_block *FORG
 
 #ifdef FORGE__VNNI
 
-/* forge__q8_rowdot_avx2 with AVX-512 VNNI's four-byte products (vpdpbusd on 256 bits): the same
-   integers in one instruction instead of two, for the steps of many tokens, which are bound by
-   arithmetic, not memory. */
-static FORGE__VNNI_FN void forge__q8_rowdot_vnni_with(const forge__q8_row_block *FORGE__RESTRICT w,
-                                                     const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
-                                                     uint32_t n_tokens, uint32_t n_blocks, float *out, int with_offsets) {
-    __m256 acc[4];
-    float offsets[4] = {0, 0, 0, 0};
-    uint32_t b, t;
-    for (t = 0; t < 4; t++) acc[t] = _mm256_setzero_ps();
-    for (b = 0; b < n_blocks; b++, w++, x++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)w->q), magnitude = _mm256_abs_epi8(q);
-        const __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(w->scale[0])), _mm_set1_ps(w->scale[1]), 1);
+/* ---- products on AVX-512 VNNI with 8 blocks side by side ----
+   A row's group of 8 blocks of 32 (a K-quant super-block, or 8 blocks of a 32-element type) meets a
+   token as 8 integer sums, one per block, in the 8 lanes of one vector, which then meet the blocks'
+   scales and the token's d in one multiply and one fused add for all 8 (instead of one of each per
+   block): lane l of a (row, token)'s accumulator holds the sum over groups of block l's terms, and the
+   lanes are added in a fixed order at the end. One token takes block l's sums straight from the file's
+   bytes (vpdpbusd per block, then the 8 blocks' lanes folded together); a step of more tokens unpacks
+   each row once with its blocks' bytes transposed (vector k holding bytes 4k..4k+3 of every block),
+   against the tokens transposed the same way, so that vpdpbusd leaves each block's sum in its own lane,
+   and runs 4 rows against 4 tokens at a time. The integers are exact either way and the floats are the
+   same operations in the same order, so a token's sums do not depend on its step. Weights go in
+   unsigned (Q4_0's nibbles, Q5_0's 5 bits, Q8_0's bytes + 128, Q6_K's 6 bits); the bias comes back
+   through the token's sums of each 16. A row's last group may have fewer than 8 blocks: its missing
+   lanes are zeros in both forms. */
+typedef struct forge__q8_tile_x {
+    int8_t q[8][32];   /* q[k][4l + j]: byte 4k + j of block l */
+    float d[8], ds[8]; /* block l's d and d times the sum of its bytes */
+    int32_t sum[2][8]; /* the sums of block l's bytes 0..15 and 16..31 */
+} forge__q8_tile_x;
+
+typedef struct forge__k_tile_w {
+    uint8_t q[8][32];          /* as forge__q8_tile_x's q, unsigned */
+    float scale[8], offset[8]; /* block l's scale and minimum (Q4_K: d times its scale, -dmin times its minimum) */
+    int32_t sc[2][8];          /* Q6_K: block l's scales of bytes 0..15 and 16..31 (the float scale is d) */
+} forge__k_tile_w;
+
+/* Helpers small enough to inline into the kernels that call them with a constant type. */
+#define FORGE__INLINE_VNNI inline FORGE__VNNI_FN
+/* The kernels proper, inlined into each type's entry so that its branches on the type fold away. */
+#define FORGE__KERNEL_VNNI inline __attribute__((always_inline)) FORGE__VNNI_FN
+
+/* v[l] lanes 4k..4k+3 -> out[k] lanes l: an 8 x 8 transpose of 32-bit words. */
+static FORGE__INLINE_VNNI void forge__vnni_transpose(const __m256i v[8], __m256i out[8]) {
+    __m256i t[8], u[8];
+    int i;
+    FORGE__UNROLL
+    for (i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    FORGE__UNROLL
+    for (i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    FORGE__UNROLL
+    for (i = 0; i < 4; i++) {
+        out[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        out[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* The sums of lanes 0..3 (bytes 0..15) and of lanes 4..7 (bytes 16..31) of v[l], into lane l
+   (unpacks and adds: cheaper here than hadd). */
+static FORGE__INLINE_VNNI void forge__vnni_fold(const __m256i v[8], __m256i *half0, __m256i *half1) {
+    __m256i a[4], b0, b1;
+    int i;
+    FORGE__UNROLL
+    for (i = 0; i < 4; i++)
+        a[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    b0 = _mm256_add_epi32(_mm256_unpacklo_epi64(a[0], a[1]), _mm256_unpackhi_epi64(a[0], a[1]));
+    b1 = _mm256_add_epi32(_mm256_unpacklo_epi64(a[2], a[3]), _mm256_unpackhi_epi64(a[2], a[3]));
+    *half0 = _mm256_permute2x128_si256(b0, b1, 0x20);
+    *half1 = _mm256_permute2x128_si256(b0, b1, 0x31);
+}
+
+/* The bytes of a group of 8 blocks of `type`, and how far the unsigned weights stand above the signed
+   ones (a power of two: its log, -1 for none). */
+static FORGE__INLINE_VNNI uint32_t forge__vnni_group_bytes(uint32_t type) {
+    return type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K || type == FORGE_TYPE_Q6_K ? forge__q8_unit_bytes(type)
+                                                                                          : 8u * forge__q8_unit_bytes(type);
+}
+static FORGE__INLINE_VNNI int forge__vnni_bias_log(uint32_t type) {
+    return type == FORGE_TYPE_Q4_0 ? 3 : type == FORGE_TYPE_Q5_0 ? 4 : type == FORGE_TYPE_Q8_0 ? 7 : -1;
+}
+
+/* The halves at the start of 8 blocks (the first n, the rest 0), stride bytes apart, as floats: the
+   first of each in *d, the second in *m (one gather of 4 bytes a block, none past the n-th). */
+static FORGE__INLINE_VNNI void forge__vnni_halves(const uint8_t *w, uint32_t stride, uint32_t n, __m256 *d, __m256 *m) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i words;
+    if (n == 8) {
+        words = _mm256_i32gather_epi32((const int *)(const void *)w, _mm256_mullo_epi32(lane, _mm256_set1_epi32((int)stride)), 1);
+    } else { /* blocks past the n-th read the n-th again (no byte past the row) and become zeros */
+        const __m256i last = _mm256_min_epi32(lane, _mm256_set1_epi32((int)n - 1));
+        words = _mm256_i32gather_epi32((const int *)(const void *)w, _mm256_mullo_epi32(last, _mm256_set1_epi32((int)stride)), 1);
+        words = _mm256_and_si256(words, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), lane));
+    }
+    { /* the low (high) 16 bits of each word into the low 8 bytes of each 128-bit half, then the halves together */
+        const __m256i low = _mm256_shuffle_epi8(words, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5,
+                                                                         8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+        const __m256i both = _mm256_permute4x64_epi64(low, 0xd8); /* qwords 0, 2 (the firsts), 1, 3 (the seconds) */
+        *d = _mm256_cvtph_ps(_mm256_castsi256_si128(both));
+        *m = _mm256_cvtph_ps(_mm256_extracti128_si256(both, 1));
+    }
+}
+
+/* The 16 bytes at q as 32 nibbles (low ones in bytes 0..15, high ones in 16..31), from one broadcast load. */
+static FORGE__INLINE_VNNI __m256i forge__vnni_nibbles(const uint8_t *q) {
+    const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
+    return _mm256_and_si256(_mm256_srlv_epi64(raw, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0xf));
+}
+
+/* A group of n blocks of `type` at w (n = 8 but in a 32-element type's last group): block l's unsigned
+   bytes in v[l] as the file lays them out (zeros past n), the scales and minimums of block l in lane l
+   (Q6_K: d, its scales in sc0/sc1). */
+static FORGE__INLINE_VNNI void forge__vnni_group(uint32_t type, const uint8_t *w, uint32_t n, __m256i v[8], __m256 *scale,
+                                                 __m256 *offset, __m256i *sc0, __m256i *sc1) {
+    const __m256i mask = _mm256_set1_epi8(0xf), three = _mm256_set1_epi8(3);
+    const uint32_t bytes = forge__q8_unit_bytes(type);
+    int i;
+    *offset = _mm256_setzero_ps();
+    *sc0 = *sc1 = _mm256_setzero_si256();
+    if (type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K) {
+        uint32_t u[4], low_mins;
         FORGE__UNROLL
-        for (t = 0; t < 4; t++) {
-            const forge__q8_block *xt = x + (t < n_tokens ? t : n_tokens - 1) * x_stride;
-            const __m256i xs = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xt->q), q);
-            const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitude, xs);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_set1_ps(xt->d)), acc[t]);
-            if (with_offsets) offsets[t] += w->offset * xt->ds;
+        for (i = 0; i < 4; i++) {
+            const __m256i raw = forge__avx2_load(w + (type == FORGE_TYPE_Q5_K ? 48 : 16) + 32 * i);
+            v[2 * i] = _mm256_and_si256(raw, mask);
+            v[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+            if (type == FORGE_TYPE_Q5_K) { /* block s's fifth bits: bit s of each of the 32 bytes at w + 16 */
+                const __m256i qh = forge__avx2_load(w + 16), one = _mm256_set1_epi8(1);
+                v[2 * i] = _mm256_or_si256(v[2 * i], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * i)), one), 4));
+                v[2 * i + 1] = _mm256_or_si256(v[2 * i + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * i + 1)), one), 4));
+            }
+        }
+        memcpy(u, w + 4, 12); /* forge__k4_scale_min's table, four at a time (x86 is little-endian) */
+        u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+        low_mins = u[1] & 0x3f3f3f3fu;
+        u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+        u[2] = low_mins;
+        u[0] &= 0x3f3f3f3fu;
+        *scale = _mm256_mul_ps(_mm256_set1_ps(forge__avx2_half(w)),
+                               _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)u))));
+        *offset = _mm256_mul_ps(_mm256_set1_ps(-forge__avx2_half(w + 2)),
+                                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(u + 2)))));
+        return;
+    }
+    if (type == FORGE_TYPE_Q6_K) {
+        const __m128i s = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(w + 192)),
+                                           _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+        FORGE__UNROLL
+        for (i = 0; i < 2; i++) { /* forge__qdot_q6_k_avx2's unpacking, without the -32 */
+            const __m256i ql0 = forge__avx2_load(w + 64 * i), ql1 = forge__avx2_load(w + 64 * i + 32);
+            const __m256i qh = forge__avx2_load(w + 128 + 32 * i);
+            v[4 * i] = _mm256_or_si256(_mm256_and_si256(ql0, mask), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+            v[4 * i + 1] = _mm256_or_si256(_mm256_and_si256(ql1, mask),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
+            v[4 * i + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
+            v[4 * i + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
+        }
+        *sc0 = _mm256_cvtepi8_epi32(s);
+        *sc1 = _mm256_cvtepi8_epi32(_mm_srli_si128(s, 8));
+        *scale = _mm256_set1_ps(forge__avx2_half(w + 208));
+        return;
+    }
+    FORGE__UNROLL
+    for (i = 0; i < 8; i++) {
+        const uint8_t *b = w + (uint32_t)i * bytes;
+        if ((uint32_t)i >= n) v[i] = _mm256_setzero_si256();
+        else if (type == FORGE_TYPE_Q4_0) v[i] = forge__vnni_nibbles(b + 2);
+        else if (type == FORGE_TYPE_Q4_1) v[i] = forge__vnni_nibbles(b + 4);
+        else if (type == FORGE_TYPE_Q5_0) v[i] = _mm256_or_si256(forge__vnni_nibbles(b + 6), forge__avx2_fifth_bits(forge__le32(b + 2)));
+        else if (type == FORGE_TYPE_Q5_1) v[i] = _mm256_or_si256(forge__vnni_nibbles(b + 8), forge__avx2_fifth_bits(forge__le32(b + 4)));
+        else v[i] = _mm256_xor_si256(forge__avx2_load(b + 2), _mm256_set1_epi8((char)0x80)); /* Q8_0 */
+    }
+    {
+        __m256 minimum;
+        forge__vnni_halves(w, bytes, n, scale, &minimum);
+        if (type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1) *offset = minimum;
+    }
+}
+
+/* A group's 8 block sums of a (row, token): the half sums with the bias taken out (Q6_K: with its
+   scales), into the token's lanes. */
+static FORGE__INLINE_VNNI __m256i forge__vnni_sums(uint32_t type, __m256i half0, __m256i half1, __m256i sc0, __m256i sc1,
+                                                   const forge__q8_tile_x *x) {
+    const int bias_log = forge__vnni_bias_log(type);
+    if (type == FORGE_TYPE_Q6_K) {
+        const __m256i s0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x->sum[0]), 5);
+        const __m256i s1 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x->sum[1]), 5);
+        return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(half0, s0), sc0), _mm256_mullo_epi32(_mm256_sub_epi32(half1, s1), sc1));
+    }
+    if (bias_log >= 0) {
+        const __m256i s = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)x->sum[0]), _mm256_loadu_si256((const __m256i *)x->sum[1]));
+        return _mm256_sub_epi32(_mm256_add_epi32(half0, half1), _mm256_sll_epi32(s, _mm_cvtsi32_si128(bias_log)));
+    }
+    return _mm256_add_epi32(half0, half1);
+}
+
+static FORGE__INLINE_VNNI int forge__vnni_has_offsets(uint32_t type) {
+    return type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K || type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1;
+}
+
+/* A group's sums into a (row, token)'s lanes. */
+static FORGE__INLINE_VNNI void forge__vnni_step(uint32_t type, __m256i sums, __m256 scale, __m256 offset, const forge__q8_tile_x *x,
+                                                __m256 *acc, __m256 *offsets) {
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(scale, _mm256_loadu_ps(x->d)), *acc);
+    if (forge__vnni_has_offsets(type)) *offsets = _mm256_fmadd_ps(offset, _mm256_loadu_ps(x->ds), *offsets);
+}
+
+static FORGE__INLINE_VNNI float forge__vnni_total(uint32_t type, __m256 acc, __m256 offsets) {
+    return forge__vnni_has_offsets(type) ? forge__avx2_sum(acc) + forge__avx2_sum(offsets) : forge__avx2_sum(acc) + 0.0f;
+}
+
+/* One group of n blocks of a row against one token (x its blocks, tx the same transposed). */
+static FORGE__INLINE_VNNI void forge__vnni_dot_group(uint32_t type, const uint8_t *w, uint32_t n, const forge__q8_block *x,
+                                                     const forge__q8_tile_x *tx, __m256 *acc, __m256 *offsets) {
+    __m256i v[8], half0, half1, sc0, sc1;
+    __m256 scale, offset;
+    int l;
+    forge__vnni_group(type, w, n, v, &scale, &offset, &sc0, &sc1);
+    FORGE__UNROLL
+    for (l = 0; l < 8; l++)
+        if ((uint32_t)l < n) v[l] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v[l], forge__avx2_load(x[l].q));
+    forge__vnni_fold(v, &half0, &half1);
+    forge__vnni_step(type, forge__vnni_sums(type, half0, half1, sc0, sc1, tx), scale, offset, tx, acc, offsets);
+}
+
+/* One row (n_blocks blocks) against one token. */
+static FORGE__KERNEL_VNNI float forge__vnni_dot(uint32_t type, const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                                const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_blocks) {
+    const uint32_t group_bytes = forge__vnni_group_bytes(type);
+    __m256 acc = _mm256_setzero_ps(), offsets = _mm256_setzero_ps();
+    uint32_t b;
+    for (b = 0; b + 8 <= n_blocks; b += 8, w += group_bytes, x += 8, tx++) forge__vnni_dot_group(type, w, 8, x, tx, &acc, &offsets);
+    if (b < n_blocks) forge__vnni_dot_group(type, w, n_blocks - b, x, tx, &acc, &offsets);
+    return forge__vnni_total(type, acc, offsets);
+}
+
+/* A row of n_blocks blocks into its transposed form. */
+static FORGE__KERNEL_VNNI void forge__vnni_unpack(uint32_t type, const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out,
+                                                  uint32_t n_blocks) {
+    const uint32_t group_bytes = forge__vnni_group_bytes(type);
+    uint32_t b;
+    for (b = 0; b < n_blocks; b += 8, w += group_bytes, out++) {
+        __m256i v[8], t[8], sc0, sc1;
+        __m256 scale, offset;
+        int k;
+        forge__vnni_group(type, w, FORGE__MIN(8u, n_blocks - b), v, &scale, &offset, &sc0, &sc1);
+        forge__vnni_transpose(v, t);
+        FORGE__UNROLL
+        for (k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)out->q[k], t[k]);
+        _mm256_storeu_si256((__m256i *)out->sc[0], sc0);
+        _mm256_storeu_si256((__m256i *)out->sc[1], sc1);
+        _mm256_storeu_ps(out->scale, scale);
+        _mm256_storeu_ps(out->offset, offset);
+    }
+}
+
+/* A token's n_blocks blocks into their transposed form (a last group of fewer than 8: zeros after). */
+static FORGE__VNNI_FN void forge__vnni_x_transpose(const forge__q8_block *FORGE__RESTRICT x, forge__q8_tile_x *FORGE__RESTRICT out,
+                                                   uint32_t n_blocks) {
+    const __m256i ones = _mm256_set1_epi8(1);
+    uint32_t b;
+    for (b = 0; b < n_blocks; b += 8, x += 8, out++) {
+        const uint32_t n = FORGE__MIN(8u, n_blocks - b);
+        __m256i v[8], t[8], half0, half1;
+        uint32_t l;
+        for (l = 0; l < 8; l++) {
+            v[l] = l < n ? forge__avx2_load(x[l].q) : _mm256_setzero_si256();
+            out->d[l] = l < n ? x[l].d : 0.0f;
+            out->ds[l] = l < n ? x[l].ds : 0.0f;
+        }
+        forge__vnni_transpose(v, t);
+        for (l = 0; l < 8; l++) {
+            _mm256_storeu_si256((__m256i *)out->q[l], t[l]);
+            v[l] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, v[l]);
+        }
+        forge__vnni_fold(v, &half0, &half1);
+        _mm256_storeu_si256((__m256i *)out->sum[0], half0);
+        _mm256_storeu_si256((__m256i *)out->sum[1], half1);
+    }
+}
+
+/* The tile of a step: FORGE__KTILE_ROWS transposed rows (w + r * w_stride) against up to
+   FORGE__KTILE_TOKENS tokens (x + t * x_stride), out[r * FORGE__KTILE_TOKENS + t], over n_groups groups.
+   The lanes of missing tokens repeat the last one's work and are dropped. */
+#ifndef FORGE__KTILE_ROWS
+#define FORGE__KTILE_ROWS 4
+#endif
+#ifndef FORGE__KTILE_TOKENS
+#define FORGE__KTILE_TOKENS 4
+#endif
+static FORGE__KERNEL_VNNI void forge__vnni_tile(uint32_t type, const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,
+                                                const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride, uint32_t n_tokens,
+                                                uint32_t n_groups, float *out) {
+    enum { R = FORGE__KTILE_ROWS, T = FORGE__KTILE_TOKENS };
+    const int six = type == FORGE_TYPE_Q6_K;
+    __m256 acc[R][T], offsets[R][T];
+    uint32_t s, r, t, k;
+    for (r = 0; r < R; r++)
+        for (t = 0; t < T; t++) acc[r][t] = offsets[r][t] = _mm256_setzero_ps();
+    for (s = 0; s < n_groups; s++) {
+        const forge__k_tile_w *wr[R];
+        const forge__q8_tile_x *xt[T];
+        __m256i half0[R][T], half1[R][T];
+        FORGE__UNROLL
+        for (r = 0; r < R; r++) wr[r] = w + r * w_stride + s;
+        FORGE__UNROLL
+        for (t = 0; t < T; t++) xt[t] = x + (t < n_tokens ? t : n_tokens - 1) * x_stride + s;
+        FORGE__UNROLL
+        for (r = 0; r < R; r++) {
+            FORGE__UNROLL
+            for (t = 0; t < T; t++) half0[r][t] = half1[r][t] = _mm256_setzero_si256();
+        }
+        FORGE__UNROLL
+        for (k = 0; k < 8; k++) {
+            __m256i wv[R];
+            FORGE__UNROLL
+            for (r = 0; r < R; r++) wv[r] = _mm256_loadu_si256((const __m256i *)wr[r]->q[k]);
+            FORGE__UNROLL
+            for (t = 0; t < T; t++) {
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)xt[t]->q[k]);
+                FORGE__UNROLL
+                for (r = 0; r < R; r++) {
+                    if (six && k >= 4) half1[r][t] = _mm256_dpbusd_epi32(half1[r][t], wv[r], xv);
+                    else half0[r][t] = _mm256_dpbusd_epi32(half0[r][t], wv[r], xv);
+                }
+            }
+        }
+        FORGE__UNROLL
+        for (r = 0; r < R; r++) {
+            const __m256 scale = _mm256_loadu_ps(wr[r]->scale), offset = _mm256_loadu_ps(wr[r]->offset);
+            const __m256i sc0 = _mm256_loadu_si256((const __m256i *)wr[r]->sc[0]);
+            const __m256i sc1 = _mm256_loadu_si256((const __m256i *)wr[r]->sc[1]);
+            FORGE__UNROLL
+            for (t = 0; t < T; t++) /* the whole block's sum is in half0 but for Q6_K: its half1 is 0 */
+                forge__vnni_step(type, forge__vnni_sums(type, half0[r][t], half1[r][t], sc0, sc1, xt[t]), scale, offset, xt[t],
+                                 &acc[r][t], &offsets[r][t]);
         }
     }
-    for (t = 0; t < n_tokens; t++) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        out[t] = _mm_cvtss_f32(s) + offsets[t];
+    for (r = 0; r < R; r++)
+        for (t = 0; t < n_tokens; t++) out[r * T + t] = forge__vnni_total(type, acc[r][t], offsets[r][t]);
+}
+
+/* Each type's entries: the one-token dot product, the unpacking of a row, the tile. */
+typedef float (*forge__vnni_dot_fn)(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                    const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_blocks);
+typedef void (*forge__vnni_unpack_fn)(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out, uint32_t n_blocks);
+typedef void (*forge__vnni_tile_fn)(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride, const forge__q8_tile_x *FORGE__RESTRICT x,
+                                    size_t x_stride, uint32_t n_tokens, uint32_t n_groups, float *out);
+#define FORGE__VNNI_ENTRIES(name, type)                                                                                          \
+    static FORGE__VNNI_FN float forge__vnni_dot_##name(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, \
+                                                       const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_blocks) {           \
+        return forge__vnni_dot(type, w, x, tx, n_blocks);                                                                        \
+    }                                                                                                                            \
+    static FORGE__VNNI_FN void forge__vnni_unpack_##name(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out, \
+                                                         uint32_t n_blocks) {                                                    \
+        forge__vnni_unpack(type, w, out, n_blocks);                                                                              \
+    }                                                                                                                            \
+    static FORGE__VNNI_FN void forge__vnni_tile_##name(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride,                 \
+                                                       const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride,               \
+                                                       uint32_t n_tokens, uint32_t n_groups, float *out) {                       \
+        forge__vnni_tile(type, w, w_stride, x, x_stride, n_tokens, n_groups, out);                                               \
     }
-}
+FORGE__VNNI_ENTRIES(q4_0, FORGE_TYPE_Q4_0)
+FORGE__VNNI_ENTRIES(q4_1, FORGE_TYPE_Q4_1)
+FORGE__VNNI_ENTRIES(q5_0, FORGE_TYPE_Q5_0)
+FORGE__VNNI_ENTRIES(q5_1, FORGE_TYPE_Q5_1)
+FORGE__VNNI_ENTRIES(q8_0, FORGE_TYPE_Q8_0)
+FORGE__VNNI_ENTRIES(q4_k, FORGE_TYPE_Q4_K)
+FORGE__VNNI_ENTRIES(q5_k, FORGE_TYPE_Q5_K)
+FORGE__VNNI_ENTRIES(q6_k, FORGE_TYPE_Q6_K)
 
-static FORGE__VNNI_FN void forge__q8_rowdot_vnni(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
-                                                 size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
-    forge__q8_rowdot_vnni_with(w, x, x_stride, n_tokens, n_blocks, out, 1);
-}
-
-static FORGE__VNNI_FN void forge__q8_rowdot_vnni_plain(const forge__q8_row_block *FORGE__RESTRICT w,
-                                                       const forge__q8_block *FORGE__RESTRICT x, size_t x_stride,
-                                                       uint32_t n_tokens, uint32_t n_blocks, float *out) {
-    forge__q8_rowdot_vnni_with(w, x, x_stride, n_tokens, n_blocks, out, 0);
+/* The three entries of a type that has them (0 where it has not). */
+static int forge__vnni_entries(uint32_t type, forge__vnni_dot_fn *dot, forge__vnni_unpack_fn *unpack, forge__vnni_tile_fn *tile) {
+    switch (type) {
+#define FORGE__VNNI_CASE(name, t)                                                                                                \
+    case t:                                                                                                                      \
+        *dot = forge__vnni_dot_##name, *unpack = forge__vnni_unpack_##name, *tile = forge__vnni_tile_##name;                     \
+        return 1;
+        FORGE__VNNI_CASE(q4_0, FORGE_TYPE_Q4_0)
+        FORGE__VNNI_CASE(q4_1, FORGE_TYPE_Q4_1)
+        FORGE__VNNI_CASE(q5_0, FORGE_TYPE_Q5_0)
+        FORGE__VNNI_CASE(q5_1, FORGE_TYPE_Q5_1)
+        FORGE__VNNI_CASE(q8_0, FORGE_TYPE_Q8_0)
+        FORGE__VNNI_CASE(q4_k, FORGE_TYPE_Q4_K)
+        FORGE__VNNI_CASE(q5_k, FORGE_TYPE_Q5_K)
+        FORGE__VNNI_CASE(q6_k, FORGE_TYPE_Q6_K)
+#undef FORGE__VNNI_CASE
+    default: return 0;
+    }
 }
 #endif /* FORGE__VNNI */
 
@@ -4256,11 +4652,25 @@ static FORGE__AVX2_FN void forge__q8_rowdot_avx2_plain(const forge__q8_row_block
 }
 #endif /* FORGE__AVX2 */
 
-/* The dot product for rows of `type` on 8-bit activations, NULL where the type has none (the f32
-   products take it); vector forms where the machine has them and `simd` allows. */
-static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
+/* The vector level of the products on 8-bit activations for a request of `simd` (0 the portable forms,
+   1 AVX2, 2 also AVX-512 VNNI): the highest this machine has, up to it. */
+static int forge__q8_simd_level(int simd) {
+    int level = 0;
 #ifdef FORGE__AVX2
-    if (simd && FORGE__AVX2_PRESENT()) switch (type) {
+    if (simd > 0 && FORGE__AVX2_PRESENT()) level = 1;
+#ifdef FORGE__VNNI
+    if (simd > 1 && level && FORGE__VNNI_PRESENT()) level = 2;
+#endif
+#endif
+    (void)simd;
+    return level;
+}
+
+/* The dot product for rows of `type` on 8-bit activations, NULL where the type has none (the f32
+   products take it); the vector forms of a level forge__q8_simd_level gave. */
+static forge__qdot_fn forge__qdot_for(uint32_t type, int level) {
+#ifdef FORGE__AVX2
+    if (level) switch (type) {
         case FORGE_TYPE_Q4_0: return forge__qdot_q4_0_avx2;
         case FORGE_TYPE_Q4_1: return forge__qdot_q4_1_avx2;
         case FORGE_TYPE_Q5_0: return forge__qdot_q5_0_avx2;
@@ -4272,7 +4682,7 @@ static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
         default: break;
         }
 #endif
-    (void)simd;
+    (void)level;
     switch (type) {
     case FORGE_TYPE_Q4_0: return forge__qdot_q4_0;
     case FORGE_TYPE_Q4_1: return forge__qdot_q4_1;
@@ -4287,17 +4697,13 @@ static forge__qdot_fn forge__qdot_for(uint32_t type, int simd) {
 }
 
 /* A type whose blocks have a minimum (Q4_1, Q5_1, Q4_K, Q5_K) needs the offsets' sums. */
-static forge__q8_rowdot_fn forge__q8_rowdot_for(uint32_t type, int simd) {
+static forge__q8_rowdot_fn forge__q8_rowdot_for(uint32_t type, int level) {
 #ifdef FORGE__AVX2
     const int with_offsets = type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1 || type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K;
-#ifdef FORGE__VNNI
-    if (simd > 1 && FORGE__AVX2_PRESENT() && FORGE__VNNI_PRESENT())
-        return with_offsets ? forge__q8_rowdot_vnni : forge__q8_rowdot_vnni_plain;
-#endif
-    if (simd && FORGE__AVX2_PRESENT()) return with_offsets ? forge__q8_rowdot_avx2 : forge__q8_rowdot_avx2_plain;
+    if (level) return /* level 2 has its own forms (forge__vnni_entries) for every type */ with_offsets ? forge__q8_rowdot_avx2 : forge__q8_rowdot_avx2_plain;
 #endif
     (void)type;
-    (void)simd;
+    (void)level;
     return forge__q8_rowdot;
 }
 
@@ -4312,7 +4718,44 @@ typedef struct forge__qmatmul_job {
     float *y;
     uint8_t *slots; /* slot_bytes per thread */
     size_t slot_bytes;
+#ifdef FORGE__VNNI
+    /* on AVX-512 VNNI, 8 blocks side by side: one token from the file's bytes, more on rows unpacked 4 at a time */
+    int vnni;
+    forge__vnni_dot_fn vdot;
+    forge__vnni_unpack_fn unpack;
+    forge__vnni_tile_fn tile;
+    const forge__q8_tile_x *tx; /* the tokens transposed, n_groups each */
+#endif
 } forge__qmatmul_job;
+
+#ifdef FORGE__VNNI
+static void forge__qmatmul_task_vnni(const forge__qmatmul_job *job, uint32_t first, uint32_t end, uint32_t thread) {
+    const uint32_t n_rows = job->n_rows, n_groups = (job->n_blocks + 7) / 8;
+    uint32_t r, t, i;
+    if (job->n_tokens <= FORGE__VDOT_TOKENS) {
+        for (r = first; r < end; r++) {
+            const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
+            for (t = 0; t < job->n_tokens; t++)
+                job->y[(size_t)t * n_rows + r] = job->vdot(row, job->x + (size_t)t * job->n_blocks, job->tx + (size_t)t * n_groups, job->n_blocks);
+        }
+        return;
+    }
+    for (r = first; r < end; r += FORGE__KTILE_ROWS) {
+        const uint32_t group = FORGE__MIN((uint32_t)FORGE__KTILE_ROWS, end - r);
+        forge__k_tile_w *rows = (forge__k_tile_w *)(void *)(job->slots + (size_t)thread * job->slot_bytes);
+        uint32_t j;
+        for (i = 0; i < FORGE__KTILE_ROWS; i++) /* past the last row, the last row again */
+            job->unpack(job->w + (size_t)(r + FORGE__MIN(i, group - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_groups, job->n_blocks);
+        for (t = 0; t < job->n_tokens; t += FORGE__KTILE_TOKENS) {
+            const uint32_t n = FORGE__MIN((uint32_t)FORGE__KTILE_TOKENS, job->n_tokens - t);
+            float out[FORGE__KTILE_ROWS * FORGE__KTILE_TOKENS];
+            job->tile(rows, n_groups, job->tx + (size_t)t * n_groups, n_groups, n, n_groups, out);
+            for (j = 0; j < group; j++)
+                for (i = 0; i < n; i++) job->y[(size_t)(t + i) * n_rows + r + j] = out[j * FORGE__KTILE_TOKENS + i];
+        }
+    }
+}
+#endif
 
 static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
     const forge__qmatmul_job *job = (const forge__qmatmul_job *)ctx;
@@ -4320,6 +4763,12 @@ static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint
     const uint32_t end = (uint32_t)FORGE__MIN((uint64_t)first + job->rows_per_task, (uint64_t)n_rows);
     uint32_t r, t, i;
     (void)n_tasks;
+#ifdef FORGE__VNNI
+    if (job->vnni) {
+        forge__qmatmul_task_vnni(job, first, end, thread);
+        return;
+    }
+#endif
     if (job->n_tokens <= FORGE__VDOT_TOKENS) { /* each row read once, from cache for the tokens after the first */
         for (r = first; r < end; r++) {
             const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
@@ -4340,13 +4789,59 @@ static void forge__qmatmul_task(void *ctx, uint32_t task, uint32_t n_tasks, uint
     }
 }
 
+typedef void (*forge__q8_quantize_fn)(const float *FORGE__RESTRICT x, forge__q8_block *FORGE__RESTRICT out, uint32_t n_blocks);
+
+/* The tokens of a step rounded to 8 bits (and transposed for the AVX-512 VNNI forms), a task per
+   group of tokens: the same bytes whichever thread rounds them. */
+typedef struct forge__q8_prepare_job {
+    forge__q8_quantize_fn quantize;
+    const float *x;
+    forge__q8_block *q;      /* the rounded tokens, n_blocks each */
+    void *tx;                /* or, where not NULL, their transposed forms, n_blocks / 8 each */
+    uint8_t *scratch;        /* with tx: a rounded token per thread, scratch_bytes apart */
+    size_t scratch_bytes;
+    uint32_t n_cols, n_tokens, tokens_per_task;
+} forge__q8_prepare_job;
+
+static void forge__q8_prepare_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
+    const forge__q8_prepare_job *job = (const forge__q8_prepare_job *)ctx;
+    const uint32_t n_blocks = job->n_cols / 32, first = task * job->tokens_per_task;
+    const uint32_t end = FORGE__MIN(first + job->tokens_per_task, job->n_tokens);
+    uint32_t t;
+    (void)n_tasks;
+    for (t = first; t < end; t++) {
+#ifdef FORGE__VNNI
+        if (job->tx) {
+            forge__q8_block *tmp = (forge__q8_block *)(void *)(job->scratch + (size_t)thread * job->scratch_bytes);
+            job->quantize(job->x + (size_t)t * job->n_cols, tmp, n_blocks);
+            forge__vnni_x_transpose(tmp, (forge__q8_tile_x *)job->tx + (size_t)t * ((n_blocks + 7) / 8), n_blocks);
+            continue;
+        }
+#endif
+        (void)thread;
+        job->quantize(job->x + (size_t)t * job->n_cols, job->q + (size_t)t * n_blocks, n_blocks);
+    }
+}
+
 static size_t forge__q8_round_up(size_t bytes) { return (bytes + FORGE__WORK_ALIGN - 1) / FORGE__WORK_ALIGN * FORGE__WORK_ALIGN; }
 
+/* The bytes of forge__matmul_q8's `work` per block of 32 of a token: its rounded form (40), or its
+   transposed form for the products on AVX-512 VNNI (48; a row's blocks counted up to a multiple of 8). */
+#define FORGE__Q8_X_BLOCK_BYTES 48
+/* The bytes of a thread's slot per block of 32 of a row: one row unpacked as forge__q8_row_block (48), or
+   FORGE__KTILE_ROWS rows of forge__k_tile_w (48 a block each). */
+#define FORGE__Q8_SLOT_BLOCK_BYTES 192
+#if defined(FORGE__VNNI) && FORGE__KTILE_ROWS * 48 > FORGE__Q8_SLOT_BLOCK_BYTES
+#error "FORGE__KTILE_ROWS rows do not fit a thread's slot"
+#endif
+
 /* Bytes of forge__matmul_q8's `work` for n_tokens rows of n_cols on n_threads threads: the quantized
-   activations, then one unpacked row per thread. */
+   activations, the rounded form of up to 4 tokens (for the transposed products), then one slot per thread. */
 static FORGE__MAYBE_UNUSED size_t forge__matmul_q8_work_bytes(uint32_t n_threads, uint32_t n_cols, uint32_t n_tokens) {
-    return forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block)) +
-           (size_t)n_threads * forge__q8_round_up((size_t)(n_cols / 32) * sizeof(forge__q8_row_block)) + FORGE__WORK_ALIGN;
+    const size_t groups = (size_t)(n_cols / 32 + 7) / 8;
+    return forge__q8_round_up((size_t)n_tokens * groups * 8 * FORGE__Q8_X_BLOCK_BYTES) +
+           forge__q8_round_up((size_t)FORGE__VDOT_TOKENS * (n_cols / 32) * sizeof(forge__q8_block)) +
+           (size_t)n_threads * forge__q8_round_up(groups * 8 * FORGE__Q8_SLOT_BLOCK_BYTES) + FORGE__WORK_ALIGN;
 }
 
 /* Whether forge__matmul_q8 handles rows of n_cols elements of this type. */
@@ -4357,12 +4852,16 @@ static FORGE__MAYBE_UNUSED int forge__matmul_q8_supported(uint32_t type, uint32_
 /* forge__matmul on 8-bit activations, for the types forge__matmul_q8_supported accepts (others
    yield zeros): x is rounded into `work` (forge__matmul_q8_work_bytes(pool size, n_cols, n_tokens)),
    then every row meets every token. simd 0 runs the portable dot products (the tests' reference), 1
-   adds AVX2 where the CPU has it, 2 also AVX-512 VNNI (for steps of many tokens). */
+   adds AVX2 where the CPU has it, 2 AVX-512 VNNI's grouped forms where it has that. */
 static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, const uint8_t *w, uint64_t row_bytes,
                                                  uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                                  uint32_t n_tokens, void *work, int simd) {
+    /* the pool asked the CPU once; a call without one asks now */
+    const int level = simd <= 0 ? 0 : p ? (simd < p->q8_level ? simd : p->q8_level) : forge__q8_simd_level(simd);
+    const size_t groups = (size_t)(n_cols / 32 + 7) / 8;
     forge__qmatmul_job job;
-    forge__q8_block *q;
+    forge__q8_prepare_job prep;
+    forge__q8_block *q, *rounded;
     uint32_t n_tasks, target_tasks, t;
     uint64_t per_task, macs = (uint64_t)n_rows * n_cols * n_tokens;
     if (n_rows == 0 || n_tokens == 0) return;
@@ -4372,12 +4871,46 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8(forge__pool *p, uint32_t type, 
     }
     q = (forge__q8_block *)(void *)((uint8_t *)work + (FORGE__WORK_ALIGN - (size_t)((uintptr_t)work % FORGE__WORK_ALIGN)) %
                                                           FORGE__WORK_ALIGN);
-    for (t = 0; t < n_tokens; t++) forge__q8_quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
-    job.qdot = forge__qdot_for(type, simd);
-    job.rowdot = forge__q8_rowdot_for(type, simd);
+    rounded = (forge__q8_block *)(void *)((uint8_t *)q + forge__q8_round_up((size_t)n_tokens * groups * 8 * FORGE__Q8_X_BLOCK_BYTES));
+    job.qdot = forge__qdot_for(type, level);
+    job.rowdot = forge__q8_rowdot_for(type, level);
     job.type = type;
-    job.slots = (uint8_t *)q + forge__q8_round_up((size_t)n_tokens * (n_cols / 32) * sizeof(forge__q8_block));
-    job.slot_bytes = forge__q8_round_up((size_t)(n_cols / 32) * sizeof(forge__q8_row_block));
+    job.slots = (uint8_t *)rounded + forge__q8_round_up((size_t)FORGE__VDOT_TOKENS * (n_cols / 32) * sizeof(forge__q8_block));
+    job.slot_bytes = forge__q8_round_up(groups * 8 * FORGE__Q8_SLOT_BLOCK_BYTES);
+    prep.quantize = forge__q8_quantize;
+#ifdef FORGE__AVX2
+    if (level) prep.quantize = forge__q8_quantize_avx2;
+#endif
+    prep.x = x;
+    prep.q = q;
+    prep.tx = NULL;
+    prep.scratch = job.slots; /* the threads' slots are free until the products start */
+    prep.scratch_bytes = job.slot_bytes;
+    prep.n_cols = n_cols;
+    prep.n_tokens = n_tokens;
+    prep.tokens_per_task = 1;
+#ifdef FORGE__VNNI
+    job.vnni = 0;
+    job.tx = (const forge__q8_tile_x *)(const void *)q;
+    if (level > 1 && forge__vnni_entries(type, &job.vdot, &job.unpack, &job.tile)) {
+        job.vnni = 1;
+        prep.tx = q;
+        q = rounded;
+    }
+#endif
+    if (n_tokens <= FORGE__VDOT_TOKENS) { /* a step too small to share: here, keeping the rounded tokens for the dot products */
+        for (t = 0; t < n_tokens; t++) {
+            prep.quantize(x + (size_t)t * n_cols, q + (size_t)t * (n_cols / 32), n_cols / 32);
+#ifdef FORGE__VNNI
+            if (prep.tx)
+                forge__vnni_x_transpose(q + (size_t)t * (n_cols / 32), (forge__q8_tile_x *)prep.tx + (size_t)t * ((n_cols / 32 + 7) / 8),
+                                        n_cols / 32);
+#endif
+        }
+    } else {
+        prep.tokens_per_task = (n_tokens + forge__pool_size(p) * 4u - 1) / (forge__pool_size(p) * 4u);
+        forge__pool_run(p, forge__q8_prepare_task, &prep, (n_tokens + prep.tokens_per_task - 1) / prep.tokens_per_task);
+    }
     job.w = w;
     job.row_bytes = row_bytes;
     job.n_rows = n_rows;

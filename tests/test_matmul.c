@@ -256,7 +256,10 @@ static void test_matmul_q8(void) {
     static const uint32_t types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q4_1, FORGE_TYPE_Q5_0, FORGE_TYPE_Q5_1,
                                      FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q5_K, FORGE_TYPE_Q6_K};
     static const uint32_t tokens_list[] = {1, 3, 17};
-    const uint32_t n_rows = 37, n_cols = 1024;
+    /* 1024 columns: 32 blocks; 640: 20, a last group of 4 blocks in the VNNI forms (Gemma 3 270M's rows) */
+    static const uint32_t cols_list[] = {1024, 640};
+    const uint32_t n_rows = 37;
+    uint32_t n_cols = 1024, ci;
     forge__pool *pools[2] = {NULL, NULL};
     float *x = (float *)malloc(sizeof(float) * n_cols * 17), *y = (float *)malloc(sizeof(float) * n_rows * 17);
     float *y_first = (float *)malloc(sizeof(float) * n_rows * 17);
@@ -290,11 +293,34 @@ static void test_matmul_q8(void) {
         forge__q8_quantize(v, &blk, 1);
         CHECK(isnan(blk.d) && blk.q[7] == 0, "q8 of an infinity: scale %g", (double)blk.d);
     }
+#ifdef FORGE__AVX2
+    if (FORGE__AVX2_PRESENT()) { /* the vector rounding: the same bytes and floats as the portable one */
+        static float v[64 * 32];
+        forge__q8_block a[64], b[64];
+        int same = 1;
+        for (i = 0; i < 64 * 32; i++) v[i] = rng_uniform(-3.0f, 3.0f) * (i % 61 == 0 ? 50.0f : 1.0f);
+        for (i = 0; i < 32; i++) v[32 + i] = (float)i - 16.0f, v[64 + i] = 0.0f, v[96 + i] = -1e-30f * (float)(i + 1);
+        v[33] = 0.5f * 16.0f / 127.0f, v[35] = 1.5f * 16.0f / 127.0f, v[36] = -2.5f * 16.0f / 127.0f; /* ties */
+        forge__q8_quantize(v, a, 64);
+        forge__q8_quantize_avx2(v, b, 64);
+        for (i = 0; i < 64; i++)
+            same &= a[i].d == b[i].d && a[i].ds == b[i].ds && memcmp(a[i].q, b[i].q, 32) == 0;
+        CHECK(same, "q8 rounding: AVX2 form differs from the portable one");
+        v[200] = NAN, v[300] = -INFINITY;
+        forge__q8_quantize_avx2(v, b, 64);
+        CHECK(isnan(b[6].d) && b[6].q[200 % 32] == 0 && isnan(b[9].d) && b[9].q[300 % 32] == 0 && b[8].d == a[8].d,
+              "q8 rounding (AVX2) of a NaN and an infinity");
+    }
+#endif
+    for (ci = 0; ci < 2; ci++)
     for (ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const forge_type_traits *t = forge_type_info(types[ti]);
-        const uint64_t row_bytes = (uint64_t)n_cols / t->block_elems * t->block_bytes;
+        uint64_t row_bytes;
         int simd, bad = 0, differ = 0, alone = 0;
         double worst = 0, err2 = 0, ref2 = 0;
+        n_cols = cols_list[ci];
+        if (n_cols % t->block_elems != 0) continue;
+        row_bytes = (uint64_t)n_cols / t->block_elems * t->block_bytes;
         random_blocks(types[ti], w, (uint64_t)n_rows * (n_cols / t->block_elems));
         for (ki = 0; ki < 3; ki++) {
             const uint32_t n_tokens = tokens_list[ki];
@@ -341,11 +367,11 @@ static void test_matmul_q8(void) {
                     }
                 }
         }
-        CHECK(bad == 0, "%s: %d outputs off sum w*q*d by more than 2e-6 of sum|w*q*d| (worst %.3g)", t->name, bad, worst);
-        CHECK(differ == 0, "%s: %d products differ between 1 and 2 threads", t->name, differ);
-        CHECK(alone == 0, "%s: %d tokens of a step get other sums than alone", t->name, alone);
-        CHECK(sqrt(err2 / ref2) < 0.02, "%s: %.3g relative L2 from the unrounded product", t->name, sqrt(err2 / ref2));
-        printf("  %s: worst %.3g of sum|w*q*d|, %.3g relative L2 from f32 activations\n", t->name, worst, sqrt(err2 / ref2));
+        CHECK(bad == 0, "%s x %u: %d outputs off sum w*q*d by more than 2e-6 of sum|w*q*d| (worst %.3g)", t->name, n_cols, bad, worst);
+        CHECK(differ == 0, "%s x %u: %d products differ between 1 and 2 threads", t->name, n_cols, differ);
+        CHECK(alone == 0, "%s x %u: %d tokens of a step get other sums than alone", t->name, n_cols, alone);
+        CHECK(sqrt(err2 / ref2) < 0.02, "%s x %u: %.3g relative L2 from the unrounded product", t->name, n_cols, sqrt(err2 / ref2));
+        printf("  %s x %u: worst %.3g of sum|w*q*d|, %.3g relative L2 from f32 activations\n", t->name, n_cols, worst, sqrt(err2 / ref2));
     }
     { /* an unsupported type or no work area: zeros */
         for (i = 0; i < n_rows; i++) y[i] = 1.0f;
@@ -621,6 +647,29 @@ static void benchmark(uint32_t max_threads) {
             }
             printf("bench: %u thread%s Q4_0 1024x1024 x 512 tokens prefill %7.2f ms  %6.2f GFLOP/s (8-bit activations)\n",
                    threads, threads > 1 ? "s" : " ", best * 1e3, 2.0 * m * m * tokens / best / 1e9);
+        }
+        { /* the K-quant files' types, prefill of a prompt of 64 and 512 tokens on 8-bit activations */
+            static const uint32_t k_types[] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
+            static const uint32_t k_tokens[] = {64, 512};
+            const uint32_t m = 1536;
+            uint32_t ki, ni;
+            for (ki = 0; ki < 2 && q8_work; ki++)
+                for (ni = 0; ni < 2; ni++) {
+                    const forge_type_traits *t = forge_type_info(k_types[ki]);
+                    const uint64_t row_bytes = (uint64_t)m / 256 * t->block_bytes;
+                    double start, best = 1e30;
+                    int rep;
+                    random_blocks(k_types[ki], w, (uint64_t)m * (m / 256));
+                    for (rep = 0; rep < 3; rep++) {
+                        start = now_seconds();
+                        forge__matmul_q8(pool, k_types[ki], w, row_bytes, m, m, x, y, k_tokens[ni], q8_work, 2);
+                        start = now_seconds() - start;
+                        if (start < best) best = start;
+                    }
+                    printf("bench: %u thread%s %-4s 1536x1536 x %3u tokens prefill %7.2f ms  %6.2f GFLOP/s (8-bit activations)\n",
+                           threads, threads > 1 ? "s" : " ", t->name, k_tokens[ni], best * 1e3,
+                           2.0 * m * m * k_tokens[ni] / best / 1e9);
+                }
         }
         free(work);
         free(q8_work);
