@@ -8904,7 +8904,7 @@ static int forge__crosses(const forge__value *v, uint32_t b) { return v->first !
 static void forge__capture_bind(forge_context *ctx) {
     uint32_t i;
     forge__capture_bytes(&ctx->sched, &ctx->r, ctx->capture_offset);
-    for (i = 0; i < ctx->sched.n_captures; i++) ctx->capture_data[i] = ctx->capture + ctx->capture_offset[i];
+    for (i = 0; i < ctx->sched.n_captures; i++) ctx->capture_data[i] = ctx->capture ? ctx->capture + ctx->capture_offset[i] : NULL;
 }
 
 /* The host tables of the sequences (see struct forge_context), taken once at creation. */
