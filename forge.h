@@ -4003,6 +4003,27 @@ static FORGE__AVX2_FN __m256i forge__avx2_load(const void *p) { return _mm256_lo
 
 static FORGE__AVX2_FN float forge__avx2_half(const uint8_t *p) { return _cvtsh_ss(forge__ld16(p)); }
 
+/* The CPU attention's double-precision sums, 4 lanes at a time (n a multiple of 8): sum of q[i] k[i],
+   and acc[i] = acc[i] * shrink + w v[i]. */
+static FORGE__AVX2_FN double forge__avx2_dot_fd(const float *q, const float *k, uint32_t n) {
+    __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
+    __m128d h;
+    uint32_t i;
+    for (i = 0; i < n; i += 8) {
+        a = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(q + i)), _mm256_cvtps_pd(_mm_loadu_ps(k + i)), a);
+        b = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(q + i + 4)), _mm256_cvtps_pd(_mm_loadu_ps(k + i + 4)), b);
+    }
+    a = _mm256_add_pd(a, b);
+    h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+static FORGE__AVX2_FN void forge__avx2_axpy_fd(double *acc, double shrink, double w, const float *v, uint32_t n) {
+    const __m256d s = _mm256_set1_pd(shrink), x = _mm256_set1_pd(w);
+    uint32_t i;
+    for (i = 0; i < n; i += 4)
+        _mm256_storeu_pd(acc + i, _mm256_fmadd_pd(x, _mm256_cvtps_pd(_mm_loadu_ps(v + i)), _mm256_mul_pd(_mm256_loadu_pd(acc + i), s)));
+}
+
 /* n halves (a multiple of 8) to floats, 8 at a time: the same values as forge_f16_to_f32 (the
    conversion is exact). */
 static FORGE__AVX2_FN void forge__avx2_halves(const uint8_t *src, float *dst, uint32_t n) {
@@ -10350,6 +10371,20 @@ static void forge__kv_row_f32(const forge_context *ctx, uint32_t kv_type, const 
     forge_dequantize(kv_type, src, dst, n);
 }
 
+/* q . k in double, 4 lanes at a time where the pool found AVX2 and the rows are whole groups of 8
+   (the attention and its patterns share it, so a pattern's scores are the attention's). */
+static double forge__attn_dot(const forge_context *ctx, const float *q, const float *k, uint32_t n) {
+    double s = 0.0;
+    uint32_t i;
+#ifdef FORGE__AVX2
+    if (n % 8 == 0 && ctx->pool && ctx->pool->q8_level >= 1) return forge__avx2_dot_fd(q, k, n);
+#else
+    (void)ctx;
+#endif
+    for (i = 0; i < n; i++) s += (double)q[i] * k[i];
+    return s;
+}
+
 static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32_t thread) {
     forge__attn_job *job = (forge__attn_job *)user;
     forge_context *ctx = job->ctx;
@@ -10365,24 +10400,34 @@ static void forge__attn_task(void *user, uint32_t task, uint32_t n_tasks, uint32
     float krow[FORGE__MAX_HEAD_DIM], vrow[FORGE__MAX_HEAD_DIM];
     double acc[FORGE__MAX_HEAD_DIM], max = -INFINITY, sum = 0.0;
     const double scale = (double)c->attn_scale;
+#ifdef FORGE__AVX2
+    const int vec = ctx->pool && ctx->pool->q8_level >= 1 && hd % 8 == 0 && hdv % 8 == 0; /* the sums 4 lanes at a time */
+#endif
     (void)n_tasks;
     (void)thread;
     for (i = 0; i < hdv; i++) acc[i] = 0.0;
     for (p = first; p <= pos; p++) {
-        double s = 0.0, w;
+        double s = 0.0, w, shrink = 1.0;
         forge__kv_row_f32(ctx, kv_type, forge__k_row(ctx, seq, layer, p, kv_head), krow, hd);
-        for (i = 0; i < hd; i++) s += (double)q[i] * krow[i];
+        s = forge__attn_dot(ctx, q, krow, hd);
         s *= scale;
         if (cap > 0.0) s = cap * tanh(s / cap);
         if (s > max) { /* rescale what was accumulated under the old maximum */
-            double shrink = exp(max - s);
-            for (i = 0; i < hdv; i++) acc[i] *= shrink;
+            shrink = exp(max - s);
             sum *= shrink;
             max = s;
         }
         w = exp(s - max);
         sum += w;
         forge__kv_row_f32(ctx, kv_type, forge__v_row(ctx, seq, layer, p, kv_head), vrow, hdv);
+#ifdef FORGE__AVX2
+        if (vec) {
+            forge__avx2_axpy_fd(acc, shrink, w, vrow, hdv);
+            continue;
+        }
+#endif
+        if (shrink != 1.0)
+            for (i = 0; i < hdv; i++) acc[i] *= shrink;
         for (i = 0; i < hdv; i++) acc[i] += w * vrow[i];
     }
     for (i = 0; i < hdv; i++) out[i] = (float)(acc[i] / sum);
@@ -10405,10 +10450,9 @@ typedef struct forge__pattern_job {
 static double forge__attn_score(forge_context *ctx, const float *q, uint32_t seq, uint32_t layer, uint32_t p, uint32_t kv_head,
                                 float *krow) {
     const forge_config *c = ctx->c;
-    double s = 0.0;
-    uint32_t i;
+    double s;
     forge__kv_row_f32(ctx, forge__kv_storage_type(ctx->r.kv_type), forge__k_row(ctx, seq, layer, p, kv_head), krow, c->head_dim);
-    for (i = 0; i < c->head_dim; i++) s += (double)q[i] * krow[i];
+    s = forge__attn_dot(ctx, q, krow, c->head_dim);
     s *= (double)c->attn_scale;
     if (c->attn_softcap > 0.0f) s = (double)c->attn_softcap * tanh(s / (double)c->attn_softcap);
     return s;
