@@ -3532,7 +3532,7 @@ typedef struct forge_hip_rope_args {
 // The decode kernels of forge_hip_attention_at split a context into chunks of FORGE__ATTD_MIN_CHUNK
 // positions or more, at most FORGE__ATTD_MAX_SPLIT of them; a span of up to FORGE__ATTD_ONE_SPLIT
 // positions is one split, written out directly with no records and no merge, which at such depths
-// cost more than the positions (tests/PERF.md, seventh session).
+// cost more than the positions (tests/PERF.md, "On the H200: where decode stands, shorter latency chains").
 #define FORGE__ATTD_MAX_SPLIT 128
 #define FORGE__ATTD_MAX_DIM 256 // widest head the decode kernels and the split merge's pair path take
 #ifndef FORGE__ATTD_MIN_CHUNK
@@ -5137,8 +5137,8 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
 // divides the group and keeps the blocks of one split (n_head_kv x parts) within
 // FORGE__ATTD_PARTS_ONE for a span of one split, FORGE__ATTD_PARTS_SHORT up to FORGE__ATTD_SHORT
 // positions, else FORGE__ATTD_PARTS_LONG; a group none divides takes even parts of at most 4. On the
-// H100, tg128 (tests/PERF.md, eleventh session): Llama-3-8B (8 KV heads, groups of 4) from 0, 1024,
-// 4096 and 8192 positions with parts of 4 / 2 / 1: 418-422 / 435 / 440, 385 / 401-404 / 388,
+// H100, tg128 (tests/PERF.md, "Decode attention cut by the span, one graph a band of positions"):
+// Llama-3-8B (8 KV heads, groups of 4) from 0, 1024, 4096 and 8192 positions with parts of 4 / 2 / 1: 418-422 / 435 / 440, 385 / 401-404 / 388,
 // 355 / 379 / 339, 333 / 349-351 / 291, and 16384 (q8_0 and f16) and 65536 favour 4; Qwen2.5-1.5B
 // (2 KV heads, groups of 6) with parts of 2 / 1: 912 / 935, 748 / 762 at 4096, 703 / 714 at 8192,
 // 654 / 627 at 16384.
