@@ -84,6 +84,18 @@ TEST__MAYBE_UNUSED static void test_counting_free(void *ptr, void *user_data) {
     free(ptr);
 }
 
+/* One fixture file of every family: sliding windows (gemma2, gemma3), soft-caps (gemma2), experts (the
+   three MoE files); on the CPU, and the same families on the GPU in the files its other suites read. */
+#define TEST_N_FAMILIES 12
+TEST__MAYBE_UNUSED static const char *const test_cpu_families[TEST_N_FAMILIES] = {
+    "tiny-llama-q8_0.gguf",    "tiny-llama-q4_k_m.gguf", "tiny-qwen2-f16.gguf",     "tiny-qwen3-q4_k_m.gguf",
+    "tiny-gemma-f16.gguf",     "tiny-gemma2-f16.gguf",   "tiny-gemma3-q4_k_m.gguf", "tiny-phi3-f16.gguf",
+    "tiny-glm4-f16.gguf",      "tiny-llama-moe-f16.gguf", "tiny-qwen2moe-q4_k_m.gguf", "tiny-qwen3moe-f16.gguf"};
+TEST__MAYBE_UNUSED static const char *const test_gpu_families[TEST_N_FAMILIES] = {
+    "tiny-llama-q4_0.gguf",    "tiny-llama-q4_k_m.gguf", "tiny-qwen2-q8_0.gguf",    "tiny-qwen3-q4_k_m.gguf",
+    "tiny-gemma-q4_k_m.gguf",  "tiny-gemma2-f16.gguf",   "tiny-gemma3-q4_k_m.gguf", "tiny-phi3-q4_k_m.gguf",
+    "tiny-glm4-q4_k_m.gguf",   "tiny-llama-moe-q4_k_m.gguf", "tiny-qwen2moe-q4_k_m.gguf", "tiny-qwen3moe-q4_k_m.gguf"};
+
 /* Opens FORGE_FIXTURES/models/NAME (default ../shared/fixtures), failing a check when it cannot. */
 TEST__MAYBE_UNUSED static forge_model *test_open_fixture(const char *name) {
     char path[512];

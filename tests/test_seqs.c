@@ -454,20 +454,10 @@ static void test_captures(forge_model *m) {
 }
 
 int main(void) {
-    /* every family: sliding windows (gemma2, gemma3), soft-caps (gemma2), experts (the three MoE files) */
-    static const char *const cpu_families[] = {"tiny-llama-q8_0.gguf",    "tiny-llama-q4_k_m.gguf",   "tiny-qwen2-f16.gguf",
-                                               "tiny-qwen3-q4_k_m.gguf",  "tiny-gemma-f16.gguf",      "tiny-gemma2-f16.gguf",
-                                               "tiny-gemma3-q4_k_m.gguf", "tiny-phi3-f16.gguf",       "tiny-glm4-f16.gguf",
-                                               "tiny-llama-moe-f16.gguf", "tiny-qwen2moe-q4_k_m.gguf", "tiny-qwen3moe-f16.gguf"};
-    /* the same families on the GPU, in the files its other suites read */
-    static const char *const gpu_families[] = {"tiny-llama-q4_0.gguf",     "tiny-llama-q4_k_m.gguf",  "tiny-qwen2-q8_0.gguf",
-                                               "tiny-qwen3-q4_k_m.gguf",   "tiny-gemma-q4_k_m.gguf",  "tiny-gemma2-f16.gguf",
-                                               "tiny-gemma3-q4_k_m.gguf",  "tiny-phi3-q4_k_m.gguf",   "tiny-glm4-q4_k_m.gguf",
-                                               "tiny-llama-moe-q4_k_m.gguf", "tiny-qwen2moe-q4_k_m.gguf", "tiny-qwen3moe-q4_k_m.gguf"};
     const char *env = getenv("FORGE_TEST_BACKEND");
     const int gpu = env && strcmp(env, "gpu") == 0;
-    const char *const *families = gpu ? gpu_families : cpu_families;
-    const size_t n_families = getenv("FORGE_TEST_QUICK") ? 3 : sizeof cpu_families / sizeof *cpu_families;
+    const char *const *families = gpu ? test_gpu_families : test_cpu_families; /* every family (test.h) */
+    const size_t n_families = getenv("FORGE_TEST_QUICK") ? 3 : TEST_N_FAMILIES;
     /* the GPU runs a batch on its prompt kernels (f16 operands), alone a one-token step on the decode kernels */
     tol = gpu ? 5e-3 : tol_cpu;
     size_t f;

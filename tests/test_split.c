@@ -459,21 +459,12 @@ static void test_device_memory(const char *path) {
 #endif
 
 int main(void) {
-    static const char *const families[] = {"tiny-llama-q8_0.gguf",    "tiny-llama-q4_k_m.gguf",   "tiny-qwen2-f16.gguf",
-                                           "tiny-qwen3-q4_k_m.gguf",  "tiny-gemma-f16.gguf",      "tiny-gemma2-f16.gguf",
-                                           "tiny-gemma3-q4_k_m.gguf", "tiny-phi3-f16.gguf",       "tiny-glm4-f16.gguf",
-                                           "tiny-llama-moe-f16.gguf", "tiny-qwen2moe-q4_k_m.gguf", "tiny-qwen3moe-f16.gguf"};
-    /* the same families on the GPU, in the files its other suites read */
-    static const char *const gpu_families[] = {"tiny-llama-q4_0.gguf",     "tiny-llama-q4_k_m.gguf",  "tiny-qwen2-q8_0.gguf",
-                                               "tiny-qwen3-q4_k_m.gguf",   "tiny-gemma-q4_k_m.gguf",  "tiny-gemma2-f16.gguf",
-                                               "tiny-gemma3-q4_k_m.gguf",  "tiny-phi3-q4_k_m.gguf",   "tiny-glm4-q4_k_m.gguf",
-                                               "tiny-llama-moe-q4_k_m.gguf", "tiny-qwen2moe-q4_k_m.gguf", "tiny-qwen3moe-q4_k_m.gguf"};
     const char *b = getenv("FORGE_TEST_BACKEND");
     size_t f;
     backend = b && strcmp(b, "gpu") == 0 ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
     second_device = getenv("FORGE_TEST_DEVICES") && atoi(getenv("FORGE_TEST_DEVICES")) >= 2 ? 1 : 0;
     mem = reading(32ull << 30);
-    for (f = 0; f < sizeof families / sizeof *families; f++) test_family(backend == FORGE_BACKEND_GPU ? gpu_families[f] : families[f]);
+    for (f = 0; f < TEST_N_FAMILIES; f++) test_family(backend == FORGE_BACKEND_GPU ? test_gpu_families[f] : test_cpu_families[f]);
     test_captures();
     test_budgets();
     test_transactional();
