@@ -105,23 +105,29 @@ static void gathered_free(gathered *g) {
     memset(g, 0, sizeof *g);
 }
 
-static int run(forge_model *m, const forge_capture *c, uint32_t n, uint32_t batch, forge_capture_dtype dtype, gathered *g,
-               float *last_logits) {
+/* A CPU context of n_ctx positions on 2 threads capturing c, its chunks gathered into g (emptied). */
+static forge_context_desc capture_desc(const forge_capture *c, uint32_t n, uint32_t n_ctx, uint32_t batch, gathered *g) {
     forge_context_desc d;
-    forge_context *ctx = NULL;
-    forge_error e;
-    int ok;
     memset(&d, 0, sizeof d);
     memset(g, 0, sizeof *g);
     d.backend = FORGE_BACKEND_CPU;
-    d.n_ctx = 64;
+    d.n_ctx = n_ctx;
     d.n_batch = batch;
     d.n_threads = 2;
     d.captures = c;
     d.n_captures = n;
-    d.capture_dtype = dtype;
     d.on_capture = on_chunk;
     d.capture_user_data = g;
+    return d;
+}
+
+static int run(forge_model *m, const forge_capture *c, uint32_t n, uint32_t batch, forge_capture_dtype dtype, gathered *g,
+               float *last_logits) {
+    forge_context_desc d = capture_desc(c, n, 64, batch, g);
+    forge_context *ctx = NULL;
+    forge_error e;
+    int ok;
+    d.capture_dtype = dtype;
     ok = forge_context_create(m, &d, &ctx, &e) == FORGE_OK;
     CHECK(ok, "context with %u captures: %s", n, e.message);
     if (!ok) return 0;
@@ -339,21 +345,11 @@ static void test_plan(forge_model *m) {
 /* One context over the 32 tokens with an f32 KV cache; captures gathered into g. */
 static int run_patterns(forge_model *m, const forge_capture *c, uint32_t n, uint32_t batch, uint32_t head_first, uint32_t n_heads,
                         uint32_t key_first, uint32_t n_keys, gathered *g, forge_plan *plan) {
-    forge_context_desc d;
+    forge_context_desc d = capture_desc(c, n, 32, batch, g);
     forge_context *ctx = NULL;
     forge_error e;
     int ok;
-    memset(&d, 0, sizeof d);
-    memset(g, 0, sizeof *g);
-    d.backend = FORGE_BACKEND_CPU;
-    d.n_ctx = 32;
-    d.n_batch = batch;
-    d.n_threads = 2;
     d.kv_type = FORGE_KV_F32;
-    d.captures = c;
-    d.n_captures = n;
-    d.on_capture = on_chunk;
-    d.capture_user_data = g;
     d.pattern_head_first = head_first;
     d.pattern_n_heads = n_heads;
     d.pattern_key_first = key_first;
