@@ -8598,8 +8598,6 @@ FORGE_API forge_result forge_plan_check(const forge_model *m, const forge_contex
                     v->split_that_fits[i] = layer_bytes ? (double)(p.parts[i].weights_bytes + p.parts[i].kv_bytes) / (double)layer_bytes : 0.0;
             }
         }
-        /* the sequences' side below uses the layout of the requested context */
-        for (i = 0; i < v->plan.n_parts; i++) r.part_layer[i] = v->plan.parts[i].layer_first;
     }
     { /* the most sequences at the requested context and KV type (the plan grows with them), and the
          price of one more: its cache, and its logits row while rows are kept per sequence */
