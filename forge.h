@@ -7754,6 +7754,9 @@ int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32
 int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                              char *message, size_t message_bytes);
+int forge_hip_matmul_rows_q8_path(int path, uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                                  uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
+                                  char *message, size_t message_bytes);
 int forge_hip_rope_rows(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
                         const uint32_t *row_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
                         char *message, size_t message_bytes);

@@ -1543,6 +1543,24 @@ struct forge__pq_q4_0 : forge__p_q4_0 {
         }
         return d * (x.g0.x * (float)s - 8.0f * (x.g0.y + x.g0.z)); // sum x (n - 8)
     }
+    // A piece unpacked once for the products of several tokens (forge__k_mvq_rows): the bytes as
+    // dp4a takes them and the floats that do not depend on the token.
+    struct unp { int q[8]; float d; };
+    static __device__ __forceinline__ void unpack(const raw &r, uint32_t, unp &u) {
+        u.d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
+        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t q = __byte_perm(r.w[i], r.w[i + 1], sel);
+            u.q[i] = (int)(q & 0x0f0f0f0fu), u.q[4 + i] = (int)((q >> 4) & 0x0f0f0f0fu);
+        }
+    }
+    static __device__ __forceinline__ float dotu(const unp &u, uint32_t, const forge__xq &x) {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = forge__dp4a(u.q[i], x.q[i], s);
+        return u.d * (x.g0.x * (float)s - 8.0f * (x.g0.y + x.g0.z));
+    }
 };
 
 struct forge__pq_q8_0 : forge__p_q8_0 {
@@ -1556,6 +1574,19 @@ struct forge__pq_q8_0 : forge__p_q8_0 {
 #pragma unroll
         for (int i = 0; i < 8; i++) s = forge__dp4a((int)__byte_perm(r.w[i], r.w[i + 1], sel), x.q[i], s);
         return d * x.g0.x * (float)s;
+    }
+    struct unp { int q[8]; float d; };
+    static __device__ __forceinline__ void unpack(const raw &r, uint32_t, unp &u) {
+        u.d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
+        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+#pragma unroll
+        for (int i = 0; i < 8; i++) u.q[i] = (int)__byte_perm(r.w[i], r.w[i + 1], sel);
+    }
+    static __device__ __forceinline__ float dotu(const unp &u, uint32_t, const forge__xq &x) {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = forge__dp4a(u.q[i], x.q[i], s);
+        return u.d * x.g0.x * (float)s;
     }
 };
 
@@ -1591,6 +1622,31 @@ struct forge__pq_q4_k : forge__p_q4_k {
         // scale times sum in integers, exact (|s| <= 16 * 15 * 127, scales < 64): one conversion each
         return d * (x.g0.x * (float)((int)(sc & 0xffu) * s0) + x.g1.x * (float)((int)(sc >> 8) * s1)) -
                dmin * (forge__u2f(mn & 0xffu) * sum0 + forge__u2f(mn >> 8) * sum1);
+    }
+    // unpacked: the nibbles, the two groups' scales as integers, d, and dmin times each minimum
+    struct unp { int q[8]; int sc0, sc1; float d, m0, m1; };
+    static __device__ __forceinline__ void unpack(const raw &r, uint32_t p, unp &u) {
+        const uint32_t c = (p % 8) / 2, s16 = 16 * (c & 1);
+        const bool upper = c >= 2;
+        const uint32_t m_lo = upper ? 0x0f0fu : 0x3f3fu, m_hi = upper ? 0x3030u : 0u;
+        const uint32_t a = r.head.y >> s16, b = r.head.z >> s16, cl = r.head.w >> s16;
+        const uint32_t sc = ((upper ? cl : a) & m_lo) | ((a >> 2) & m_hi);
+        const uint32_t mn = ((upper ? cl >> 4 : b) & m_lo) | ((b >> 2) & m_hi);
+        const float dmin = forge__f16(r.head.x >> 16);
+        u.d = forge__f16(r.head.x & 0xffffu);
+        u.sc0 = (int)(sc & 0xffu), u.sc1 = (int)(sc >> 8);
+        u.m0 = dmin * forge__u2f(mn & 0xffu), u.m1 = dmin * forge__u2f(mn >> 8);
+        const uint32_t q[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) u.q[i] = (int)(q[i] & 0x0f0f0f0fu), u.q[4 + i] = (int)((q[i] >> 4) & 0x0f0f0f0fu);
+    }
+    static __device__ __forceinline__ float dotu(const unp &u, uint32_t p, const forge__xq &x) {
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) s0 = forge__dp4a(u.q[i], x.q[i], s0), s1 = forge__dp4a(u.q[4 + i], x.q[4 + i], s1);
+        const uint32_t h = p % 2;
+        const float sum0 = h ? x.g0.z : x.g0.y, sum1 = h ? x.g1.z : x.g1.y;
+        return u.d * (x.g0.x * (float)(u.sc0 * s0) + x.g1.x * (float)(u.sc1 * s1)) - (u.m0 * sum0 + u.m1 * sum1);
     }
 };
 
@@ -1630,6 +1686,32 @@ template <int PACKED> struct forge__pq_q6_k_t : forge__p_q6_k_t<PACKED> {
             total += (float)(sc[k] * s) * dx[k];
         }
         return r.d * total;
+    }
+    // unpacked: the signed bytes v - 32 of the four quarters (2 words each), the scales, d
+    struct unp { int q[8]; int sc[4]; float d; };
+    static __device__ __forceinline__ void unpack(const raw &r, uint32_t, unp &u) {
+        u.sc[0] = (int)(int8_t)(r.sc & 0xffu), u.sc[1] = (int)(int8_t)((r.sc >> 8) & 0xffu);
+        u.sc[2] = (int)(int8_t)((r.sc >> 16) & 0xffu), u.sc[3] = (int)(int8_t)(r.sc >> 24);
+        u.d = r.d;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int g = 0; g < 2; g++) {
+                const uint32_t ql = (k & 1) ? r.b[g] : r.a[g];
+                const uint32_t lo = (k & 2) ? (ql >> 4) & 0x0f0f0f0fu : ql & 0x0f0f0f0fu;
+                const uint32_t v = lo | (((r.h[g] >> (2 * k)) & 0x03030303u) << 4);
+                u.q[2 * k + g] = (int)((v + 0x60606060u) ^ 0x80808080u);
+            }
+    }
+    static __device__ __forceinline__ float dotu(const unp &u, uint32_t, const forge__xq &x) {
+        const float dx[4] = {x.g0.x, x.g1.x, x.g2.x, x.g3.x};
+        float total = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int s = forge__dp4a(u.q[2 * k + 1], x.q[2 * k + 1], forge__dp4a(u.q[2 * k], x.q[2 * k], 0));
+            total += (float)(u.sc[k] * s) * dx[k];
+        }
+        return u.d * total;
     }
 };
 typedef forge__pq_q6_k_t<2> forge__pq_q6_k;
@@ -1983,79 +2065,148 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
     }
 }
 
-// A product of a few tokens (a step of a few sequences) on 8-bit activations: each wave takes
-// FORGE__MVR_ROWS rows, its lanes walk the rows' pieces as the decode product does, and every
-// piece of weights, once loaded, is multiplied with the same piece of each token's quantized
-// activations (dp4a through the decode readers), so the weights are read from memory once for all
-// the tokens instead of once a token. q8: the n_tokens rows of x quantized one after another as a
-// single vector of n_tokens * n_cols (forge__k_q8_quantize's layout; n_cols is a multiple of 32, so
-// no group spans two tokens). y: [n_tokens][n_rows].
-#define FORGE__MVR_ROWS 2
-#define FORGE__MVR_TOKENS 8 // the most tokens a launch takes; more run as several launches
-// The most tokens a product takes this path with (forge_hip_matmul_rows_q8). Measured on an H100
-// (tests/PERF.md), aggregate decode of B sequences against the split matrix-unit path: Qwen2.5-1.5B
-// Q4_K_M B = 2 / 4 / 8 / 16: 497 / 874 / 1382 / 1704 t/s against 350 / 695 / 1370 / 2420; Llama-3-8B
-// 292 / 495 / 633 / 764 against 153 / 299 / 517 / 926. Past 8 the weights are read once a launch of 8.
-#define FORGE__MVR_MAX 8
-#define FORGE__MVR_THREADS 128
+// A product of a few tokens (a step of several sequences) on 8-bit activations: each wave takes
+// FORGE__MVR_ROWS rows, its lanes walk the rows' pieces as the decode product does; each piece of
+// weights is loaded and unpacked once (P::unpack) and then meets the same piece of every token's
+// quantized activations (P::dotu: dp4a and the token's scales), so the weights are read from memory
+// once for up to NT tokens and their unpacking is not repeated a token. The waves of a block may be
+// split into `sets` that walk interleaved pieces of the same rows (matrices with few rows), their
+// sums meeting in shared memory, added in set order. q8: the n_tokens rows of x quantized one after
+// another as a single vector of q8_n = n_tokens * n_cols (forge__k_q8_quantize's layout; n_cols is a
+// multiple of 32, so no group spans two tokens); this launch takes tokens t0 .. t0 + nt - 1 (nt <=
+// NT). y: [n_tokens][n_rows].
+#define FORGE__MVR_ROWS 4
+#define FORGE__MVR_THREADS 256 // a block's most threads (8 waves of 32, 4 of 64)
+#define FORGE__MVR_TOKENS 16 // the most tokens a launch takes; more run as several launches
+// The most tokens a product takes this path with (forge_hip_matmul_rows_q8): its time grows with
+// the tokens (the dp4a products are the work), the f16 matrix-unit kernel's with split columns hardly
+// below 32, and they meet (H100 and H200, tests/PERF.md "Steps of several sequences: weights unpacked
+// once") at about 16 tokens for Q4_0 and Q8_0, 11 to 15 for Q4_K and Q6_K (their scales cost more a
+// token; Q4_K from 9 tokens takes forge__k_mmq_rows instead).
+#define FORGE__MVR_MAX 16
+#define FORGE__MVR_MAX_K 12
+
+// Sums each of a lane's N values over the wave (N a power of two): at every halving of the lanes
+// exchanged, each lane keeps half of the values and sends the other half, so the whole takes about N
+// + log2(wave) shuffles instead of N log2(wave). Afterwards value j of lane l is the total of value
+// forge__wave_sums_index<N>(j, l), for j < max(N / 32, 1); with N < 32, lanes that differ only in
+// their bits below 32 / N hold the same totals. Step M (16, 8, .., 1) with n values left:
+template <int N, int n, int M> struct forge__wave_sums_step {
+    static __device__ __forceinline__ void run(float (&v)[N], uint32_t lane) {
+        const bool up = (lane & (uint32_t)M) != 0;
+#pragma unroll
+        for (int i = 0; i < n / 2; i++) {
+            const float keep = up ? v[i + n / 2] : v[i], send = up ? v[i] : v[i + n / 2];
+            v[i] = keep + FORGE_SHFL_XOR(send, M);
+        }
+        forge__wave_sums_step<N, n / 2, M / 2>::run(v, lane);
+    }
+};
+template <int N, int M> struct forge__wave_sums_step<N, 1, M> { // one value left: plain sums over the rest
+    static __device__ __forceinline__ void run(float (&v)[N], uint32_t lane) {
+        v[0] += FORGE_SHFL_XOR(v[0], M);
+        forge__wave_sums_step<N, 1, M / 2>::run(v, lane);
+    }
+};
+template <int N, int n> struct forge__wave_sums_step<N, n, 0> {
+    static __device__ __forceinline__ void run(float (&)[N], uint32_t) {}
+};
+template <int N> struct forge__wave_sums_step<N, 1, 0> {
+    static __device__ __forceinline__ void run(float (&)[N], uint32_t) {}
+};
+template <int N>
+__device__ __forceinline__ void forge__wave_sums(float (&v)[N], uint32_t lane) {
+    if (warpSize == 64) {
+#pragma unroll
+        for (int i = 0; i < N; i++) v[i] += FORGE_SHFL_XOR(v[i], 32);
+    }
+    forge__wave_sums_step<N, N, 16>::run(v, lane);
+}
+template <int N>
+__device__ __forceinline__ uint32_t forge__wave_sums_index(uint32_t j, uint32_t lane) {
+    uint32_t index = j;
+#pragma unroll
+    for (int m = 16, n = N; m > 0 && n > 1; m >>= 1, n /= 2)
+        if (lane & (uint32_t)m) index += (uint32_t)n / 2;
+    return index;
+}
+
 template <class P, int NT>
 __global__ void __launch_bounds__(FORGE__MVR_THREADS)
 forge__k_mvq_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
-                  size_t q8_n, uint32_t t0, float *__restrict__ y, const float *__restrict__ bias) {
-    const uint32_t wave = warpSize, lane = threadIdx.x % wave, waves = blockDim.x / wave;
-    const uint32_t r0 = (blockIdx.x * waves + threadIdx.x / wave) * FORGE__MVR_ROWS, n_pieces = n_cols / 32;
+                  size_t q8_n, uint32_t t0, uint32_t nt, uint32_t sets, float *__restrict__ y, const float *__restrict__ bias) {
+    constexpr int N = NT * FORGE__MVR_ROWS, KEPT = N >= 32 ? N / 32 : 1;
+    __shared__ float part[FORGE__MVR_THREADS / 32][N];
+    const uint32_t wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave, waves = blockDim.x / wave;
+    const uint32_t set = wid % sets, group = wid / sets, groups = waves / sets;
+    const uint32_t r0 = (blockIdx.x * groups + group) * FORGE__MVR_ROWS, n_pieces = n_cols / 32;
     const int8_t *qs = (const int8_t *)q8 + (size_t)t0 * n_cols;
     const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS(q8_n)) + (size_t)t0 * n_pieces;
-    float acc[NT][FORGE__MVR_ROWS];
+    float acc[N]; // token t, row k at t * ROWS + k
     size_t rows[FORGE__MVR_ROWS]; // rows past the end re-read the last; never stored
 #pragma unroll
     for (int k = 0; k < FORGE__MVR_ROWS; k++) rows[k] = (size_t)min(r0 + k, n_rows - 1) * row_bytes;
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-        for (int k = 0; k < FORGE__MVR_ROWS; k++) acc[t][k] = 0.0f;
-    for (uint32_t p = lane; p < n_pieces; p += wave) {
-        typename P::raw raw[FORGE__MVR_ROWS];
-#pragma unroll
-        for (int k = 0; k < FORGE__MVR_ROWS; k++) P::load(w + rows[k], p, n_cols, raw[k]);
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            forge__xq xq;
-            P::load_q(qs + (size_t)t * n_cols, ds + (size_t)t * n_pieces, p, xq);
-#pragma unroll
-            for (int k = 0; k < FORGE__MVR_ROWS; k++) acc[t][k] += P::dotq(raw[k], p, xq);
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < NT; t++)
+    for (int i = 0; i < N; i++) acc[i] = 0.0f;
+    for (uint32_t p = lane + wave * set; p < n_pieces; p += wave * sets) {
+        typename P::unp u[FORGE__MVR_ROWS];
 #pragma unroll
         for (int k = 0; k < FORGE__MVR_ROWS; k++) {
-            const float total = forge__wave_sum(acc[t][k]);
-            if (lane == 0 && r0 + k < n_rows) y[(size_t)(t0 + t) * n_rows + r0 + k] = bias ? total + bias[r0 + k] : total;
+            typename P::raw raw;
+            P::load(w + rows[k], p, n_cols, raw);
+            P::unpack(raw, p, u[k]);
         }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if ((uint32_t)t < nt) { // the same in every lane
+                forge__xq xq;
+                P::load_q(qs + (size_t)t * n_cols, ds + (size_t)t * n_pieces, p, xq);
+#pragma unroll
+                for (int k = 0; k < FORGE__MVR_ROWS; k++) acc[t * FORGE__MVR_ROWS + k] += P::dotu(u[k], p, xq);
+            }
+        }
+    }
+    forge__wave_sums<N>(acc, lane);
+    if (N >= 32 ? lane < 32 : (lane & (32 / N - 1)) == 0 && lane < 32) // each total written once
+#pragma unroll
+        for (int j = 0; j < KEPT; j++) part[wid][forge__wave_sums_index<N>(j, lane)] = acc[j];
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < groups * N; i += blockDim.x) {
+        const uint32_t g = i / N, j = i % N, t = j / FORGE__MVR_ROWS, row = (blockIdx.x * groups + g) * FORGE__MVR_ROWS + j % FORGE__MVR_ROWS;
+        float total = part[g * sets][j];
+        for (uint32_t k = 1; k < sets; k++) total += part[g * sets + k][j];
+        if (t < nt && row < n_rows) y[(size_t)(t0 + t) * n_rows + row] = bias ? total + bias[row] : total;
+    }
 }
 
 template <class P>
 static void forge__mvq_rows_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *q8, uint32_t n_tokens,
                                    float *y, const float *bias, hipStream_t s) {
-    const uint32_t rows = FORGE__MVR_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MVR_ROWS, blocks = (n_rows + rows - 1) / rows;
+    const uint32_t wave = (uint32_t)forge__hip_wave_size(), sms = (uint32_t)forge__hip_sm_count(), n_pieces = n_cols / 32;
+    // split a block's waves over the columns while the grid would not cover the machine twice and
+    // every lane keeps at least two pieces; then make the blocks smaller while the grid still would not
+    uint32_t waves = FORGE__MVR_THREADS / wave, sets = 1;
+#define FORGE__MVR_BLOCKS(sets, waves) ((n_rows + FORGE__MVR_ROWS * ((waves) / (sets)) - 1) / (FORGE__MVR_ROWS * ((waves) / (sets))))
+    while (sets < waves && FORGE__MVR_BLOCKS(sets, waves) < 2 * sms && n_pieces >= 4 * sets * wave) sets *= 2;
+    while (waves > sets && FORGE__MVR_BLOCKS(sets, waves) < 2 * sms) waves /= 2;
+    const uint32_t blocks = FORGE__MVR_BLOCKS(sets, waves), threads = waves * wave;
+#undef FORGE__MVR_BLOCKS
     const size_t q8_n = (size_t)n_tokens * n_cols;
     for (uint32_t t0 = 0; t0 < n_tokens; t0 += FORGE__MVR_TOKENS) {
-        switch (min(n_tokens - t0, (uint32_t)FORGE__MVR_TOKENS)) {
-#define FORGE__MVR_CASE(N) \
-    case N: forge__k_mvq_rows<P, N><<<blocks, FORGE__MVR_THREADS, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, y, bias); break;
-            FORGE__MVR_CASE(1) FORGE__MVR_CASE(2) FORGE__MVR_CASE(3) FORGE__MVR_CASE(4)
-            FORGE__MVR_CASE(5) FORGE__MVR_CASE(6) FORGE__MVR_CASE(7) FORGE__MVR_CASE(8)
-#undef FORGE__MVR_CASE
-        }
+        const uint32_t nt = min(n_tokens - t0, (uint32_t)FORGE__MVR_TOKENS);
+        if (nt <= 2) forge__k_mvq_rows<P, 2><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, nt, sets, y, bias);
+        else if (nt <= 4) forge__k_mvq_rows<P, 4><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, nt, sets, y, bias);
+        else if (nt <= 8) forge__k_mvq_rows<P, 8><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, nt, sets, y, bias);
+        else forge__k_mvq_rows<P, 16><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, nt, sets, y, bias);
     }
 }
 
-// Whether forge__mvq_rows_launch reads this matrix (a weight type with an 8-bit decode reader).
-static int forge__mvq_rows_type(uint32_t type, uint32_t n_cols) {
+// The most tokens of a product forge__mvq_rows_launch takes for this matrix: 0 without an 8-bit
+// decode reader for its type.
+static uint32_t forge__mvq_rows_max(uint32_t type, uint32_t n_cols) {
     if (n_cols % 32 != 0) return 0;
     switch (forge__hip_kind(type, n_cols)) {
-#define FORGE__MVR_OK(id, P) case id: return 1;
+#define FORGE__MVR_OK(id, P) case id: return id == FORGE_HIP_Q4_0 || id == FORGE_HIP_Q8_0 ? FORGE__MVR_MAX : FORGE__MVR_MAX_K;
         FORGE__Q8_KINDS(FORGE__MVR_OK)
 #undef FORGE__MVR_OK
     default: return 0;
@@ -2772,6 +2923,161 @@ static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, 
     default: return 0;
     }
 }
+
+// ---- products of a few tokens on the integer matrix units (steps of several sequences) ----
+//
+// forge__k_mvq_rows multiplies each piece of weights with every token through dp4a and spends about
+// twenty instructions a row, token and 32 columns of Q4_K: its time grows with the tokens, and at 16
+// it is the f16 matrix-unit kernel's. Here a warp takes 32 rows of a Q4_K matrix and up to 16 tokens,
+// and each group of 32 columns (one scale and minimum of the weights, one scale of the activations)
+// is one mma.m16n8k32 of 8-bit integers a 16 x 8 tile (weights 0..15 unsigned, activations signed),
+// whose integer sums are scaled into f32 right after: four instructions a row, token and group. The
+// activations are forge__k_q8_quantize's, as forge__k_mvq_rows reads them. Measured (H100, tests/PERF.md
+// "Steps of several sequences"): faster than both other paths from 9 to 16 tokens on Q4_K; slower
+// than dp4a on Q4_0 and Q8_0 (a byte of weights there is cheaper to multiply by dp4a than to scale
+// after the matrix unit), and past 16 tokens slower than the f16 kernel (the scaling grows with the
+// outputs), so only Q4_K takes it, only there.
+//
+// Fragments of m16n8k32 (a lane: g = lane / 4, c = lane % 4): A words a0 (row g, k 4c..4c+3), a1 (row
+// g + 8, same k), a2 (row g, k 16 + 4c..), a3 (row g + 8, k 16 + 4c..); B words b0 (k 4c.., token g),
+// b1 (k 16 + 4c.., token g); C c0, c1 (row g, tokens 2c, 2c + 1), c2, c3 (row g + 8, same tokens).
+// A unit of a row is pair p = u % 4 of super-block u / 4: groups 2p (the low nibbles of 32 bytes) and
+// 2p + 1 (their high nibbles); a lane's A words of both are two 4-byte loads.
+struct forge__mq_q4_k {
+    struct raw { uint4 head; uint32_t w0, w1; };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t c, raw &r) {
+        const uint8_t *b = row + (size_t)(u / 4) * 144;
+        r.head = forge__ld128(b);
+        r.w0 = forge__ld32(b + 16 + 32 * (u % 4) + 4 * c), r.w1 = forge__ld32(b + 32 + 32 * (u % 4) + 4 * c);
+    }
+    // the A words of groups 2p and 2p + 1, their scales d sc and minimums dmin m (forge__pq_q4_k's bytes)
+    static __device__ __forceinline__ void unpack(const raw &r, uint32_t u, uint32_t a[2][2], float sc[2], float mn[2]) {
+        const uint32_t p = u % 4, s16 = 16 * (p & 1);
+        const bool upper = p >= 2;
+        const uint32_t m_lo = upper ? 0x0f0fu : 0x3f3fu, m_hi = upper ? 0x3030u : 0u;
+        const uint32_t A = r.head.y >> s16, B = r.head.z >> s16, C = r.head.w >> s16;
+        const uint32_t s = ((upper ? C : A) & m_lo) | ((A >> 2) & m_hi), m = ((upper ? C >> 4 : B) & m_lo) | ((B >> 2) & m_hi);
+        const float d = forge__f16(r.head.x & 0xffffu), dmin = forge__f16(r.head.x >> 16);
+        a[0][0] = r.w0 & 0x0f0f0f0fu, a[0][1] = r.w1 & 0x0f0f0f0fu;
+        a[1][0] = (r.w0 >> 4) & 0x0f0f0f0fu, a[1][1] = (r.w1 >> 4) & 0x0f0f0f0fu;
+        sc[0] = d * forge__u2f(s & 0xffu), sc[1] = d * forge__u2f(s >> 8);
+        mn[0] = dmin * forge__u2f(m & 0xffu), mn[1] = dmin * forge__u2f(m >> 8);
+    }
+};
+
+// c += a b over 32 columns: u8 weights, s8 activations, s32 sums
+__device__ __forceinline__ void forge__mma_u8s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#ifdef FORGE__MMA_DEVICE
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a, (void)b0, (void)b1;
+#endif
+}
+
+#define FORGE__MQ_ROWS 32     // rows a block (two 16-row tiles a warp)
+#define FORGE__MQ_MAX_WAVES 8 // the most warps a block, each a share of the units
+#define FORGE__MQ_TOKENS 16   // tokens a launch, at most
+#define FORGE__MQ_MIN 9       // forge_hip_matmul_rows_q8 takes this path for 9 to 16 tokens of Q4_K
+// The integer sums start at the bits of 2^23 + 2^22: a sum s (|s| < 2^22; at most 32 * 15 * 127 here)
+// added to them is the float 2^23 + 2^22 + s, so one subtraction gives s as a float (no conversion
+// instruction, which runs at a quarter of the rate).
+#define FORGE__MQ_MAGIC 0x4B400000
+__global__ void __launch_bounds__(32 * FORGE__MQ_MAX_WAVES)
+forge__k_mmq_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
+                  uint32_t nt, float *__restrict__ y, const float *__restrict__ bias) {
+    typedef forge__mq_q4_k Q;
+    constexpr int NTILE = FORGE__MQ_TOKENS / 8, OUT = 2 * NTILE * 4; // a lane's outputs: 2 row tiles x NTILE token tiles x 4
+    __shared__ float part[FORGE__MQ_MAX_WAVES][OUT][32];
+    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32, sets = blockDim.x / 32, g = lane / 4, c = lane % 4;
+    const uint32_t r0 = blockIdx.x * FORGE__MQ_ROWS, n_groups = n_cols / 32, n_units = n_groups / 2;
+    const int8_t *qs = (const int8_t *)q8;
+    const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS((size_t)nt * n_cols));
+    const uint8_t *rows[4]; // rows g, g + 8, 16 + g, 24 + g; past the end: the last row, never stored
+#pragma unroll
+    for (int r = 0; r < 4; r++) rows[r] = w + (size_t)min(r0 + 16 * (r / 2) + 8 * (r % 2) + g, n_rows - 1) * row_bytes;
+    const int8_t *xb[NTILE]; // token g of each tile (B); tokens past nt read the last, never stored
+    uint32_t tc[NTILE][2];   // tokens 2c, 2c + 1 of each tile (C)
+#pragma unroll
+    for (int i = 0; i < NTILE; i++) {
+        xb[i] = qs + (size_t)min(8 * i + g, nt - 1) * n_cols + 4 * c;
+        tc[i][0] = min(8 * i + 2 * c, nt - 1), tc[i][1] = min(8 * i + 2 * c + 1, nt - 1);
+    }
+    float acc[2][NTILE][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int i = 0; i < NTILE; i++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[m][i][k] = 0.0f;
+    // the weights of the warp's next unit are asked for before this one is multiplied
+    Q::raw cur[4], next[4];
+    if (warp < n_units)
+#pragma unroll
+        for (int r = 0; r < 4; r++) Q::load(rows[r], warp, c, cur[r]);
+    for (uint32_t u = warp; u < n_units; u += sets) {
+        if (u + sets < n_units)
+#pragma unroll
+            for (int r = 0; r < 4; r++) Q::load(rows[r], u + sets, c, next[r]);
+        uint32_t a[4][2][2];
+        float sc[4][2], mn[4][2];
+#pragma unroll
+        for (int r = 0; r < 4; r++) Q::unpack(cur[r], u, a[r], sc[r], mn[r]);
+#pragma unroll
+        for (int gi = 0; gi < 2; gi++) {
+            const uint32_t group = 2 * u + gi;
+#pragma unroll
+            for (int i = 0; i < NTILE; i++) {
+                const uint32_t b0 = *(const uint32_t *)(xb[i] + 32 * (size_t)group), b1 = *(const uint32_t *)(xb[i] + 32 * (size_t)group + 16);
+                const float4 x0 = ds[(size_t)tc[i][0] * n_groups + group], x1 = ds[(size_t)tc[i][1] * n_groups + group];
+                const float dx[2] = {x0.x, x1.x}, sx[2] = {x0.y + x0.z, x1.y + x1.z};
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    const uint32_t af[4] = {a[2 * m][gi][0], a[2 * m + 1][gi][0], a[2 * m][gi][1], a[2 * m + 1][gi][1]};
+                    int s[4] = {FORGE__MQ_MAGIC, FORGE__MQ_MAGIC, FORGE__MQ_MAGIC, FORGE__MQ_MAGIC};
+                    forge__mma_u8s8(s, af, b0, b1);
+#pragma unroll
+                    for (int k = 0; k < 4; k++) { // row 2m + k / 2, token k % 2
+                        const float f = __int_as_float(s[k]) - 12582912.0f;
+                        acc[m][i][k] += sc[2 * m + k / 2][gi] * (dx[k % 2] * f) - mn[2 * m + k / 2][gi] * sx[k % 2];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) cur[r] = next[r];
+    }
+    // the warps' shares added in warp order
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int i = 0; i < NTILE; i++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) part[warp][(m * NTILE + i) * 4 + k][lane] = acc[m][i][k];
+    __syncthreads();
+    for (uint32_t j = threadIdx.x; j < OUT * 32; j += blockDim.x) {
+        const uint32_t o = j / 32, l = j % 32, m = o / (NTILE * 4), i = (o / 4) % NTILE, k = o % 4;
+        const uint32_t row = r0 + 16 * m + 8 * (k / 2) + l / 4, t = 8 * i + 2 * (l % 4) + k % 2;
+        float total = part[0][o][l];
+        for (uint32_t s2 = 1; s2 < sets; s2++) total += part[s2][o][l];
+        if (t < nt && row < n_rows) y[(size_t)t * n_rows + row] = bias ? total + bias[row] : total;
+    }
+}
+
+// Whether forge__mmq_rows reads this product: Q4_K of up to FORGE__MQ_TOKENS tokens on a device with
+// the matrix units.
+static int forge__mmq_rows_ok(uint32_t type, uint32_t n_cols, uint32_t n_tokens) {
+    return type == FORGE_HIP_Q4_K && n_cols % 256 == 0 && n_tokens <= FORGE__MQ_TOKENS && forge__mma_available();
+}
+
+static void forge__mmq_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *q8, uint32_t n_tokens,
+                            float *y, const float *bias, hipStream_t s) {
+    const uint32_t blocks = (n_rows + FORGE__MQ_ROWS - 1) / FORGE__MQ_ROWS, n_units = n_cols / 64;
+    // four warps a block, eight where the blocks would not cover the machine twice and the units allow
+    const uint32_t warps = blocks < 2u * (uint32_t)forge__hip_sm_count() && n_units >= 64 ? 8 : 4;
+    forge__k_mmq_rows<<<blocks, 32 * warps, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias);
+}
 #endif // FORGE__MMA
 
 
@@ -2794,13 +3100,24 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
     if (n_tokens > 65535u * FORGE__TILE_TOKENS) return forge__hip_refuse(message, message_bytes, "matmul: too many tokens in one batch");
     hipStream_t s = (hipStream_t)stream;
     const uint8_t *wb = (const uint8_t *)w;
-    // a few tokens on 8-bit activations, quantized into the workspace: each weight read once for all
-    if (q8_rows && partial && n_tokens <= FORGE__MVR_MAX && forge__mvq_rows_type(type, n_cols) &&
+    // a few tokens on 8-bit activations, quantized into the workspace: each weight read once for all,
+    // on the integer matrix units (forge__mmq_rows) where the type has a reader there, else by dp4a
+    // (forge__mvq_rows). q8_rows: 1 the faster for the shape, 2 dp4a, 3 the matrix units (tests).
+#ifdef FORGE__MMA
+    const int mmq = q8_rows && q8_rows != 2 && forge__mmq_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__MQ_MIN);
+#else
+    const int mmq = 0;
+#endif
+    if (q8_rows && partial && (mmq || (q8_rows != 3 && n_tokens <= forge__mvq_rows_max(type, n_cols))) &&
         FORGE__Q8_DS((size_t)n_tokens * n_cols) + (size_t)n_tokens * n_cols / 2 <= partial_floats * sizeof(float)) {
         const uint32_t n = n_tokens * n_cols;
         uint8_t *q8 = (uint8_t *)partial;
         forge__launch(forge__k_q8_quantize, dim3((n + 255) / 256), dim3(256), s, x, n, q8);
-        forge__mvq_rows(type, wb, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s);
+#ifdef FORGE__MMA
+        if (mmq) forge__mmq_rows(wb, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s);
+        else
+#endif
+            forge__mvq_rows(type, wb, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s);
         return forge__hip_launched("matmul rows launch", message, message_bytes);
     }
     if (n_tokens == 1) {
@@ -2873,16 +3190,27 @@ int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32
                              0, stream, message, message_bytes);
 }
 
-// forge_hip_matmul_split for the step of several sequences on 8-bit activations: up to
-// FORGE__MVR_MAX tokens whose weight type has an 8-bit decode reader (Q4_0, Q8_0, Q4_K, Q6_K; columns
-// a multiple of 32) are rounded as the decode step rounds one token, into the workspace (which must
-// then hold forge_hip_q8_bytes(n_tokens * n_cols)), and each weight is read once for all of them;
-// anything else runs as forge_hip_matmul_split.
+// forge_hip_matmul_split for the step of several sequences on 8-bit activations: a few tokens of a
+// type with an 8-bit decode reader (columns a multiple of 32) are rounded as the decode step rounds
+// one token, into the workspace (which must then hold forge_hip_q8_bytes(n_tokens * n_cols)), and
+// each weight is read once for all of them: by dp4a up to 16 tokens of Q4_0 and Q8_0, 12 of Q6_K and
+// 8 of Q4_K, on the integer matrix units for 9 to 16 tokens of Q4_K; anything else runs as
+// forge_hip_matmul_split.
 int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                              char *message, size_t message_bytes) {
     return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
                              1, stream, message, message_bytes);
+}
+
+// forge_hip_matmul_rows_q8 on one path, for measuring and testing them: 2 dp4a (forge__k_mvq_rows), 3
+// the integer matrix units (forge__k_mmq_rows); anything the path does not take runs as
+// forge_hip_matmul_split.
+int forge_hip_matmul_rows_q8_path(int path, uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                                  uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
+                                  char *message, size_t message_bytes) {
+    return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
+                             path == 2 || path == 3 ? path : 1, stream, message, message_bytes);
 }
 
 // The decode case alone: y = W x (+ bias) for one token.
@@ -4396,6 +4724,12 @@ static int forge__hip_attention_prompt(const forge_hip_attention_args &a, size_t
     return forge__hip_launched("attention launch", message, message_bytes);
 }
 
+struct forge__rope_kv;
+// the decode attention launcher, defined with its kernels below
+static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t row_k_bytes, size_t row_v_bytes,
+                                       const uint32_t *dev_pos, void *scratch, size_t scratch_bytes, hipStream_t s,
+                                       uint8_t *q8 = NULL, const forge__rope_kv *rope = NULL);
+
 extern "C" {
 
 // Keys k [n_tokens][n_head_kv][head_dim] and values v [n_tokens][n_head_kv][head_dim_v] (f32) into
@@ -4514,6 +4848,10 @@ int forge_hip_attention(const forge_hip_attention_args *args, void *scratch, siz
     if (a.scale == 0.0f) a.scale = (float)(1.0 / sqrt((double)a.head_dim));
     if (a.n_tokens > 1 && !a.row_pos && a.head_dim <= FORGE__ATT_TILE_MAX_DIM && a.head_dim_v <= FORGE__ATT_TILE_MAX_DIM) // prompts: the tiled kernels
         return forge__hip_attention_prompt(a, row_k_bytes, row_v_bytes, scratch, scratch_bytes, s, message, message_bytes);
+    // a step of several sequences: each row as a decode step at its own position in its own sequence's
+    // cache, a KV head's query heads in one block (the decode kernels read a.row_pos and a.row_seq)
+    if (a.row_pos && forge__hip_attention_decode(a, row_k_bytes, row_v_bytes, NULL, scratch, scratch_bytes, s))
+        return forge__hip_launched("attention launch", message, message_bytes);
     const uint32_t span = a.window && a.window < max_len ? a.window : max_len; // the most positions one query reads
     uint32_t n_split = forge__hip_attention_splits(span);
     const size_t per_split = (size_t)a.n_tokens * a.n_head * (a.head_dim_v + 2) * sizeof(float);
@@ -4677,7 +5015,8 @@ __device__ __forceinline__ bool forge__attd_block_of(const forge_hip_attention_a
     const uint32_t hd = a.head_dim;
     forge__attd_heads(a, per_block, b.kv_head, b.h0, b.cnt);
     b.t = blockIdx.y, b.split = blockIdx.z;
-    const uint32_t kv_len = *dev_pos + b.t + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
+    // a step of several sequences (a.row_pos): row t's own position; else the decode step's
+    const uint32_t kv_len = (a.row_pos ? a.row_pos[b.t] : *dev_pos + b.t) + 1, first = a.window && kv_len > a.window ? kv_len - a.window : 0;
     const uint32_t span = kv_len - first, want = forge__attd_want(span);
     b.n_used = want < n_split ? want : n_split; // want >= 1
     const uint32_t chunk = (span + b.n_used - 1) / b.n_used;
@@ -4757,7 +5096,8 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
     forge__attd_block b;
     if (!forge__attd_block_of(a, n_split, per_block, dev_pos, partial, b)) return;
     const uint32_t kv_head = b.kv_head, t = b.t, h0 = b.h0, cnt = b.cnt, begin = b.begin, end = b.end;
-    const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
+    const size_t seq_base = a.row_seq ? (size_t)a.row_seq[t] * a.seq_stride : 0; // row t's sequence's cache
+    const uint8_t *ck = (const uint8_t *)a.cache_k + seq_base, *cv = (const uint8_t *)a.cache_v + seq_base;
     const uint32_t d0 = sub * 8, shift = d0 % 32 < 16 ? 0 : 4;
 
     float qv[G][8], o[G][8], m[G], l[G];
@@ -4968,7 +5308,8 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     forge__attd_block b;
     if (!forge__attd_block_of(a, n_split, per_block, dev_pos, partial, b)) return;
     const uint32_t kv_head = b.kv_head, t = b.t, h0 = b.h0, cnt = b.cnt, begin = b.begin, end = b.end;
-    const uint8_t *ck = (const uint8_t *)a.cache_k, *cv = (const uint8_t *)a.cache_v;
+    const size_t seq_base = a.row_seq ? (size_t)a.row_seq[t] * a.seq_stride : 0; // row t's sequence's cache
+    const uint8_t *ck = (const uint8_t *)a.cache_k + seq_base, *cv = (const uint8_t *)a.cache_v + seq_base;
     if (!rk.k) {
         for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
             const uint32_t g = i / HD;
@@ -5161,20 +5502,21 @@ static uint32_t forge__attd_per_block(uint32_t group, uint32_t n_head_kv, uint32
 // rk (forge_hip_rope_attention_q8's): the tile kernel rotates and stores the token's rows; 0 when the shape needs another kernel.
 static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t row_k_bytes, size_t row_v_bytes,
                                        const uint32_t *dev_pos, void *scratch, size_t scratch_bytes, hipStream_t s,
-                                       uint8_t *q8 = NULL, const forge__rope_kv *rope = NULL) {
+                                       uint8_t *q8, const forge__rope_kv *rope) {
     const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv;
     if (hd != a.head_dim_v || hd > FORGE__ATTD_MAX_DIM || hd < 8 || (hd & (hd - 1)) != 0 || (uint64_t)a.n_head > 65535u)
         return 0;
-    if ((a.kv_type == FORGE_HIP_F16 || a.kv_type == FORGE_HIP_F32) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 15u)) return 0;
-    if ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && (((uintptr_t)a.cache_k | (uintptr_t)a.cache_v) & 1u)) return 0;
-    const uint32_t max_len = a.pos0 + a.n_tokens, span = a.window && a.window < max_len ? a.window : max_len;
+    const uintptr_t at = (uintptr_t)a.cache_k | (uintptr_t)a.cache_v | (a.row_seq ? (uintptr_t)a.seq_stride : 0u); // every row's base
+    if ((a.kv_type == FORGE_HIP_F16 || a.kv_type == FORGE_HIP_F32) && (at & 15u)) return 0;
+    if ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && (at & 1u)) return 0;
+    const uint32_t max_len = a.row_pos ? a.pos0 + 1 : a.pos0 + a.n_tokens, span = a.window && a.window < max_len ? a.window : max_len;
     const uint32_t per_block = forge__attd_per_block(group, a.n_head_kv, span);
     const uint32_t parts = (group + per_block - 1) / per_block;
     const int gp = per_block <= 1 ? 1 : per_block <= 2 ? 2 : 4;
-    const bool w8 = ((uintptr_t)a.cache_k | (uintptr_t)a.cache_v | row_k_bytes | row_v_bytes) % 8 == 0; // Q8_0 / Q4_0 quants
+    const bool w8 = (at | row_k_bytes | row_v_bytes) % 8 == 0; // Q8_0 / Q4_0 quants
     const bool tiled = (a.kv_type == FORGE_HIP_F16 || ((a.kv_type == FORGE_HIP_Q8_0 || a.kv_type == FORGE_HIP_Q4_0) && w8)) &&
                        (hd == 64 || hd == 128 || hd == 256) && (a.n_cells == 0 || a.n_cells >= 64);
-    if (rope && (!tiled || a.n_tokens != 1)) return 0;
+    if (rope && (!tiled || a.n_tokens != 1 || a.row_pos)) return 0;
     const forge__rope_kv rk = rope ? *rope : forge__rope_kv(); // zeros: no rotation
     const uint64_t blocks = (uint64_t)a.n_head_kv * parts * a.n_tokens, target = FORGE__ATTD_MIN_BLOCKS * (uint64_t)forge__hip_sm_count();
     uint64_t n_split = forge__attd_want(span);
@@ -5184,7 +5526,7 @@ static int forge__hip_attention_decode(const forge_hip_attention_args &a, size_t
     if (!scratch || n_split * per_split > scratch_bytes) n_split = scratch ? scratch_bytes / per_split : 1;
     if (n_split < 1) n_split = 1;
     dim3 grid((uint32_t)(a.n_head_kv * parts), a.n_tokens, (uint32_t)n_split);
-    const bool wide = span <= FORGE__ATTD_ONE_SPLIT && a.n_tokens == 1; // one split of one-head blocks: twice the waves
+    const bool wide = span <= FORGE__ATTD_ONE_SPLIT && a.n_tokens == 1 && !a.row_pos; // one split of one-head blocks: twice the waves
     float *partial = (float *)scratch;
 #define FORGE__ATTD_LAUNCH(T, GP) \
     forge__launch(T != FORGE_HIP_F32 && T != FORGE_HIP_F16 && w8 ? forge__k_attention_decode<T, GP, T != FORGE_HIP_F32 && T != FORGE_HIP_F16> \

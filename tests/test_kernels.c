@@ -1203,6 +1203,58 @@ static void bench_matmul(void) {
         }
 }
 
+/* Steps of several sequences: a product of B tokens through forge_hip_matmul_rows_q8 (8-bit activations,
+   each weight read once for up to 16 tokens) and through forge_hip_matmul_split (the matrix units, columns
+   split), on the Llama-3-8B and Qwen2.5-1.5B shapes (a warm-up, then 20 launches; GB/s of weights). */
+static void bench_rows(void) {
+    static const uint32_t types[] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0};
+    static const uint32_t shapes[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {1536, 1536}, {8960, 1536}, {1536, 8960}};
+    static const uint32_t tokens[] = {1, 2, 4, 8, 9, 12, 16, 32};
+    const uint32_t reps = 20;
+    size_t i, j, b;
+    int path;
+    printf("products of B tokens (20 launches; us a launch: dp4a / integer matrix units / f16 matrix units, columns split):\n");
+    for (i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (j = 0; j < sizeof shapes / sizeof shapes[0]; j++) {
+            const forge_type_traits *t = forge_type_info(types[i]);
+            const uint32_t n_rows = shapes[j][0], n_cols = shapes[j][1], max_tokens = 64;
+            const size_t bytes = (size_t)n_cols / t->block_elems * t->block_bytes * n_rows;
+            const size_t ws = forge_hip_matmul_split_bytes(n_rows, max_tokens) > forge_hip_q8_bytes(max_tokens * n_cols)
+                                  ? forge_hip_matmul_split_bytes(n_rows, max_tokens) : forge_hip_q8_bytes(max_tokens * n_cols);
+            uint8_t *w = (uint8_t *)xmalloc(bytes);
+            float *x = (float *)xmalloc((size_t)max_tokens * n_cols * sizeof(float));
+            void *dw, *dx, *dy, *dws;
+            if (types[i] == FORGE_TYPE_Q6_K && j > 3) continue; /* the 8B's shapes for Q6_K */
+            random_blocks(types[i], w, (uint64_t)n_rows * (n_cols / t->block_elems));
+            random_floats(x, (size_t)max_tokens * n_cols, -1.0f, 1.0f);
+            dw = dev_weights(types[i], n_cols, bytes, w), dx = dev_alloc((size_t)max_tokens * n_cols * sizeof(float), x);
+            dy = dev_alloc((size_t)max_tokens * n_rows * sizeof(float), NULL), dws = dev_alloc(ws, NULL);
+            printf("  %-5s %5u x %5u:", t->name, n_rows, n_cols);
+            for (b = 0; b < sizeof tokens / sizeof tokens[0]; b++) {
+                double us[3];
+                for (path = 0; path < 3; path++) { /* 0: dp4a, 1: matrix units (integer), 2: split (f16) */
+                    uint32_t k;
+                    double t0 = 0.0;
+                    for (k = 0; k <= reps; k++) {
+                        if (k == 1) forge_hip_stream_sync(NULL, msg, sizeof msg), t0 = now_s(); /* after a warm-up */
+                        if (path == 2)
+                            forge_hip_matmul_split(types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, tokens[b], NULL, dws, ws, NULL, msg,
+                                                   sizeof msg);
+                        else
+                            forge_hip_matmul_rows_q8_path(path + 2, types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, tokens[b], NULL,
+                                                          dws, ws, NULL, msg, sizeof msg);
+                    }
+                    forge_hip_stream_sync(NULL, msg, sizeof msg);
+                    us[path] = (now_s() - t0) / reps * 1e6;
+                }
+                printf("  B%u %.1f/%.1f/%.1f", tokens[b], us[0], us[1], us[2]);
+            }
+            printf("  (%.1f MiB)\n", bytes / 1048576.0);
+            forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(dws);
+            free(w), free(x);
+        }
+}
+
 /* MoE matmul timings on either side of the tiled path's threshold (1024 pairs): the per-pair matvec
    reads an expert once per pair, the tiled path once per 64 pairs of that expert. */
 static void bench_moe(void) {
@@ -1362,7 +1414,7 @@ static void check_matvec_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int
    double product of the dequantized weights and each token's activations rounded by the test's own
    rule (1e-5), and against the f32 activations (2e-2). f16: a type without an 8-bit reader or more
    tokens than the path takes, so the product runs as forge_hip_matmul_split (1e-3 against f32). */
-static void check_matmul_rows_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_bias, int f16) {
+static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_bias, int f16) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, nx = (size_t)n_tokens * n_cols, ny = (size_t)n_tokens * n_rows;
     uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
@@ -1391,13 +1443,15 @@ static void check_matmul_rows_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols
         }
     dw = dev_weights(type, n_cols, row_bytes * n_rows, w), dx = dev_alloc(nx * sizeof(float), x), db = dev_alloc(n_rows * sizeof(float), bias);
     dy = dev_alloc(ny * sizeof(float), NULL), dws = dev_alloc(ws_bytes, NULL);
-    CHECK(forge_hip_matmul_rows_q8(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, with_bias ? (const float *)db : NULL, dws,
-                                   ws_bytes, NULL, msg, sizeof msg) == 0,
+    CHECK((path ? forge_hip_matmul_rows_q8_path(path, type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens,
+                                                with_bias ? (const float *)db : NULL, dws, ws_bytes, NULL, msg, sizeof msg)
+                : forge_hip_matmul_rows_q8(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, with_bias ? (const float *)db : NULL,
+                                           dws, ws_bytes, NULL, msg, sizeof msg)) == 0,
           "matmul rows q8 %s: %s", t->name, msg);
     if (dev_fetch(y, dy, ny * sizeof(float))) {
         const double err = norm_error_d(y, ref, ny), err32 = norm_error_d(y, ref32, ny);
-        printf("  matmul rows q8 %-5s %5u x %5u, %2u tokens%s%s: err %.2e (vs f32 activations %.2e)\n", t->name, n_rows, n_cols, n_tokens,
-               with_bias ? " +bias" : "", f16 ? " (split path)" : "", err, err32);
+        printf("  matmul rows q8 %-5s %5u x %5u, %2u tokens%s, %s: err %.2e (vs f32 activations %.2e)\n", t->name, n_rows, n_cols, n_tokens,
+               with_bias ? " +bias" : "", f16 ? "split path" : path == 2 ? "dp4a" : path == 3 ? "matrix units" : "chosen path", err, err32);
         if (f16)
             CHECK(err32 < 1e-3, "matmul %s %ux%u x %u on the split path: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err32);
         else {
@@ -1416,15 +1470,35 @@ static void test_matmul_rows_q8(void) {
     size_t i;
     TEST_CASE("products of a few tokens on 8-bit activations (steps of several sequences)");
     for (i = 0; i < sizeof types / sizeof types[0]; i++) {
-        check_matmul_rows_q8(types[i], 300, 1024, 1, 1, 0);   /* one token; a partial block of rows */
-        check_matmul_rows_q8(types[i], 129, 2304, 3, 0, 0);   /* 9 super-blocks a row */
-        check_matmul_rows_q8(types[i], 1536, 8960, 4, 1, 0);  /* Qwen2.5-1.5B's down projection (Q6_K: odd super-blocks) */
-        check_matmul_rows_q8(types[i], 256, 1536, 8, 0, 0);   /* Q6_K rows 4-aligned in the device layout */
-        check_matmul_rows_q8(types[i], 1024, 4096, 7, 1, 0);
-        check_matmul_rows_q8(types[i], 200, 1024, 9, 1, 1);   /* more tokens than the path takes */
+        const int k_quant = types[i] == FORGE_TYPE_Q4_K || types[i] == FORGE_TYPE_Q6_K, mmq = types[i] == FORGE_TYPE_Q4_K;
+        /* dp4a (forge__k_mvq_rows) */
+        check_matmul_rows_q8(2, types[i], 300, 1024, 1, 1, 0);   /* one token; a partial block of rows */
+        check_matmul_rows_q8(2, types[i], 129, 2304, 3, 0, 0);   /* 9 super-blocks a row */
+        check_matmul_rows_q8(2, types[i], 1536, 8960, 4, 1, 0);  /* Qwen2.5-1.5B's down projection (Q6_K: odd super-blocks) */
+        check_matmul_rows_q8(2, types[i], 256, 1536, 8, 0, 0);   /* Q6_K rows 4-aligned in the device layout */
+        check_matmul_rows_q8(2, types[i], 1024, 4096, 7, 1, 0);
+        check_matmul_rows_q8(2, types[i], 200, 1024, 9, 1, 0);   /* a launch of up to 16 tokens, 9 of them */
+        check_matmul_rows_q8(2, types[i], 96, 8192, 12, 0, 0);   /* few rows, long rows: waves split over the columns */
+        check_matmul_rows_q8(2, types[i], 64, 256, 12, 1, 0);    /* one super-block a row */
+        /* 16 tokens: the dp4a path's most for Q4_0 and Q8_0, past it for Q4_K and Q6_K (their scales cost more a token) */
+        check_matmul_rows_q8(2, types[i], 517, 1536, 16, 1, k_quant);
+        check_matmul_rows_q8(2, types[i], 200, 1024, 17, 1, 1);  /* more tokens than the path takes */
+        /* the integer matrix units (forge__k_mmq_rows): Q4_K of up to 16 tokens; the others take the split path */
+        check_matmul_rows_q8(3, types[i], 300, 1024, 1, 1, !mmq); /* one token; a partial tile of rows */
+        check_matmul_rows_q8(3, types[i], 129, 2304, 3, 0, !mmq);
+        check_matmul_rows_q8(3, types[i], 1536, 8960, 8, 1, !mmq);
+        check_matmul_rows_q8(3, types[i], 17, 256, 11, 1, !mmq);  /* fewer rows than a tile */
+        check_matmul_rows_q8(3, types[i], 1024, 4096, 16, 0, !mmq);
+        check_matmul_rows_q8(3, types[i], 96, 8192, 13, 1, !mmq); /* few rows, long rows: eight warps a block */
+        check_matmul_rows_q8(3, types[i], 517, 1536, 16, 1, !mmq);
+        check_matmul_rows_q8(3, types[i], 200, 1024, 17, 1, 1);   /* more tokens than the path takes */
+        /* the path chosen for the shape */
+        check_matmul_rows_q8(0, types[i], 1024, 4096, 5, 1, 0);
+        check_matmul_rows_q8(0, types[i], 517, 1536, 12, 1, 0);
+        check_matmul_rows_q8(0, types[i], 517, 1536, 40, 1, 1);
     }
-    check_matmul_rows_q8(FORGE_TYPE_Q5_K, 200, 1024, 4, 1, 1); /* no 8-bit reader */
-    check_matmul_rows_q8(FORGE_TYPE_F16, 200, 1024, 4, 0, 1);
+    check_matmul_rows_q8(0, FORGE_TYPE_Q5_K, 200, 1024, 4, 1, 1); /* no 8-bit reader */
+    check_matmul_rows_q8(0, FORGE_TYPE_F16, 200, 1024, 4, 0, 1);
 }
 
 /* h = act(gate x) * (up x) in one launch, and h rounded into a second quantized vector */
@@ -2130,6 +2204,10 @@ int main(int argc, char **argv) {
     printf("device: %s (%s), wave %d, %.1f GiB free\n", info.name, info.arch, info.wave_size, info.free_bytes / 1073741824.0);
     if (argc > 1 && strcmp(argv[1], "products") == 0) { /* the decode product table alone, no checks */
         bench_decode_shapes();
+        return test_summary();
+    }
+    if (argc > 1 && strcmp(argv[1], "rows") == 0) { /* the few-token product table alone, no checks */
+        bench_rows();
         return test_summary();
     }
     if (argc > 1 && strcmp(argv[1], "attention") == 0) { /* the decode attention table alone, no checks */
