@@ -7902,6 +7902,9 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
 /* The decode graphs a context records at most: one for each band of positions between the spans
    at which the attention launch changes (forge_hip_attention_span_limits), the last up to n_ctx. */
 #define FORGE__GPU_GRAPHS 4u
+/* steps of 2 to FORGE__GPU_ROWS_GRAPHS + 1 rows are recorded too: their ~700 launches cost more than
+   their kernels' work (tests/PERF.md, "Steps of several sequences") */
+#define FORGE__GPU_ROWS_GRAPHS 7u
 /* The rotary pair frequencies of the decode step's fused attention: two tables (the base and the
    sliding-window layers' base) of up to FORGE__GPU_ROPE_PAIRS doubles. Where n_rot / 2 is at most
    half that, the second half of each table holds the step's rotation angles (n_rot floats), written
@@ -8839,6 +8842,10 @@ struct forge_context {
     uint32_t graph_span[FORGE__GPU_GRAPHS];
     uint32_t n_graphs;
     uint32_t n_bands;       /* the bands of graph_span (>= 1 once the GPU context is made) */
+    /* the step of n rows that each keep their logits (a decode step of n sequences), 2 <= n <=
+       n_rows_graphs + 1, recorded per band as rows_graph[n - 2][band] (forge__gpu_record_rows) */
+    void *rows_graph[FORGE__GPU_ROWS_GRAPHS][FORGE__GPU_GRAPHS];
+    uint32_t n_rows_graphs;
     uint32_t att_span;      /* the span a decode step's attention launch is sized for (<= n_ctx) */
     int dev_pending;        /* a decode step queued and not yet waited for */
     int logits_on_host;     /* the host copy of the logits is the last eval's */
@@ -9135,6 +9142,14 @@ static forge_result forge__gpu_upload(forge_context *ctx, const forge_context_de
     return r;
 }
 
+/* The band a step of several sequences falls in: that of its last row position. Its attention is
+   sized for the band's span, recorded or not, so that a replay and the plain launches are the same. */
+static uint32_t forge__gpu_rows_band(const forge_context *ctx) {
+    uint32_t b = 0;
+    while (b + 1 < ctx->n_bands && ctx->graph_span[b] < ctx->row_pos_max + 1) b++;
+    return b;
+}
+
 /* The attention launch's arguments for op over n tokens; at_dev_pos: a graph's, sized for the
    largest position it will see. */
 static void forge__gpu_attention_args(forge_context *ctx, const forge__op *op, uint32_t n, int at_dev_pos, forge_hip_attention_args *args) {
@@ -9159,8 +9174,9 @@ static void forge__gpu_attention_args(forge_context *ctx, const forge__op *op, u
     args->row_pos = NULL;
     args->row_seq = NULL;
     args->seq_stride = 0;
-    if (ctx->rows) { /* a step of several sequences: every row its own position and cache */
-        args->pos0 = ctx->row_pos_max;
+    if (ctx->rows) { /* a step of several sequences: every row its own position and cache; the launch
+                        sized for the band of the last position (forge__gpu_rows_band) */
+        args->pos0 = ctx->n_bands ? ctx->graph_span[forge__gpu_rows_band(ctx)] - 1 : ctx->row_pos_max;
         args->row_pos = forge__dev_rows(ctx, 0);
         args->row_seq = forge__dev_rows(ctx, 1);
         args->seq_stride = (size_t)ctx->kv_seq_bytes;
@@ -9568,12 +9584,17 @@ static void forge__gpu_drop_graphs(forge_context *ctx) {
     for (i = 0; i < FORGE__GPU_GRAPHS; i++) {
         if (ctx->graph[i]) forge_hip_graph_destroy(ctx->graph[i]);
         ctx->graph[i] = NULL;
+        for (p = 0; p < FORGE__GPU_ROWS_GRAPHS; p++) {
+            if (ctx->rows_graph[p][i]) forge_hip_graph_destroy(ctx->rows_graph[p][i]);
+            ctx->rows_graph[p][i] = NULL;
+        }
         for (p = 0; p < ctx->n_parts; p++) {
             if (ctx->part[p].graph[i]) forge_hip_graph_destroy(ctx->part[p].graph[i]);
             ctx->part[p].graph[i] = NULL;
         }
     }
     ctx->n_graphs = 0;
+    ctx->n_rows_graphs = 0;
 }
 
 static void forge__gpu_record_decode(forge_context *ctx, const forge_context_desc *desc) {
@@ -9636,6 +9657,60 @@ static uint32_t forge__gpu_decode_band(const forge_context *ctx) {
     uint32_t b = 0;
     while (b + 1 < ctx->n_bands && ctx->graph_span[b] < ctx->pos + 1) b++;
     return b;
+}
+
+/* Records, at context creation, the step of n rows that each keep their logits (2 <= n <= 8, one
+   graph per band) for a context of several sequences on one GPU: every row's token, position and
+   sequence are read from the device tables the step uploads first, so one recording serves any
+   mix of sequences and positions in the band; a step with prompt rows (some rows' logits not kept)
+   or more rows launches plainly. Not with captures (their staging is sized by the step), nor
+   where the decode graphs were not recorded. All or none, as the decode graphs. */
+static void forge__gpu_record_rows(forge_context *ctx, const forge_context_desc *desc) {
+    const uint32_t most = FORGE__MIN(FORGE__MIN(ctx->r.n_seq, ctx->r.n_batch), FORGE__GPU_ROWS_GRAPHS + 1);
+    int32_t *dev_tokens = (int32_t *)(void *)(ctx->dev + ctx->dev_tokens);
+    uint32_t n, b, i, recorded = 0;
+    char message[512], line[700];
+    forge_error e;
+    forge_result r = FORGE_OK;
+    ctx->n_rows_graphs = 0;
+    if (ctx->n_parts > 1 || ctx->n_graphs == 0 || most < 2 || ctx->sched.n_captures) return;
+    ctx->rows = 1;
+    for (n = 2; n <= most && r == FORGE_OK; n++) {
+        ctx->n_tokens = ctx->n_logit_rows = n;
+        for (i = 0; i < n; i++) ctx->logit_src[i] = i;
+        for (b = 0; b < ctx->n_bands && r == FORGE_OK; b++) {
+            void **graph = &ctx->rows_graph[n - 2][b];
+            ctx->row_pos_max = ctx->graph_span[b] - 1;
+            if (forge_hip_graph_begin(ctx->stream, message, sizeof message) != 0) {
+                r = FORGE_ERR_IO;
+                break;
+            }
+            r = forge__gpu_launch_ops(ctx, n, dev_tokens, NULL, &e);
+            if (forge_hip_graph_end(ctx->stream, r == FORGE_OK, graph, message, sizeof message) != 0 || r != FORGE_OK) {
+                if (r != FORGE_OK) snprintf(message, sizeof message, "%.400s", e.message);
+                *graph = NULL;
+                r = FORGE_ERR_IO;
+            }
+        }
+        if (r == FORGE_OK) recorded = n - 1;
+    }
+    ctx->rows = 0;
+    ctx->n_tokens = ctx->n_logit_rows = 0;
+    if (r != FORGE_OK) { /* all or none: the decode graphs stay */
+        for (n = 0; n < FORGE__GPU_ROWS_GRAPHS; n++)
+            for (b = 0; b < FORGE__GPU_GRAPHS; b++) {
+                if (ctx->rows_graph[n][b]) forge_hip_graph_destroy(ctx->rows_graph[n][b]);
+                ctx->rows_graph[n][b] = NULL;
+            }
+        snprintf(line, sizeof line, "steps of several sequences: recording failed (%.300s), plain launches", message);
+        if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, line);
+        return;
+    }
+    ctx->n_rows_graphs = recorded;
+    if (desc->log) {
+        snprintf(line, sizeof line, "steps of several sequences: 2 to %u rows recorded in %u graphs", recorded + 1, recorded * ctx->n_bands);
+        desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
+    }
 }
 #endif
 
@@ -9700,6 +9775,7 @@ static forge_result forge__gpu_context_init(forge_context *ctx, const forge_cont
     if (forge_hip_set_device(ctx->part[ctx->n_parts - 1].device, message, sizeof message) != 0)
         return forge__fail(error, FORGE_ERR_IO, "GPU %d: %s", ctx->part[ctx->n_parts - 1].device, message);
     forge__gpu_record_decode(ctx, desc);
+    forge__gpu_record_rows(ctx, desc);
     return FORGE_OK;
 #else
     (void)ctx, (void)desc;
@@ -9879,7 +9955,11 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
         FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows, ctx->row_pos, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows + half, ctx->row_seq, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
-        if ((r = forge__gpu_launch_ops(ctx, n, dev_tokens, NULL, error))) return r;
+        if (n >= 2 && n <= ctx->n_rows_graphs + 1 && ctx->n_logit_rows == n) { /* a decode step of n sequences: recorded */
+            FORGE__HIP(forge_hip_graph_launch(ctx->rows_graph[n - 2][forge__gpu_rows_band(ctx)], ctx->stream, FORGE__MSG));
+        } else if ((r = forge__gpu_launch_ops(ctx, n, dev_tokens, NULL, error))) {
+            return r;
+        }
     } else if (n == 1) { /* decode: token and position through the step slots, the graph's launches or the same ones plain */
         uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
         ctx->step_host[0] = (uint32_t)ctx->tokens[0];

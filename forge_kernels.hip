@@ -2073,11 +2073,9 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
 // split into `sets` that walk interleaved pieces of the same rows (matrices with few rows), their
 // sums meeting in shared memory, added in set order. q8: the n_tokens rows of x quantized one after
 // another as a single vector of q8_n = n_tokens * n_cols (forge__k_q8_quantize's layout; n_cols is a
-// multiple of 32, so no group spans two tokens); this launch takes tokens t0 .. t0 + nt - 1 (nt <=
-// NT). y: [n_tokens][n_rows].
+// multiple of 32, so no group spans two tokens), nt <= NT of them. y: [nt][n_rows].
 #define FORGE__MVR_ROWS 4
 #define FORGE__MVR_THREADS 256 // a block's most threads (8 waves of 32, 4 of 64)
-#define FORGE__MVR_TOKENS 16 // the most tokens a launch takes; more run as several launches
 // The most tokens a product takes this path with (forge_hip_matmul_rows_q8): its time grows with
 // the tokens (the dp4a products are the work), the f16 matrix-unit kernel's with split columns hardly
 // below 32, and they meet (H100 and H200, tests/PERF.md "Steps of several sequences: weights unpacked
@@ -2134,14 +2132,14 @@ __device__ __forceinline__ uint32_t forge__wave_sums_index(uint32_t j, uint32_t 
 template <class P, int NT>
 __global__ void __launch_bounds__(FORGE__MVR_THREADS)
 forge__k_mvq_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
-                  size_t q8_n, uint32_t t0, uint32_t nt, uint32_t sets, float *__restrict__ y, const float *__restrict__ bias) {
+                  uint32_t nt, uint32_t sets, float *__restrict__ y, const float *__restrict__ bias) {
     constexpr int N = NT * FORGE__MVR_ROWS, KEPT = N >= 32 ? N / 32 : 1;
     __shared__ float part[FORGE__MVR_THREADS / 32][N];
     const uint32_t wave = warpSize, lane = threadIdx.x % wave, wid = threadIdx.x / wave, waves = blockDim.x / wave;
     const uint32_t set = wid % sets, group = wid / sets, groups = waves / sets;
     const uint32_t r0 = (blockIdx.x * groups + group) * FORGE__MVR_ROWS, n_pieces = n_cols / 32;
-    const int8_t *qs = (const int8_t *)q8 + (size_t)t0 * n_cols;
-    const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS(q8_n)) + (size_t)t0 * n_pieces;
+    const int8_t *qs = (const int8_t *)q8;
+    const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS((size_t)nt * n_cols));
     float acc[N]; // token t, row k at t * ROWS + k
     size_t rows[FORGE__MVR_ROWS]; // rows past the end re-read the last; never stored
 #pragma unroll
@@ -2175,7 +2173,7 @@ forge__k_mvq_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_ro
         const uint32_t g = i / N, j = i % N, t = j / FORGE__MVR_ROWS, row = (blockIdx.x * groups + g) * FORGE__MVR_ROWS + j % FORGE__MVR_ROWS;
         float total = part[g * sets][j];
         for (uint32_t k = 1; k < sets; k++) total += part[g * sets + k][j];
-        if (t < nt && row < n_rows) y[(size_t)(t0 + t) * n_rows + row] = bias ? total + bias[row] : total;
+        if (t < nt && row < n_rows) y[(size_t)t * n_rows + row] = bias ? total + bias[row] : total;
     }
 }
 
@@ -2191,14 +2189,11 @@ static void forge__mvq_rows_launch(const uint8_t *w, size_t row_bytes, uint32_t 
     while (waves > sets && FORGE__MVR_BLOCKS(sets, waves) < 2 * sms) waves /= 2;
     const uint32_t blocks = FORGE__MVR_BLOCKS(sets, waves), threads = waves * wave;
 #undef FORGE__MVR_BLOCKS
-    const size_t q8_n = (size_t)n_tokens * n_cols;
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += FORGE__MVR_TOKENS) {
-        const uint32_t nt = min(n_tokens - t0, (uint32_t)FORGE__MVR_TOKENS);
-        if (nt <= 2) forge__k_mvq_rows<P, 2><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, nt, sets, y, bias);
-        else if (nt <= 4) forge__k_mvq_rows<P, 4><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, nt, sets, y, bias);
-        else if (nt <= 8) forge__k_mvq_rows<P, 8><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, nt, sets, y, bias);
-        else forge__k_mvq_rows<P, 16><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, q8_n, t0, nt, sets, y, bias);
-    }
+    const uint32_t nt = n_tokens; // at most FORGE__MVR_MAX (forge__mvq_rows_max)
+    if (nt <= 2) forge__k_mvq_rows<P, 2><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, nt, sets, y, bias);
+    else if (nt <= 4) forge__k_mvq_rows<P, 4><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, nt, sets, y, bias);
+    else if (nt <= 8) forge__k_mvq_rows<P, 8><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, nt, sets, y, bias);
+    else forge__k_mvq_rows<P, 16><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, nt, sets, y, bias);
 }
 
 // The most tokens of a product forge__mvq_rows_launch takes for this matrix: 0 without an 8-bit
@@ -3434,7 +3429,10 @@ int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows,
                       char *message, size_t message_bytes) {
     if (n_rows == 0 || n == 0) return 0;
     if (n_rows > 2147483647u) return forge__hip_refuse(message, message_bytes, "rmsnorm: too many rows");
-    forge__k_rmsnorm<<<n_rows, n <= 128 ? 64 : 256, 0, (hipStream_t)stream>>>(x, w, y, n, eps);
+    // a block a row, its threads by the row's length (the step of a few sequences runs few rows of
+    // 2048 or more: 256 threads took 9.5 us for 16 rows of 4096 on an H100, each thread 16 loads in turn)
+    const uint32_t threads = n <= 128 ? 64 : n <= 1024 ? 256 : n <= 2048 ? 512 : 1024;
+    forge__k_rmsnorm<<<n_rows, threads, 0, (hipStream_t)stream>>>(x, w, y, n, eps);
     return forge__hip_launched("rmsnorm launch", message, message_bytes);
 }
 

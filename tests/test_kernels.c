@@ -1206,7 +1206,7 @@ static void bench_matmul(void) {
 /* Steps of several sequences: a product of B tokens through forge_hip_matmul_rows_q8 (8-bit activations,
    each weight read once for up to 16 tokens) and through forge_hip_matmul_split (the matrix units, columns
    split), on the Llama-3-8B and Qwen2.5-1.5B shapes (a warm-up, then 20 launches; GB/s of weights). */
-static void bench_rows(void) {
+static void bench_rows(uint32_t only_rows, uint32_t only_tokens) {
     static const uint32_t types[] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0};
     static const uint32_t shapes[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {1536, 1536}, {8960, 1536}, {1536, 8960}};
     static const uint32_t tokens[] = {1, 2, 4, 8, 9, 12, 16, 32};
@@ -1224,7 +1224,10 @@ static void bench_rows(void) {
             uint8_t *w = (uint8_t *)xmalloc(bytes);
             float *x = (float *)xmalloc((size_t)max_tokens * n_cols * sizeof(float));
             void *dw, *dx, *dy, *dws;
-            if (types[i] == FORGE_TYPE_Q6_K && j > 3) continue; /* the 8B's shapes for Q6_K */
+            if ((types[i] == FORGE_TYPE_Q6_K && j > 3) || (only_rows && n_rows != only_rows)) { /* the 8B's shapes for Q6_K */
+                free(w), free(x);
+                continue;
+            }
             random_blocks(types[i], w, (uint64_t)n_rows * (n_cols / t->block_elems));
             random_floats(x, (size_t)max_tokens * n_cols, -1.0f, 1.0f);
             dw = dev_weights(types[i], n_cols, bytes, w), dx = dev_alloc((size_t)max_tokens * n_cols * sizeof(float), x);
@@ -1232,6 +1235,7 @@ static void bench_rows(void) {
             printf("  %-5s %5u x %5u:", t->name, n_rows, n_cols);
             for (b = 0; b < sizeof tokens / sizeof tokens[0]; b++) {
                 double us[3];
+                if (only_tokens && tokens[b] != only_tokens) continue;
                 for (path = 0; path < 3; path++) { /* 0: dp4a, 1: matrix units (integer), 2: split (f16) */
                     uint32_t k;
                     double t0 = 0.0;
@@ -2207,7 +2211,7 @@ int main(int argc, char **argv) {
         return test_summary();
     }
     if (argc > 1 && strcmp(argv[1], "rows") == 0) { /* the few-token product table alone, no checks */
-        bench_rows();
+        bench_rows(argc > 2 ? (uint32_t)atoi(argv[2]) : 0, argc > 3 ? (uint32_t)atoi(argv[3]) : 0); /* [rows [tokens]]: one shape (a profiler's run) */
         return test_summary();
     }
     if (argc > 1 && strcmp(argv[1], "attention") == 0) { /* the decode attention table alone, no checks */
