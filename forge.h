@@ -9142,10 +9142,14 @@ static forge_result forge__gpu_upload(forge_context *ctx, const forge_context_de
     return r;
 }
 
-/* The band a step of several sequences falls in: that of its last row position. Its attention is
-   sized for the band's span, recorded or not, so that a replay and the plain launches are the same. */
+/* The band a step of several sequences falls in: that of its last row position, but never the first
+   of several (a step's rows fill the device with blocks already, where a short decode step needs its
+   own launch shape), so that a context of up to 8192 positions records one band of such steps. Its
+   attention is sized for the band's span, recorded or not, so that a replay and the plain launches
+   are the same. */
+static uint32_t forge__gpu_rows_first_band(const forge_context *ctx) { return ctx->n_bands > 1 ? 1u : 0u; }
 static uint32_t forge__gpu_rows_band(const forge_context *ctx) {
-    uint32_t b = 0;
+    uint32_t b = forge__gpu_rows_first_band(ctx);
     while (b + 1 < ctx->n_bands && ctx->graph_span[b] < ctx->row_pos_max + 1) b++;
     return b;
 }
@@ -9660,11 +9664,12 @@ static uint32_t forge__gpu_decode_band(const forge_context *ctx) {
 }
 
 /* Records, at context creation, the step of n rows that each keep their logits (2 <= n <= 8, one
-   graph per band) for a context of several sequences on one GPU: every row's token, position and
-   sequence are read from the device tables the step uploads first, so one recording serves any
-   mix of sequences and positions in the band; a step with prompt rows (some rows' logits not kept)
-   or more rows launches plainly. Not with captures (their staging is sized by the step), nor
-   where the decode graphs were not recorded. All or none, as the decode graphs. */
+   graph per band forge__gpu_rows_band takes) for a context of several sequences on one GPU: every
+   row's token, position and sequence are read from the device tables the step uploads first, so one
+   recording serves any mix of sequences and positions in the band; a step with prompt rows (some
+   rows' logits not kept) or more rows launches plainly. The driver's device memory for the graphs
+   is outside the plan (about 1.5 MB a graph on an H100, tests/PERF.md). Not with captures (their
+   staging is sized by the step), nor where the decode graphs were not recorded. All or none. */
 static void forge__gpu_record_rows(forge_context *ctx, const forge_context_desc *desc) {
     const uint32_t most = FORGE__MIN(FORGE__MIN(ctx->r.n_seq, ctx->r.n_batch), FORGE__GPU_ROWS_GRAPHS + 1);
     int32_t *dev_tokens = (int32_t *)(void *)(ctx->dev + ctx->dev_tokens);
@@ -9678,7 +9683,7 @@ static void forge__gpu_record_rows(forge_context *ctx, const forge_context_desc 
     for (n = 2; n <= most && r == FORGE_OK; n++) {
         ctx->n_tokens = ctx->n_logit_rows = n;
         for (i = 0; i < n; i++) ctx->logit_src[i] = i;
-        for (b = 0; b < ctx->n_bands && r == FORGE_OK; b++) {
+        for (b = forge__gpu_rows_first_band(ctx); b < ctx->n_bands && r == FORGE_OK; b++) {
             void **graph = &ctx->rows_graph[n - 2][b];
             ctx->row_pos_max = ctx->graph_span[b] - 1;
             if (forge_hip_graph_begin(ctx->stream, message, sizeof message) != 0) {
@@ -9708,7 +9713,8 @@ static void forge__gpu_record_rows(forge_context *ctx, const forge_context_desc 
     }
     ctx->n_rows_graphs = recorded;
     if (desc->log) {
-        snprintf(line, sizeof line, "steps of several sequences: 2 to %u rows recorded in %u graphs", recorded + 1, recorded * ctx->n_bands);
+        snprintf(line, sizeof line, "steps of several sequences: 2 to %u rows recorded in %u graphs", recorded + 1,
+                 recorded * (ctx->n_bands - forge__gpu_rows_first_band(ctx)));
         desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
     }
 }

@@ -497,7 +497,9 @@ int main(void) {
         test_same_as_alone(m, families[f], 1, tol, 0);
         test_same_as_alone(m, families[f], 3, tol, 0);
         test_same_as_alone(m, families[f], 16, tol, 0);
-        if (gpu) { /* the default products: 8-bit activations on both sides, the prompts rounded differently */
+        if (gpu && forge_model_config(m)->n_expert == 0) {
+            /* the default products: 8-bit activations on both sides, the prompts rounded differently
+               (not with experts: a router choice that flips with the rounding moves a row by 20%) */
             test_same_as_alone(m, families[f], 3, tol_q8, 1);
             test_same_as_alone(m, families[f], 8, tol_q8, 1);
         }
