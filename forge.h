@@ -972,8 +972,12 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    one-token step (decode) replays a recorded graph and returns once its work is queued; the calls
    that read its results (logits, argmax, the next eval) wait for it. The context records one graph
    for each band of positions (below 128, below 8192, up to n_ctx: the decode attention gives a block
-   fewer query heads while the context is short) and each step replays its position's.
-   desc.gpu_no_graph gives plain launches instead of the graphs (sized by the same bands). On NVIDIA
+   fewer query heads while the context is short) and each step replays its position's. A context
+   of several sequences also records forge_eval_batch's step of 2 to 8 rows that each keep their
+   logits (a decode step of that many sequences), one graph per row count and band (one band up to
+   8192 positions); the driver's device memory for those graphs (about 1.6 MB each on an H100) is
+   outside the plan. desc.gpu_no_graph gives plain launches instead of the graphs (sized by the same
+   bands). On NVIDIA
    compute capability 9.0 and newer (kernels built for it), the decode kernels are launched so that
    each may be placed on the device while the one before it finishes (programmatic dependent
    launch; each waits for the previous kernel's results before it reads any of them, a product
