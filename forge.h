@@ -4024,6 +4024,52 @@ static FORGE__AVX2_FN void forge__avx2_axpy_fd(double *acc, double shrink, doubl
         _mm256_storeu_pd(acc + i, _mm256_fmadd_pd(x, _mm256_cvtps_pd(_mm_loadu_ps(v + i)), _mm256_mul_pd(_mm256_loadu_pd(acc + i), s)));
 }
 
+/* e^x in f32, 8 lanes: x clamped to [-87.33, 88.37] (the normal results; a NaN stays NaN), x = n ln2 + r
+   with |r| <= ln2/2, e^r from a degree-7 polynomial (Cephes' expf coefficients), 2^n into the exponent.
+   Within 2 ulp of expf over the range. */
+static FORGE__AVX2_FN __m256 forge__avx2_exp(__m256 x) {
+    __m256 n, r, p;
+    __m256i bits;
+    x = _mm256_max_ps(_mm256_set1_ps(-87.336544f), _mm256_min_ps(_mm256_set1_ps(88.376259f), x)); /* NaN: the second operand */
+    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x); /* ln2 in two parts: n * the first is exact */
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23); /* n in [-126, 127] */
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+/* The gated activations of the feed-forward, 8 lanes: out[i] = act(g[i]) * u[i] for i < n (out may be g),
+   act GELU's tanh form as x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))) (the same function as
+   forge__gelu's 0.5 x (1 + tanh), without its cancellation for negative x), or SiLU x / (1 + e^-x).
+   A last part of fewer than 8 goes through the same lanes, so every element gets the same function. */
+static FORGE__AVX2_FN __m256 forge__avx2_glu8(__m256 x, int gelu) {
+    __m256 m = _mm256_sub_ps(_mm256_setzero_ps(), x), y;
+    if (gelu) {
+        const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        m = _mm256_mul_ps(_mm256_set1_ps(-1.5957691216057308f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+    }
+    y = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), forge__avx2_exp(m)));
+    /* past e^88 the value is below 1e-35 |x|: x * 0, which is also the scalar forms' -0 for very negative x
+       (where their exponential overflows) and NaN for -inf (-inf * 0, -inf / inf) */
+    return _mm256_blendv_ps(y, _mm256_mul_ps(x, _mm256_setzero_ps()), _mm256_cmp_ps(m, _mm256_set1_ps(88.0f), _CMP_GT_OQ));
+}
+static FORGE__AVX2_FN void forge__avx2_glu(const float *g, const float *u, float *out, uint64_t n, int gelu) {
+    float a[8], b[8];
+    uint64_t i, j;
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(forge__avx2_glu8(_mm256_loadu_ps(g + i), gelu), _mm256_loadu_ps(u + i)));
+    if (i == n) return;
+    for (j = 0; j < 8; j++) a[j] = i + j < n ? g[i + j] : 0.0f, b[j] = i + j < n ? u[i + j] : 0.0f;
+    _mm256_storeu_ps(a, _mm256_mul_ps(forge__avx2_glu8(_mm256_loadu_ps(a), gelu), _mm256_loadu_ps(b)));
+    for (j = 0; i + j < n; j++) out[i + j] = a[j];
+}
+
 /* n halves (a multiple of 8) to floats, 8 at a time: the same values as forge_f16_to_f32 (the
    conversion is exact). */
 static FORGE__AVX2_FN void forge__avx2_halves(const uint8_t *src, float *dst, uint32_t n) {
@@ -10550,6 +10596,24 @@ static float forge__gelu(float x) {
     return (float)(0.5 * x * (1.0 + tanh(u)));
 }
 
+/* out[i] = act(g[i]) * u[i] for n elements (out may be g): GELU (tanh form) or SiLU; 8 lanes at a time
+   where the pool found AVX2 (forge__avx2_glu: within a few ulp of these), else the portable forms. */
+static void forge__glu(const forge_context *ctx, const float *g, const float *u, float *out, uint64_t n, int gelu) {
+    uint64_t j;
+#ifdef FORGE__AVX2
+    if (ctx->pool && ctx->pool->q8_level >= 1) {
+        forge__avx2_glu(g, u, out, n, gelu);
+        return;
+    }
+#else
+    (void)ctx;
+#endif
+    if (gelu)
+        for (j = 0; j < n; j++) out[j] = forge__gelu(g[j]) * u[j];
+    else
+        for (j = 0; j < n; j++) out[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+}
+
 /* The k experts of largest router probability (softmax of the logits; ties go to the lower index),
    in descending order: route[0..k) the ids (as floats), route[k..2k) their probabilities, divided
    by their sum when renorm is set. */
@@ -10684,8 +10748,7 @@ static void forge__run_schedule(forge_context *ctx) {
         case FORGE__OP_SWIGLU: {
             float *g = forge__val(ctx, op->dst);
             const float *u = forge__val(ctx, op->src);
-            uint64_t total = (uint64_t)n * op->n, j;
-            for (j = 0; j < total; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+            forge__glu(ctx, g, u, g, (uint64_t)n * op->n, 0);
             break;
         }
         case FORGE__OP_LOGITS: { /* the last row, or every row's with all_logits */
@@ -10711,17 +10774,15 @@ static void forge__run_schedule(forge_context *ctx) {
         case FORGE__OP_GEGLU: {
             float *g = forge__val(ctx, op->dst);
             const float *u = forge__val(ctx, op->src);
-            uint64_t total = (uint64_t)n * op->n, j;
-            for (j = 0; j < total; j++) g[j] = forge__gelu(g[j]) * u[j];
+            forge__glu(ctx, g, u, g, (uint64_t)n * op->n, 1);
             break;
         }
         case FORGE__OP_GLU_SPLIT: {
             float *y = forge__val(ctx, op->dst);
             const float *x = forge__val(ctx, op->src);
             for (t = 0; t < n; t++) {
-                const float *a = x + (uint64_t)t * 2 * op->n, *b = a + op->n;
-                float *row = y + (uint64_t)t * op->n;
-                for (i = 0; i < op->n; i++) row[i] = (op->aux ? forge__gelu(a[i]) : a[i] / (1.0f + expf(-a[i]))) * b[i];
+                const float *a = x + (uint64_t)t * 2 * op->n;
+                forge__glu(ctx, a, a + op->n, y + (uint64_t)t * op->n, op->n, op->aux != 0);
             }
             break;
         }
