@@ -10700,17 +10700,19 @@ static void forge__pattern_task(void *user, uint32_t task, uint32_t n_tasks, uin
     }
 }
 
-/* Rotary embedding of n_heads heads of every token; sliding-window layers may use their own base
-   and scale (gemma3). */
-static void forge__rope(forge_context *ctx, float *x, uint32_t n_heads, uint32_t layer) {
+/* Rotary embedding of n_heads heads of tokens first..end-1; sliding-window layers may use their own
+   base and scale (gemma3). Each frequency's power is taken once per call (the same double as inline). */
+static void forge__rope(forge_context *ctx, float *x, uint32_t n_heads, uint32_t layer, uint32_t first, uint32_t end) {
     const forge_config *c = ctx->c;
     uint32_t t, h, i, half = c->n_rot / 2;
     const double base = (double)(c->layer_is_swa[layer] ? c->rope_freq_base_swa : c->rope_freq_base);
     const double freq_scale = (double)(c->layer_is_swa[layer] ? c->rope_freq_scale_swa : c->rope_freq_scale);
-    for (t = 0; t < ctx->n_tokens; t++) {
+    double power[FORGE__MAX_HEAD_DIM / 2];
+    for (i = 0; i < half; i++) power[i] = pow(base, -2.0 * i / c->n_rot);
+    for (t = first; t < end; t++) {
         double pos = (double)forge__row_pos(ctx, t);
         for (i = 0; i < half; i++) {
-            double theta = pos * freq_scale * pow(base, -2.0 * i / c->n_rot) / (double)ctx->rope_factors[i];
+            double theta = pos * freq_scale * power[i] / (double)ctx->rope_factors[i];
             float cs = (float)cos(theta), sn = (float)sin(theta);
             for (h = 0; h < n_heads; h++) {
                 float *v = x + ((uint64_t)t * n_heads + h) * c->head_dim;
@@ -10853,6 +10855,82 @@ static void forge__cpu_cross(forge_context *ctx, uint32_t b) {
     forge__part_load(ctx, ctx->cur_part + 1);
 }
 
+/* The ops that work token by token (norms, rotary embedding, the cache store, the gated activations):
+   tokens first..end-1 of op; w the op's weights in f32 where it has them. */
+static void forge__cpu_rows(forge_context *ctx, const forge__op *op, const float *w, uint32_t first, uint32_t end) {
+    const forge_config *c = ctx->c;
+    uint32_t t, h;
+    switch (op->kind) {
+    case FORGE__OP_RMSNORM: {
+        const float *x = forge__val(ctx, op->src);
+        float *y = forge__val(ctx, op->dst);
+        for (t = first; t < end; t++) forge__rmsnorm_row(x + (uint64_t)t * op->n, w, y + (uint64_t)t * op->n, op->n, c->rms_eps);
+        break;
+    }
+    case FORGE__OP_HEADNORM: {
+        float *x = forge__val(ctx, op->dst);
+        for (t = first; t < end; t++)
+            for (h = 0; h < op->n; h++) {
+                float *row = x + ((uint64_t)t * op->n + h) * c->head_dim;
+                forge__rmsnorm_row(row, w, row, c->head_dim, c->rms_eps);
+            }
+        break;
+    }
+    case FORGE__OP_ROPE: forge__rope(ctx, forge__val(ctx, op->dst), op->n, op->layer, first, end); break;
+    case FORGE__OP_KV_STORE: {
+        const float *kx = forge__val(ctx, op->src), *vx = forge__val(ctx, op->src2);
+        for (t = first; t < end; t++)
+            for (h = 0; h < op->n; h++) {
+                forge__kv_encode(ctx->r.kv_type, kx + ((uint64_t)t * op->n + h) * c->head_dim, c->head_dim,
+                                 forge__k_row(ctx, forge__row_seq(ctx, t), op->layer, forge__row_pos(ctx, t), h));
+                forge__kv_encode(ctx->r.kv_type, vx + ((uint64_t)t * op->n + h) * c->head_dim_v, c->head_dim_v,
+                                 forge__v_row(ctx, forge__row_seq(ctx, t), op->layer, forge__row_pos(ctx, t), h));
+            }
+        break;
+    }
+    case FORGE__OP_SWIGLU:
+    case FORGE__OP_GEGLU: {
+        float *g = forge__val(ctx, op->dst);
+        const float *u = forge__val(ctx, op->src);
+        const uint64_t at = (uint64_t)first * op->n;
+        forge__glu(ctx, g + at, u + at, g + at, (uint64_t)(end - first) * op->n, op->kind == FORGE__OP_GEGLU);
+        break;
+    }
+    default: break;
+    }
+}
+
+typedef struct forge__rows_job {
+    forge_context *ctx;
+    const forge__op *op;
+    const float *w;
+    uint32_t tokens_per_task;
+} forge__rows_job;
+
+static void forge__rows_task(void *user, uint32_t task, uint32_t n_tasks, uint32_t thread) {
+    const forge__rows_job *job = (const forge__rows_job *)user;
+    const uint32_t first = task * job->tokens_per_task;
+    (void)n_tasks;
+    (void)thread;
+    forge__cpu_rows(job->ctx, job->op, job->w, first, FORGE__MIN(first + job->tokens_per_task, job->ctx->n_tokens));
+}
+
+/* forge__cpu_rows for every token of the step: shared among the pool's threads (a few tokens a task;
+   each token's values are the same whoever computes them), on the caller alone for one token. */
+static void forge__cpu_rows_all(forge_context *ctx, const forge__op *op, const float *w) {
+    const uint32_t n = ctx->n_tokens, threads = forge__pool_size(ctx->pool);
+    forge__rows_job job;
+    if (n < 2 || threads < 2) {
+        forge__cpu_rows(ctx, op, w, 0, n);
+        return;
+    }
+    job.ctx = ctx;
+    job.op = op;
+    job.w = w;
+    job.tokens_per_task = (n + threads * 4 - 1) / (threads * 4);
+    forge__pool_run(ctx->pool, forge__rows_task, &job, (n + job.tokens_per_task - 1) / job.tokens_per_task);
+}
+
 static void forge__run_schedule(forge_context *ctx) {
     const forge_config *c = ctx->c;
     uint32_t k, t, i, n = ctx->n_tokens;
@@ -10873,14 +10951,10 @@ static void forge__run_schedule(forge_context *ctx) {
             }
             break;
         }
-        case FORGE__OP_RMSNORM: {
-            const float *x = forge__val(ctx, op->src);
-            float *y = forge__val(ctx, op->dst);
-            float *w = ctx->vec;
-            forge__load_vector(op->w, w);
-            for (t = 0; t < n; t++) forge__rmsnorm_row(x + (uint64_t)t * op->n, w, y + (uint64_t)t * op->n, op->n, c->rms_eps);
+        case FORGE__OP_RMSNORM:
+            forge__load_vector(op->w, ctx->vec);
+            forge__cpu_rows_all(ctx, op, ctx->vec);
             break;
-        }
         case FORGE__OP_MATMUL: {
             uint32_t cols = (uint32_t)op->w->ne[0], n_mats = forge__cpu_products_fused(ctx, k), j;
             if (n_mats > 1)
@@ -10900,30 +10974,12 @@ static void forge__run_schedule(forge_context *ctx) {
             k += n_mats - 1;
             break;
         }
-        case FORGE__OP_HEADNORM: {
-            float *x = forge__val(ctx, op->dst);
-            uint32_t h;
+        case FORGE__OP_HEADNORM:
             forge__load_vector(op->w, vec);
-            for (t = 0; t < n; t++)
-                for (h = 0; h < op->n; h++) {
-                    float *row = x + ((uint64_t)t * op->n + h) * c->head_dim;
-                    forge__rmsnorm_row(row, vec, row, c->head_dim, c->rms_eps);
-                }
+            forge__cpu_rows_all(ctx, op, vec);
             break;
-        }
-        case FORGE__OP_ROPE: forge__rope(ctx, forge__val(ctx, op->dst), op->n, op->layer); break;
-        case FORGE__OP_KV_STORE: {
-            const float *kx = forge__val(ctx, op->src), *vx = forge__val(ctx, op->src2);
-            uint32_t h;
-            for (t = 0; t < n; t++)
-                for (h = 0; h < op->n; h++) {
-                    forge__kv_encode(ctx->r.kv_type, kx + ((uint64_t)t * op->n + h) * c->head_dim, c->head_dim,
-                                     forge__k_row(ctx, forge__row_seq(ctx, t), op->layer, forge__row_pos(ctx, t), h));
-                    forge__kv_encode(ctx->r.kv_type, vx + ((uint64_t)t * op->n + h) * c->head_dim_v, c->head_dim_v,
-                                     forge__v_row(ctx, forge__row_seq(ctx, t), op->layer, forge__row_pos(ctx, t), h));
-                }
-            break;
-        }
+        case FORGE__OP_ROPE:
+        case FORGE__OP_KV_STORE: forge__cpu_rows_all(ctx, op, NULL); break;
         case FORGE__OP_ATTENTION: {
             forge__attn_job job;
             job.ctx = ctx;
@@ -10940,12 +10996,8 @@ static void forge__run_schedule(forge_context *ctx) {
             for (j = 0; j < total; j++) x[j] += y[j];
             break;
         }
-        case FORGE__OP_SWIGLU: {
-            float *g = forge__val(ctx, op->dst);
-            const float *u = forge__val(ctx, op->src);
-            forge__glu(ctx, g, u, g, (uint64_t)n * op->n, 0);
-            break;
-        }
+        case FORGE__OP_SWIGLU:
+        case FORGE__OP_GEGLU: forge__cpu_rows_all(ctx, op, NULL); break;
         case FORGE__OP_LOGITS: { /* the last row, or every row's with all_logits */
             uint32_t rows = ctx->r.all_logits ? FORGE__MIN(ctx->r.n_logits, n) : 1;
             const float *x = forge__val(ctx, op->src) + (uint64_t)(n - rows) * c->n_embd;
@@ -10964,12 +11016,6 @@ static void forge__run_schedule(forge_context *ctx) {
                 for (j = 0; j < total; j++) ctx->logits[j] = c->final_softcap * tanhf(ctx->logits[j] / c->final_softcap);
             }
             ctx->n_logit_rows = rows;
-            break;
-        }
-        case FORGE__OP_GEGLU: {
-            float *g = forge__val(ctx, op->dst);
-            const float *u = forge__val(ctx, op->src);
-            forge__glu(ctx, g, u, g, (uint64_t)n * op->n, 1);
             break;
         }
         case FORGE__OP_GLU_SPLIT: {
