@@ -4763,6 +4763,8 @@ typedef float (*forge__vnni_dot_fn)(const uint8_t *FORGE__RESTRICT w, const forg
 typedef void (*forge__vnni_unpack_fn)(const uint8_t *FORGE__RESTRICT w, forge__k_tile_w *FORGE__RESTRICT out, uint32_t n_blocks);
 typedef void (*forge__vnni_tile_fn)(const forge__k_tile_w *FORGE__RESTRICT w, size_t w_stride, const forge__q8_tile_x *FORGE__RESTRICT x,
                                     size_t x_stride, uint32_t n_tokens, uint32_t n_groups, float *out);
+typedef void (*forge__vnni_rows_fn)(const uint8_t *FORGE__RESTRICT w, uint64_t row_bytes, uint32_t n_rows, const forge__q8_block *FORGE__RESTRICT x,
+                                    const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_blocks, float *FORGE__RESTRICT y);
 #define FORGE__VNNI_ENTRIES(name, type)                                                                                          \
     static FORGE__VNNI_FN float forge__vnni_dot_##name(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, \
                                                        const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_blocks) {           \
@@ -4776,6 +4778,13 @@ typedef void (*forge__vnni_tile_fn)(const forge__k_tile_w *FORGE__RESTRICT w, si
                                                        const forge__q8_tile_x *FORGE__RESTRICT x, size_t x_stride,               \
                                                        uint32_t n_tokens, uint32_t n_groups, float *out) {                       \
         forge__vnni_tile(type, w, w_stride, x, x_stride, n_tokens, n_groups, out);                                               \
+    }                                                                                                                            \
+    static FORGE__VNNI_FN void forge__vnni_rows_##name(const uint8_t *FORGE__RESTRICT w, uint64_t row_bytes, uint32_t n_rows,     \
+                                                       const forge__q8_block *FORGE__RESTRICT x,                                 \
+                                                       const forge__q8_tile_x *FORGE__RESTRICT tx, uint32_t n_blocks,            \
+                                                       float *FORGE__RESTRICT y) {                                               \
+        uint32_t r;                                                                                                              \
+        for (r = 0; r < n_rows; r++) y[r] = forge__vnni_dot(type, w + (size_t)r * (size_t)row_bytes, x, tx, n_blocks);            \
     }
 FORGE__VNNI_ENTRIES(q4_0, FORGE_TYPE_Q4_0)
 FORGE__VNNI_ENTRIES(q4_1, FORGE_TYPE_Q4_1)
@@ -4786,12 +4795,20 @@ FORGE__VNNI_ENTRIES(q4_k, FORGE_TYPE_Q4_K)
 FORGE__VNNI_ENTRIES(q5_k, FORGE_TYPE_Q5_K)
 FORGE__VNNI_ENTRIES(q6_k, FORGE_TYPE_Q6_K)
 
-/* The three entries of a type that has them (0 where it has not). */
-static int forge__vnni_entries(uint32_t type, forge__vnni_dot_fn *dot, forge__vnni_unpack_fn *unpack, forge__vnni_tile_fn *tile) {
+/* The entries of a type that has them (0 where it has not): its one-token dot product, one token
+   against consecutive rows (the dot inlined, so a row costs no call), the unpacking, the tile. */
+typedef struct forge__vnni_forms {
+    forge__vnni_dot_fn dot;
+    forge__vnni_rows_fn rows;
+    forge__vnni_unpack_fn unpack;
+    forge__vnni_tile_fn tile;
+} forge__vnni_forms;
+static int forge__vnni_entries(uint32_t type, forge__vnni_forms *f) {
     switch (type) {
 #define FORGE__VNNI_CASE(name, t)                                                                                                \
     case t:                                                                                                                      \
-        *dot = forge__vnni_dot_##name, *unpack = forge__vnni_unpack_##name, *tile = forge__vnni_tile_##name;                     \
+        f->dot = forge__vnni_dot_##name, f->rows = forge__vnni_rows_##name, f->unpack = forge__vnni_unpack_##name;              \
+        f->tile = forge__vnni_tile_##name;                                                                                       \
         return 1;
         FORGE__VNNI_CASE(q4_0, FORGE_TYPE_Q4_0)
         FORGE__VNNI_CASE(q4_1, FORGE_TYPE_Q4_1)
@@ -4883,9 +4900,7 @@ typedef struct forge__qmatmul_job {
 #ifdef FORGE__VNNI
     /* on AVX-512 VNNI, 8 blocks side by side: one token from the file's bytes, more on rows unpacked 4 at a time */
     int vnni;
-    forge__vnni_dot_fn vdot;
-    forge__vnni_unpack_fn unpack;
-    forge__vnni_tile_fn tile;
+    forge__vnni_forms forms;
     const forge__q8_tile_x *tx; /* the tokens transposed, n_groups each */
 #endif
 } forge__qmatmul_job;
@@ -4894,11 +4909,17 @@ typedef struct forge__qmatmul_job {
 static void forge__qmatmul_task_vnni(const forge__qmatmul_job *job, uint32_t first, uint32_t end, uint32_t thread) {
     const uint32_t n_rows = job->n_rows, n_groups = (job->n_blocks + 7) / 8;
     uint32_t r, t, i;
+    if (job->n_tokens == 1) {
+        job->forms.rows(job->w + (size_t)first * (size_t)job->row_bytes, job->row_bytes, end - first, job->x, job->tx, job->n_blocks,
+                        job->y + first);
+        return;
+    }
     if (job->n_tokens <= FORGE__VDOT_TOKENS) {
         for (r = first; r < end; r++) {
             const uint8_t *row = job->w + (size_t)r * (size_t)job->row_bytes;
             for (t = 0; t < job->n_tokens; t++)
-                job->y[(size_t)t * n_rows + r] = job->vdot(row, job->x + (size_t)t * job->n_blocks, job->tx + (size_t)t * n_groups, job->n_blocks);
+                job->y[(size_t)t * n_rows + r] =
+                    job->forms.dot(row, job->x + (size_t)t * job->n_blocks, job->tx + (size_t)t * n_groups, job->n_blocks);
         }
         return;
     }
@@ -4907,11 +4928,11 @@ static void forge__qmatmul_task_vnni(const forge__qmatmul_job *job, uint32_t fir
         forge__k_tile_w *rows = (forge__k_tile_w *)(void *)(job->slots + (size_t)thread * job->slot_bytes);
         uint32_t j;
         for (i = 0; i < FORGE__KTILE_ROWS; i++) /* past the last row, the last row again */
-            job->unpack(job->w + (size_t)(r + FORGE__MIN(i, group - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_groups, job->n_blocks);
+            job->forms.unpack(job->w + (size_t)(r + FORGE__MIN(i, group - 1)) * (size_t)job->row_bytes, rows + (size_t)i * n_groups, job->n_blocks);
         for (t = 0; t < job->n_tokens; t += FORGE__KTILE_TOKENS) {
             const uint32_t n = FORGE__MIN((uint32_t)FORGE__KTILE_TOKENS, job->n_tokens - t);
             float out[FORGE__KTILE_ROWS * FORGE__KTILE_TOKENS];
-            job->tile(rows, n_groups, job->tx + (size_t)t * n_groups, n_groups, n, n_groups, out);
+            job->forms.tile(rows, n_groups, job->tx + (size_t)t * n_groups, n_groups, n, n_groups, out);
             for (j = 0; j < group; j++)
                 for (i = 0; i < n; i++) job->y[(size_t)(t + i) * n_rows + r + j] = out[j * FORGE__KTILE_TOKENS + i];
         }
@@ -5047,11 +5068,8 @@ static FORGE__MAYBE_UNUSED int forge__matmul_q8_parts_supported(const forge__q8_
         if (!forge__matmul_q8_supported(parts[i].type, n_cols)) return 0;
 #ifdef FORGE__VNNI
         {
-            forge__vnni_dot_fn dot;
-            forge__vnni_unpack_fn unpack;
-            forge__vnni_tile_fn tile;
-            if (forge__vnni_entries(parts[i].type, &dot, &unpack, &tile) != forge__vnni_entries(parts[0].type, &dot, &unpack, &tile))
-                return 0;
+            forge__vnni_forms forms;
+            if (forge__vnni_entries(parts[i].type, &forms) != forge__vnni_entries(parts[0].type, &forms)) return 0;
         }
 #endif
     }
@@ -5099,7 +5117,7 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8_parts(forge__pool *p, const for
     prep.tokens_per_task = 1;
 #ifdef FORGE__VNNI
     base.tx = (const forge__q8_tile_x *)(const void *)q;
-    if (level > 1 && forge__vnni_entries(parts[0].type, &base.vdot, &base.unpack, &base.tile)) { /* the same for every part */
+    if (level > 1 && forge__vnni_entries(parts[0].type, &base.forms)) { /* the same for every part */
         base.vnni = 1;
         prep.tx = q;
         q = rounded;
@@ -5133,7 +5151,7 @@ static FORGE__MAYBE_UNUSED void forge__matmul_q8_parts(forge__pool *p, const for
         job->rowdot = forge__q8_rowdot_for(parts[i].type, level);
         job->type = parts[i].type;
 #ifdef FORGE__VNNI
-        if (base.vnni) forge__vnni_entries(parts[i].type, &job->vdot, &job->unpack, &job->tile);
+        if (base.vnni) forge__vnni_entries(parts[i].type, &job->forms);
 #endif
         job->w = parts[i].w;
         job->row_bytes = parts[i].row_bytes;
