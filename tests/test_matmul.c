@@ -449,6 +449,64 @@ typedef struct {
     uint32_t *thread_seen; /* per thread index */
 } count_ctx;
 
+/* Several matrices on the same activations in one call (q, k, v; gate and up): each matrix's outputs
+   the same bits as its own forge__matmul_q8 call, at every vector level, for one token and for a
+   prompt, with parts of mixed types and sizes (one of 0 rows); a set the call does not take gives zeros. */
+static void test_matmul_q8_parts(void) {
+    static const uint32_t types[] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_K, FORGE_TYPE_Q5_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_1};
+    static const uint32_t rows[] = {70, 33, 0, 17, 48, 5};
+    static const uint32_t token_counts[] = {1, 3, 9};
+    const uint32_t n_cols = 512;
+    forge__pool *pool = NULL;
+    forge__q8_part parts[FORGE__Q8_MAX_PARTS];
+    uint8_t *w[6];
+    float *x, *y[6], *alone;
+    void *work;
+    uint32_t i, ti, set, simd, bad = 0, checked = 0;
+    TEST_CASE("matmul on 8-bit activations: several matrices in one call, each as alone");
+    CHECK(forge__pool_create(2, NULL, &pool, NULL) == FORGE_OK, "pool");
+    x = (float *)malloc(sizeof(float) * n_cols * 9);
+    alone = (float *)malloc(sizeof(float) * 70 * 9);
+    work = malloc(forge__matmul_q8_work_bytes(2, n_cols, 9));
+    for (i = 0; i < n_cols * 9; i++) x[i] = rng_uniform(-2.0f, 2.0f);
+    for (i = 0; i < 6; i++) {
+        const forge_type_traits *t = forge_type_info(types[i]);
+        w[i] = (uint8_t *)malloc((size_t)(rows[i] + 1) * (n_cols / t->block_elems) * t->block_bytes);
+        y[i] = (float *)malloc(sizeof(float) * (rows[i] + 1) * 9);
+        random_blocks(types[i], w[i], (uint64_t)rows[i] * (n_cols / t->block_elems));
+    }
+    for (set = 0; set < 2; set++) /* the K-quants (q, k, v as Qwen's), then 32-element types (as Gemma's) */
+        for (simd = 0; simd < 3; simd++)
+            for (ti = 0; ti < 3; ti++) {
+                const uint32_t n_tokens = token_counts[ti], first = set * 3, n_parts = 3;
+                for (i = 0; i < n_parts; i++) {
+                    const forge_type_traits *t = forge_type_info(types[first + i]);
+                    parts[i].type = types[first + i], parts[i].w = w[first + i], parts[i].n_rows = rows[first + i];
+                    parts[i].row_bytes = (uint64_t)(n_cols / t->block_elems) * t->block_bytes, parts[i].y = y[first + i];
+                }
+                CHECK(forge__matmul_q8_parts_supported(parts, n_parts, n_cols), "set %u supported", set);
+                forge__matmul_q8_parts(pool, parts, n_parts, n_cols, x, n_tokens, work, (int)simd);
+                for (i = 0; i < n_parts; i++) {
+                    if (parts[i].n_rows == 0) continue;
+                    forge__matmul_q8(pool, parts[i].type, parts[i].w, parts[i].row_bytes, parts[i].n_rows, n_cols, x, alone, n_tokens, work,
+                                     (int)simd);
+                    bad += memcmp(alone, parts[i].y, sizeof(float) * parts[i].n_rows * n_tokens) != 0;
+                    checked++;
+                }
+            }
+    CHECK(bad == 0, "%u of %u matrices differ from their own call", bad, checked);
+    parts[0].type = FORGE_TYPE_F16; /* not on 8-bit activations: zeros */
+    for (i = 0; i < parts[0].n_rows; i++) parts[0].y[i] = 1.0f;
+    CHECK(!forge__matmul_q8_parts_supported(parts, 3, n_cols), "F16 in a set is not supported");
+    forge__matmul_q8_parts(pool, parts, 3, n_cols, x, 1, work, 2);
+    CHECK(parts[0].y[0] == 0.0f && parts[0].y[parts[0].n_rows - 1] == 0.0f, "an unsupported set gives zeros");
+    for (i = 0; i < 6; i++) free(w[i]), free(y[i]);
+    free(x);
+    free(alone);
+    free(work);
+    forge__pool_destroy(pool);
+}
+
 static void count_task(void *ctx, uint32_t task, uint32_t n_tasks, uint32_t thread) {
     count_ctx *c = (count_ctx *)ctx;
     (void)n_tasks;
@@ -692,6 +750,7 @@ int main(int argc, char **argv) {
         test_matmul_edges();
         start = now_seconds();
         test_matmul_q8();
+        test_matmul_q8_parts();
         printf("8-bit products: %.2f s\n", now_seconds() - start);
         start = now_seconds();
         test_pool();
