@@ -991,7 +991,9 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    their input to 8 bits per element in groups of 32 (the GPU's rule below) and multiply on integer
    byte products, at every token count, each row of a step with the sums it gets alone; the fixtures'
    logits then stand 1.4% to 2.4% (relative L2) from a float64 computation, within their tolerances,
-   and greedy paths part from llama.cpp's or the f32 products' only at near-ties. desc.cpu_no_q8
+   and greedy paths part from llama.cpp's or the f32 products' only at near-ties. The products run in
+   AVX2 / AVX-512 VNNI where the x86 CPU has them, in NEON (vdotq_s32 where the compiler targets the
+   dot-product extension) where it targets AArch64, else in portable C. desc.cpu_no_q8
    keeps f32 activations (2 to 4 times slower on two cores: README, Performance).
    GPU decode precision: one-token products whose weights are Q4_0, Q8_0, Q4_K or Q6_K round their
    input vector to 8 bits per element in groups of 32 (one scale per group, as the reference engine
@@ -3920,11 +3922,17 @@ static void forge__q8_row_unpack(uint32_t type, const uint8_t *w, forge__q8_row_
 
 /* ---- the portable forms: the reference for the vector ones, and what other machines run ---- */
 
+/* A block's float from its integer sums of 0..15 and 16..31: the one expression every form that keeps
+   the portable order (the ARM ones too) goes through, so that they round alike. */
+static float forge__q8_block_sums(int32_t lo, int32_t hi, float scale0, float scale1, float offset, const forge__q8_block *x) {
+    return x->d * (scale0 * (float)lo + scale1 * (float)hi) + offset * x->ds;
+}
+
 static float forge__q8_block_dot(const forge__q8_row_block *w, const forge__q8_block *x) {
     int32_t lo = 0, hi = 0;
     uint32_t j;
     for (j = 0; j < 16; j++) lo += w->q[j] * x->q[j], hi += w->q[j + 16] * x->q[j + 16];
-    return x->d * (w->scale[0] * (float)lo + w->scale[1] * (float)hi) + w->offset * x->ds;
+    return forge__q8_block_sums(lo, hi, w->scale[0], w->scale[1], w->offset, x);
 }
 
 /* One row of `type` against one token: each unit unpacked on the stack as it is read. */
@@ -4835,10 +4843,170 @@ static FORGE__AVX2_FN void forge__q8_rowdot_avx2_plain(const forge__q8_row_block
 }
 #endif /* FORGE__AVX2 */
 
+/* ARM vector forms (AArch64 NEON): chosen at compile time by the compiler's own macros, vdotq_s32 where it
+   targets the dot-product extension (__ARM_FEATURE_DOTPROD, e.g. -march=armv8.2-a+dotprod), widening
+   multiplies (vmull_s8, vpadalq_s16) where it does not. They unpack in registers what
+   forge__q8_row_unpack writes, take each block's two integer sums in vectors (exact in either way) and add
+   the floats through forge__q8_block_sums in the portable order: the same floats as the portable forms,
+   bit for bit, in one-token products and in steps of more tokens alike. */
+#if defined(__ARM_NEON) && defined(__aarch64__)
+#define FORGE__NEON 1
+#include <arm_neon.h>
+
+/* The sum of the products of 16 signed bytes, in 4 lanes. */
+static int32x4_t forge__neon_dot16(int8x16_t a, int8x16_t b) {
+#ifdef __ARM_FEATURE_DOTPROD
+    return vdotq_s32(vdupq_n_s32(0), a, b);
+#else /* each product fits 16 bits (|w| <= 128, |x| <= 127), two of them do not: widened pairwise */
+    return vpadalq_s16(vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b))), vmull_s8(vget_high_s8(a), vget_high_s8(b)));
+#endif
+}
+
+/* The block's float from its 32 unpacked bytes (lo: 0..15, hi: 16..31) and x's. */
+static float forge__neon_block(int8x16_t lo, int8x16_t hi, float scale0, float scale1, float offset, const forge__q8_block *x) {
+    return forge__q8_block_sums(vaddvq_s32(forge__neon_dot16(lo, vld1q_s8(x->q))), vaddvq_s32(forge__neon_dot16(hi, vld1q_s8(x->q + 16))),
+                                scale0, scale1, offset, x);
+}
+
+/* Byte j = 16 where bit j of `bits` (16 of them) is set, else 0. */
+static uint8x16_t forge__neon_fifth_bits(uint32_t bits) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t v = vcombine_u8(vdup_n_u8((uint8_t)(bits & 0xffu)), vdup_n_u8((uint8_t)(bits >> 8 & 0xffu)));
+    return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(16));
+}
+
+/* Q4_0, Q4_1 (one: unsigned nibbles and a minimum), Q5_0, Q5_1 (five: a fifth bit from a word) */
+static float forge__qdot_small_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks,
+                                    int one, int five) {
+    const uint32_t bytes = 18u + 2u * (uint32_t)one + 4u * (uint32_t)five;
+    const uint8x16_t mask = vdupq_n_u8(0xf);
+    const int8x16_t bias = vdupq_n_s8((int8_t)(one ? 0 : five ? 16 : 8));
+    float total = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += bytes, x++) {
+        const uint8x16_t raw = vld1q_u8(w + 2 + 2 * one + 4 * five);
+        uint8x16_t q0 = vandq_u8(raw, mask), q1 = vshrq_n_u8(raw, 4);
+        if (five) {
+            const uint32_t high = forge__le32(w + 2 + 2 * one);
+            q0 = vorrq_u8(q0, forge__neon_fifth_bits(high & 0xffffu));
+            q1 = vorrq_u8(q1, forge__neon_fifth_bits(high >> 16));
+        }
+        total += forge__neon_block(vsubq_s8(vreinterpretq_s8_u8(q0), bias), vsubq_s8(vreinterpretq_s8_u8(q1), bias),
+                                   forge__half_at(w), forge__half_at(w), one ? forge__half_at(w + 2) : 0.0f, x);
+    }
+    return total;
+}
+
+static float forge__qdot_q4_0_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    return forge__qdot_small_neon(w, x, n_blocks, 0, 0);
+}
+static float forge__qdot_q4_1_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    return forge__qdot_small_neon(w, x, n_blocks, 1, 0);
+}
+static float forge__qdot_q5_0_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    return forge__qdot_small_neon(w, x, n_blocks, 0, 1);
+}
+static float forge__qdot_q5_1_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    return forge__qdot_small_neon(w, x, n_blocks, 1, 1);
+}
+
+static float forge__qdot_q8_0_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    float total = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks; b++, w += 34, x++) {
+        const float d = forge__half_at(w);
+        total += forge__neon_block(vld1q_s8((const int8_t *)(w + 2)), vld1q_s8((const int8_t *)(w + 18)), d, d, 0.0f, x);
+    }
+    return total;
+}
+
+/* Q4_K and Q5_K (five): sub-block `sub` of a super-block is nibble (sub & 1) of bytes 32 * (sub / 2)..,
+   Q5_K's fifth bit bit `sub` of qh; a 6-bit scale and minimum each. */
+static float forge__qdot_k_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks,
+                                int five) {
+    const uint8x16_t mask = vdupq_n_u8(0xf), sixteen = vdupq_n_u8(16);
+    float total = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks / 8; b++, w += five ? 176 : 144) {
+        const float d = forge__half_at(w), dmin = forge__half_at(w + 2);
+        const uint8_t *qs = w + (five ? 48 : 16);
+        const uint8x16_t qh0 = vld1q_u8(w + 16), qh1 = vld1q_u8(w + 32);
+        int sub;
+        for (sub = 0; sub < 8; sub++, x++) {
+            const uint8x16_t raw0 = vld1q_u8(qs + 32 * (sub / 2)), raw1 = vld1q_u8(qs + 32 * (sub / 2) + 16);
+            uint8x16_t q0 = sub & 1 ? vshrq_n_u8(raw0, 4) : vandq_u8(raw0, mask);
+            uint8x16_t q1 = sub & 1 ? vshrq_n_u8(raw1, 4) : vandq_u8(raw1, mask);
+            int sc, mn;
+            if (five) {
+                const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << sub));
+                q0 = vorrq_u8(q0, vandq_u8(vtstq_u8(qh0, bit), sixteen));
+                q1 = vorrq_u8(q1, vandq_u8(vtstq_u8(qh1, bit), sixteen));
+            }
+            forge__k4_scale_min(sub, w + 4, &sc, &mn);
+            total += forge__neon_block(vreinterpretq_s8_u8(q0), vreinterpretq_s8_u8(q1), d * (float)sc, d * (float)sc,
+                                       -dmin * (float)mn, x);
+        }
+    }
+    return total;
+}
+
+static float forge__qdot_q4_k_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    return forge__qdot_k_neon(w, x, n_blocks, 0);
+}
+static float forge__qdot_q5_k_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    return forge__qdot_k_neon(w, x, n_blocks, 1);
+}
+
+/* Q6_K: half h's sub-block k is nibble k >> 1 of ql bytes 64 h + 32 (k & 1).., bits 2k..2k+1 of qh, less 32. */
+static float forge__qdot_q6_k_neon(const uint8_t *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x, uint32_t n_blocks) {
+    const uint8x16_t mask = vdupq_n_u8(0xf), three = vdupq_n_u8(3);
+    const int8x16_t bias = vdupq_n_s8(32);
+    float total = 0.0f;
+    uint32_t b;
+    for (b = 0; b < n_blocks / 8; b++, w += 210) {
+        const float d = forge__half_at(w + 208);
+        int half, k;
+        for (half = 0; half < 2; half++) {
+            const uint8_t *ql = w + 64 * half, *qhp = w + 128 + 32 * half;
+            const int8_t *scales = (const int8_t *)(w + 192) + 8 * half;
+            const uint8x16_t qh0 = vld1q_u8(qhp), qh1 = vld1q_u8(qhp + 16);
+            for (k = 0; k < 4; k++, x++) {
+                const uint8_t *lo = ql + 32 * (k & 1);
+                const uint8x16_t raw0 = vld1q_u8(lo), raw1 = vld1q_u8(lo + 16);
+                const int8x16_t down = vdupq_n_s8((int8_t)(-2 * k));
+                const uint8x16_t h0 = vshlq_n_u8(vandq_u8(vshlq_u8(qh0, down), three), 4);
+                const uint8x16_t h1 = vshlq_n_u8(vandq_u8(vshlq_u8(qh1, down), three), 4);
+                const uint8x16_t q0 = vorrq_u8(k >> 1 ? vshrq_n_u8(raw0, 4) : vandq_u8(raw0, mask), h0);
+                const uint8x16_t q1 = vorrq_u8(k >> 1 ? vshrq_n_u8(raw1, 4) : vandq_u8(raw1, mask), h1);
+                total += forge__neon_block(vsubq_s8(vreinterpretq_s8_u8(q0), bias), vsubq_s8(vreinterpretq_s8_u8(q1), bias),
+                                           d * (float)scales[2 * k], d * (float)scales[2 * k + 1], 0.0f, x);
+            }
+        }
+    }
+    return total;
+}
+
+/* forge__q8_rowdot with the integer sums in vectors: the same floats. */
+static void forge__q8_rowdot_neon(const forge__q8_row_block *FORGE__RESTRICT w, const forge__q8_block *FORGE__RESTRICT x,
+                                  size_t x_stride, uint32_t n_tokens, uint32_t n_blocks, float *out) {
+    uint32_t t, b;
+    for (t = 0; t < n_tokens; t++) {
+        float total = 0.0f;
+        for (b = 0; b < n_blocks; b++)
+            total += forge__neon_block(vld1q_s8(w[b].q), vld1q_s8(w[b].q + 16), w[b].scale[0], w[b].scale[1], w[b].offset,
+                                       &x[t * x_stride + b]);
+        out[t] = total;
+    }
+}
+#endif /* FORGE__NEON */
+
 /* The vector level of the products on 8-bit activations for a request of `simd` (0 the portable forms,
-   1 AVX2, 2 also AVX-512 VNNI): the highest this machine has, up to it. */
+   1 AVX2 or NEON, 2 also AVX-512 VNNI): the highest this machine has, up to it. */
 static int forge__q8_simd_level(int simd) {
     int level = 0;
+#ifdef FORGE__NEON
+    if (simd > 0) level = 1; /* the compiler targets it: every machine that runs the program has it */
+#endif
 #ifdef FORGE__AVX2
     if (simd > 0 && FORGE__AVX2_PRESENT()) level = 1;
 #ifdef FORGE__VNNI
@@ -4865,6 +5033,19 @@ static forge__qdot_fn forge__qdot_for(uint32_t type, int level) {
         default: break;
         }
 #endif
+#ifdef FORGE__NEON
+    if (level) switch (type) {
+        case FORGE_TYPE_Q4_0: return forge__qdot_q4_0_neon;
+        case FORGE_TYPE_Q4_1: return forge__qdot_q4_1_neon;
+        case FORGE_TYPE_Q5_0: return forge__qdot_q5_0_neon;
+        case FORGE_TYPE_Q5_1: return forge__qdot_q5_1_neon;
+        case FORGE_TYPE_Q8_0: return forge__qdot_q8_0_neon;
+        case FORGE_TYPE_Q4_K: return forge__qdot_q4_k_neon;
+        case FORGE_TYPE_Q5_K: return forge__qdot_q5_k_neon;
+        case FORGE_TYPE_Q6_K: return forge__qdot_q6_k_neon;
+        default: break;
+        }
+#endif
     (void)level;
     switch (type) {
     case FORGE_TYPE_Q4_0: return forge__qdot_q4_0;
@@ -4884,6 +5065,9 @@ static forge__q8_rowdot_fn forge__q8_rowdot_for(uint32_t type, int level) {
 #ifdef FORGE__AVX2
     const int with_offsets = type == FORGE_TYPE_Q4_1 || type == FORGE_TYPE_Q5_1 || type == FORGE_TYPE_Q4_K || type == FORGE_TYPE_Q5_K;
     if (level) return /* level 2 has its own forms (forge__vnni_entries) for every type */ with_offsets ? forge__q8_rowdot_avx2 : forge__q8_rowdot_avx2_plain;
+#endif
+#ifdef FORGE__NEON
+    if (level) return forge__q8_rowdot_neon;
 #endif
     (void)type;
     (void)level;
@@ -5085,7 +5269,8 @@ static FORGE__MAYBE_UNUSED int forge__matmul_q8_parts_supported(const forge__q8_
    size, n_cols, n_tokens)), then every row of every matrix meets every token, all in one run of the
    pool (one wait instead of one per matrix). Each matrix gets the tasks and the sums it would get
    alone. Matrices not supported yield zeros. simd 0 runs the portable dot products (the tests'
-   reference), 1 adds AVX2 where the CPU has it, 2 AVX-512 VNNI's grouped forms where it has that. */
+   reference), 1 adds AVX2 where the CPU has it (NEON where the compiler targets AArch64: the portable
+   sums, bit for bit), 2 AVX-512 VNNI's grouped forms where it has that. */
 static FORGE__MAYBE_UNUSED void forge__matmul_q8_parts(forge__pool *p, const forge__q8_part *parts, uint32_t n_parts, uint32_t n_cols,
                                                        const float *x, uint32_t n_tokens, void *work, int simd) {
     /* the pool asked the CPU once; a call without one asks now */

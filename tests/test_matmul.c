@@ -312,6 +312,37 @@ static void test_matmul_q8(void) {
               "q8 rounding (AVX2) of a NaN and an infinity");
     }
 #endif
+#ifdef FORGE__NEON
+    { /* the ARM forms (NEON, vdotq_s32 where targeted): the portable floats, bit for bit, for one token and
+         for a step's unpacked rows */
+        static float v[2 * 64 * 32];
+        static forge__q8_block xb[2 * 64];
+        static forge__q8_row_block unpacked[64];
+        int dot_differ = 0, row_differ = 0, picked = 1, round;
+        CHECK(forge__q8_simd_level(1) == 1 && forge__q8_simd_level(2) == 1 && forge__q8_simd_level(0) == 0, "NEON level");
+        for (round = 0; round < 4; round++)
+            for (ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+                const forge_type_traits *t = forge_type_info(types[ti]);
+                float a, b, ya[2], yb[2];
+                for (i = 0; i < 2 * 64 * 32; i++) v[i] = rng_uniform(-2.0f, 2.0f) * (i % 53 == 0 ? 20.0f : 1.0f);
+                if (round == 3) for (i = 0; i < 32; i++) v[32 * 5 + i] = 0.0f; /* a zero block */
+                forge__q8_quantize(v, xb, 2 * 64);
+                random_blocks(types[ti], w, 64 * 32 / t->block_elems);
+                picked &= forge__qdot_for(types[ti], 1) != forge__qdot_for(types[ti], 0) &&
+                          forge__q8_rowdot_for(types[ti], 1) == forge__q8_rowdot_neon;
+                a = forge__qdot_for(types[ti], 0)(w, xb, 64);
+                b = forge__qdot_for(types[ti], 1)(w, xb, 64);
+                dot_differ += memcmp(&a, &b, sizeof a) != 0;
+                forge__q8_row_unpack(types[ti], w, unpacked, 64);
+                forge__q8_rowdot(unpacked, xb, 64, 2, 64, ya);
+                forge__q8_rowdot_neon(unpacked, xb, 64, 2, 64, yb);
+                row_differ += memcmp(ya, yb, sizeof ya) != 0 || memcmp(&a, &ya[0], sizeof a) != 0;
+            }
+        CHECK(picked, "the NEON forms are the ones level 1 picks");
+        CHECK(dot_differ == 0, "NEON one-token products: %d of 32 differ from the portable ones", dot_differ);
+        CHECK(row_differ == 0, "NEON products of unpacked rows: %d of 32 differ from the portable ones", row_differ);
+    }
+#endif
     for (ci = 0; ci < 2; ci++)
     for (ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const forge_type_traits *t = forge_type_info(types[ti]);
