@@ -9275,6 +9275,14 @@ struct forge_context {
     unsigned peers;         /* GPU: bit i when this context turned on part i's device's access to part i + 1's */
 };
 
+/* The GPU fields a part keeps for the context (its regions' offsets in its arena, and what its
+   upload found), listed once for forge__part_load and forge__part_save. */
+#define FORGE__PART_REGIONS(X)                                                                           \
+    X(dev_scratch) X(dev_logits) X(dev_attn) X(dev_attn_bytes) X(dev_tokens) X(dev_kv) X(dev_capture)     \
+    X(dev_step) X(dev_q8[0]) X(dev_q8[1]) X(dev_argmax) X(dev_att_count) X(dev_rope_freq) X(dev_sample)  \
+    X(dev_rows) X(dev_split) X(dev_split_bytes) X(dev_rows_attn) X(dev_rows_attn_bytes)                  \
+    X(dev_rope_factors) X(rope_freq_ok)
+
 /* Makes part p the one the backends work on (on the GPU, its device current for the calling thread). */
 static void forge__part_load(forge_context *ctx, uint32_t p) {
     const forge__part *q = &ctx->part[p];
@@ -9291,28 +9299,18 @@ static void forge__part_load(forge_context *ctx, uint32_t p) {
     ctx->dev = q->arena;
     ctx->stream = q->stream;
     ctx->dev_weight = q->dev_weight;
-    ctx->dev_scratch = q->dev_scratch, ctx->dev_logits = q->dev_logits, ctx->dev_attn = q->dev_attn;
-    ctx->dev_attn_bytes = q->dev_attn_bytes, ctx->dev_tokens = q->dev_tokens, ctx->dev_kv = q->dev_kv;
-    ctx->dev_capture = q->dev_capture, ctx->dev_step = q->dev_step, ctx->dev_q8[0] = q->dev_q8[0], ctx->dev_q8[1] = q->dev_q8[1];
-    ctx->dev_argmax = q->dev_argmax, ctx->dev_att_count = q->dev_att_count, ctx->dev_rope_freq = q->dev_rope_freq;
-    ctx->dev_sample = q->dev_sample, ctx->dev_rows = q->dev_rows, ctx->dev_split = q->dev_split;
-    ctx->dev_split_bytes = q->dev_split_bytes, ctx->dev_rows_attn = q->dev_rows_attn, ctx->dev_rows_attn_bytes = q->dev_rows_attn_bytes;
-    ctx->dev_rope_factors = q->dev_rope_factors;
-    ctx->rope_freq_ok = q->rope_freq_ok;
+#define FORGE__PART_LOAD(field) ctx->field = q->field;
+    FORGE__PART_REGIONS(FORGE__PART_LOAD)
+#undef FORGE__PART_LOAD
 }
 
 /* The context's GPU fields back into part p, once its regions are laid out. */
 static FORGE__MAYBE_UNUSED void forge__part_save(forge_context *ctx, uint32_t p) {
     forge__part *q = &ctx->part[p];
     q->kv_seq_bytes = ctx->kv_seq_bytes;
-    q->dev_scratch = ctx->dev_scratch, q->dev_logits = ctx->dev_logits, q->dev_attn = ctx->dev_attn;
-    q->dev_attn_bytes = ctx->dev_attn_bytes, q->dev_tokens = ctx->dev_tokens, q->dev_kv = ctx->dev_kv;
-    q->dev_capture = ctx->dev_capture, q->dev_step = ctx->dev_step, q->dev_q8[0] = ctx->dev_q8[0], q->dev_q8[1] = ctx->dev_q8[1];
-    q->dev_argmax = ctx->dev_argmax, q->dev_att_count = ctx->dev_att_count, q->dev_rope_freq = ctx->dev_rope_freq;
-    q->dev_sample = ctx->dev_sample, q->dev_rows = ctx->dev_rows, q->dev_split = ctx->dev_split;
-    q->dev_split_bytes = ctx->dev_split_bytes, q->dev_rows_attn = ctx->dev_rows_attn, q->dev_rows_attn_bytes = ctx->dev_rows_attn_bytes;
-    q->dev_rope_factors = ctx->dev_rope_factors;
-    q->rope_freq_ok = ctx->rope_freq_ok;
+#define FORGE__PART_SAVE(field) q->field = ctx->field;
+    FORGE__PART_REGIONS(FORGE__PART_SAVE)
+#undef FORGE__PART_SAVE
 }
 
 /* The parts' ops (from the split's layers) and which part writes each capture; the parts' devices. */
@@ -9992,22 +9990,29 @@ static forge_result forge__gpu_wait(forge_context *ctx, forge_error *error) {
    between those spans, the last up to n_ctx; forge__gpu_decode_band picks the step's. Where
    recording fails, or FORGE_NO_GRAPH is set, the plain launches stay (sized by the same bands). */
 /* Every recorded graph destroyed (the context's, or each part's of a split). */
+/* The recorded steps of several sequences destroyed (forge__gpu_record_rows). */
+static void forge__gpu_drop_rows_graphs(forge_context *ctx) {
+    uint32_t n, b;
+    for (n = 0; n < FORGE__GPU_ROWS_GRAPHS; n++)
+        for (b = 0; b < FORGE__GPU_GRAPHS; b++) {
+            if (ctx->rows_graph[n][b]) forge_hip_graph_destroy(ctx->rows_graph[n][b]);
+            ctx->rows_graph[n][b] = NULL;
+        }
+    ctx->n_rows_graphs = 0;
+}
+
 static void forge__gpu_drop_graphs(forge_context *ctx) {
     uint32_t i, p;
+    forge__gpu_drop_rows_graphs(ctx);
     for (i = 0; i < FORGE__GPU_GRAPHS; i++) {
         if (ctx->graph[i]) forge_hip_graph_destroy(ctx->graph[i]);
         ctx->graph[i] = NULL;
-        for (p = 0; p < FORGE__GPU_ROWS_GRAPHS; p++) {
-            if (ctx->rows_graph[p][i]) forge_hip_graph_destroy(ctx->rows_graph[p][i]);
-            ctx->rows_graph[p][i] = NULL;
-        }
         for (p = 0; p < ctx->n_parts; p++) {
             if (ctx->part[p].graph[i]) forge_hip_graph_destroy(ctx->part[p].graph[i]);
             ctx->part[p].graph[i] = NULL;
         }
     }
     ctx->n_graphs = 0;
-    ctx->n_rows_graphs = 0;
 }
 
 static void forge__gpu_record_decode(forge_context *ctx, const forge_context_desc *desc) {
@@ -10111,11 +10116,7 @@ static void forge__gpu_record_rows(forge_context *ctx, const forge_context_desc 
     ctx->rows = 0;
     ctx->n_tokens = ctx->n_logit_rows = 0;
     if (r != FORGE_OK) { /* all or none: the decode graphs stay */
-        for (n = 0; n < FORGE__GPU_ROWS_GRAPHS; n++)
-            for (b = 0; b < FORGE__GPU_GRAPHS; b++) {
-                if (ctx->rows_graph[n][b]) forge_hip_graph_destroy(ctx->rows_graph[n][b]);
-                ctx->rows_graph[n][b] = NULL;
-            }
+        forge__gpu_drop_rows_graphs(ctx);
         snprintf(line, sizeof line, "steps of several sequences: recording failed (%.300s), plain launches", message);
         if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, line);
         return;

@@ -2189,11 +2189,11 @@ static void forge__mvq_rows_launch(const uint8_t *w, size_t row_bytes, uint32_t 
     while (waves > sets && FORGE__MVR_BLOCKS(sets, waves) < 2 * sms) waves /= 2;
     const uint32_t blocks = FORGE__MVR_BLOCKS(sets, waves), threads = waves * wave;
 #undef FORGE__MVR_BLOCKS
-    const uint32_t nt = n_tokens; // at most FORGE__MVR_MAX (forge__mvq_rows_max)
-    if (nt <= 2) forge__k_mvq_rows<P, 2><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, nt, sets, y, bias);
-    else if (nt <= 4) forge__k_mvq_rows<P, 4><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, nt, sets, y, bias);
-    else if (nt <= 8) forge__k_mvq_rows<P, 8><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, nt, sets, y, bias);
-    else forge__k_mvq_rows<P, 16><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, nt, sets, y, bias);
+    // n_tokens is at most FORGE__MVR_MAX (forge__mvq_rows_max)
+    if (n_tokens <= 2) forge__k_mvq_rows<P, 2><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, n_tokens, sets, y, bias);
+    else if (n_tokens <= 4) forge__k_mvq_rows<P, 4><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, n_tokens, sets, y, bias);
+    else if (n_tokens <= 8) forge__k_mvq_rows<P, 8><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, n_tokens, sets, y, bias);
+    else forge__k_mvq_rows<P, 16><<<blocks, threads, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, n_tokens, sets, y, bias);
 }
 
 // The most tokens of a product forge__mvq_rows_launch takes for this matrix: 0 without an 8-bit

@@ -1056,7 +1056,7 @@ static void monitor_poll(cli_monitor *m) {
         forge_monitor_poll(&m->monitor, &reading, NULL, NULL);
 }
 
-typedef struct session {
+typedef struct cli_run {
     forge_model *model;
     forge_tokenizer *tok;
     forge_context *ctx;
@@ -1064,9 +1064,9 @@ typedef struct session {
     forge_chat_format format;
     int line_open; /* the text written to stdout so far does not end with a newline */
     cli_monitor monitor;
-} session;
+} cli_run;
 
-static void session_close(session *s) {
+static void run_close(cli_run *s) {
     forge_generator_destroy(s->gen);
     forge_context_destroy(s->ctx);
     forge_tokenizer_destroy(s->tok);
@@ -1074,7 +1074,7 @@ static void session_close(session *s) {
     memset(s, 0, sizeof *s);
 }
 
-static int session_open(session *s, const char *path, const forge_context_desc *desc, const forge_sampler_desc *sampler,
+static int run_open(cli_run *s, const char *path, const forge_context_desc *desc, const forge_sampler_desc *sampler,
                         const char *command) {
     forge_error err;
     memset(s, 0, sizeof *s);
@@ -1083,7 +1083,7 @@ static int session_open(session *s, const char *path, const forge_context_desc *
         forge_context_create(s->model, desc, &s->ctx, &err) != FORGE_OK ||
         forge_generator_create(s->ctx, s->tok, sampler, &s->gen, &err) != FORGE_OK) {
         fprintf(stderr, "forge %s: %s\n", command, err.message);
-        session_close(s);
+        run_close(s);
         return 0;
     }
     s->format = forge_chat_detect(forge_model_gguf(s->model));
@@ -1151,7 +1151,7 @@ static uint64_t random_seed_value(void) {
 
 /* Generates until the end of the turn or n_predict tokens (0: reads the prompt only); streams the
    text to stdout and ends it with a newline, so piped turns and the summary never share a line. */
-static int generate(session *s, uint32_t n_predict, uint32_t *n_prompt, uint32_t *n_generated, double *prompt_s,
+static int generate(cli_run *s, uint32_t n_predict, uint32_t *n_prompt, uint32_t *n_generated, double *prompt_s,
                     double *gen_s, int32_t *last_token, const char *command) {
     forge_step step;
     forge_error err;
@@ -1193,7 +1193,7 @@ static int generate(session *s, uint32_t n_predict, uint32_t *n_prompt, uint32_t
     return logits_finite(s->ctx, n_vocab, command);
 }
 
-static void print_summary(session *s, uint32_t n_prompt, uint32_t n_gen, double prompt_s, double gen_s) {
+static void print_summary(cli_run *s, uint32_t n_prompt, uint32_t n_gen, double prompt_s, double gen_s) {
     const forge_plan *p = forge_context_plan(s->ctx);
     char total[32], arena[32];
     human_bytes(total, sizeof total, p->total_bytes);
@@ -1231,7 +1231,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
     upload_progress upload;
     forge_context_desc desc;
     forge_sampler_desc sampler;
-    session s;
+    cli_run s;
     forge_error err;
     char *text = NULL;
     const char *command = chat_mode ? "chat" : "run";
@@ -1266,7 +1266,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
         sampler.seed = random_seed_value();
         fprintf(stderr, "forge %s: seed %llu\n", command, (unsigned long long)sampler.seed);
     }
-    if (!session_open(&s, path, &desc, &sampler, command)) return 1;
+    if (!run_open(&s, path, &desc, &sampler, command)) return 1;
     monitor_start(&s.monitor, monitor, s.ctx, desc.device, command);
     if (!chat_mode) {
         uint32_t n_prompt, n_gen;
@@ -1332,7 +1332,7 @@ static int cmd_run(int argc, char **argv, int chat_mode) {
     }
 done:
     free(text);
-    session_close(&s);
+    run_close(&s);
     return status;
 }
 
