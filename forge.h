@@ -1000,9 +1000,11 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    does in its quantized products) and multiply on integer dot products; the logits then stand about
    2% (relative L2) from a float64 computation on the fixtures, within their tolerances, against
    0.03% with f32 activations, and a greedy path can part from the CPU backend's where two logits
-   nearly tie. A step of several sequences (forge_eval_batch) of up to 8 rows rounds its rows the
-   same way and reads each weight once for all of them (the output head too); larger steps and prompt
-   batches keep f32 activations (f16 operands on the matrix units). desc.gpu_no_q8 keeps decode and
+   nearly tie. A step of several sequences (forge_eval_batch) of a few rows rounds its rows the
+   same way and reads each weight once for all of them (the output head too): up to 16 rows of Q4_0
+   and Q8_0, 12 of Q6_K, 7 of Q4_K; Q4_K products of 8 to 32 rows read each weight once on f16
+   activations instead (the weights exact on the matrix units: 2e-4 from f32). Larger steps and
+   prompt batches keep f32 activations (f16 operands on the matrix units). desc.gpu_no_q8 keeps decode and
    those steps on f32 activations (slower: see README, Performance). A
    product that adds into the residual stream also prepares the RMS norm after it where that is
    faster (the residual times the norm weight rounded as above, the norm's factor applied to the
@@ -8110,6 +8112,7 @@ int forge_hip_top_k(const float *logits, uint32_t n, uint32_t k, const int32_t *
                     void *stream, char *message, size_t message_bytes);
 int forge_hip_argmax(const float *x, uint32_t n, void *scratch, int32_t *out_index, void *stream, char *message, size_t message_bytes);
 size_t forge_hip_q8_bytes(uint32_t n);
+size_t forge_hip_rows_bytes(uint32_t n);
 int forge_hip_q8_type(uint32_t type);
 int forge_hip_q8_quantize(const float *x, uint32_t n, void *q8, void *stream, char *message, size_t message_bytes);
 int forge_hip_rmsnorm_q8(const float *x, const float *w, float *y, uint32_t n, float eps, void *q8, void *stream, char *message,
@@ -8470,7 +8473,9 @@ static FORGE__MAYBE_UNUSED uint32_t forge__schedule_max_product_rows(const forge
    unless a product's columns are split among blocks). */
 static uint64_t forge__gpu_split_bytes(const forge__resolved *r, const forge__schedule *s) {
 #ifdef FORGE_HIP
-    return forge__align_gpu(forge_hip_matmul_split_bytes(forge__schedule_max_product_rows(s), FORGE__MIN(r->n_batch, FORGE__GPU_SPLIT_TOKENS)));
+    const uint64_t split = forge_hip_matmul_split_bytes(forge__schedule_max_product_rows(s), FORGE__MIN(r->n_batch, FORGE__GPU_SPLIT_TOKENS));
+    const uint64_t rows = forge_hip_rows_bytes(FORGE__MIN(r->n_batch, FORGE__GPU_SPLIT_TOKENS) * s->max_cols); /* the activations' forms */
+    return forge__align_gpu(FORGE__MAX(split, rows));
 #else
     (void)r, (void)s;
     return 0;

@@ -2080,7 +2080,7 @@ static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_
 // the tokens (the dp4a products are the work), the f16 matrix-unit kernel's with split columns hardly
 // below 32, and they meet (H100 and H200, tests/PERF.md "Steps of several sequences: weights unpacked
 // once") at about 16 tokens for Q4_0 and Q8_0, 11 to 15 for Q4_K and Q6_K (their scales cost more a
-// token; Q4_K from 9 tokens takes forge__k_mmq_rows instead).
+// token; Q4_K from FORGE__MH_MIN tokens takes forge__k_mmh_rows instead).
 #define FORGE__MVR_MAX 16
 #define FORGE__MVR_MAX_K 12
 
@@ -2221,6 +2221,13 @@ static void forge__mvq_rows(uint32_t type, const uint8_t *w, size_t row_bytes, u
 extern "C" {
 
 size_t forge_hip_q8_bytes(uint32_t n) { return FORGE__Q8_DS(n) + (size_t)(n / 32) * 16; }
+
+// The workspace forge_hip_matmul_rows_q8 needs for n = tokens x columns: the 8-bit form (dp4a) or
+// the f16 form with its group sums (forge__k_mmh_rows), whichever is larger.
+size_t forge_hip_rows_bytes(uint32_t n) {
+    const size_t q8 = forge_hip_q8_bytes(n), h = FORGE__Q8_DS((size_t)n * 2) + (size_t)(n / 32) * sizeof(float);
+    return q8 > h ? q8 : h;
+}
 
 int forge_hip_q8_type(uint32_t type) {
     switch (type) {
@@ -2919,85 +2926,110 @@ static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, 
     }
 }
 
-// ---- products of a few tokens on the integer matrix units (steps of several sequences) ----
+// ---- products of a few tokens on the f16 matrix units, Q4_K weights kept exact (steps of several sequences) ----
 //
 // forge__k_mvq_rows multiplies each piece of weights with every token through dp4a and spends about
-// twenty instructions a row, token and 32 columns of Q4_K: its time grows with the tokens, and at 16
-// it is the f16 matrix-unit kernel's. Here a warp takes 32 rows of a Q4_K matrix and up to 16 tokens,
-// and each group of 32 columns (one scale and minimum of the weights, one scale of the activations)
-// is one mma.m16n8k32 of 8-bit integers a 16 x 8 tile (weights 0..15 unsigned, activations signed),
-// whose integer sums are scaled into f32 right after: four instructions a row, token and group. The
-// activations are forge__k_q8_quantize's, as forge__k_mvq_rows reads them. Measured (H100, tests/PERF.md
-// "Steps of several sequences"): faster than both other paths from 9 to 16 tokens on Q4_K; slower
-// than dp4a on Q4_0 and Q8_0 (a byte of weights there is cheaper to multiply by dp4a than to scale
-// after the matrix unit), and past 16 tokens slower than the f16 kernel (the scaling grows with the
-// outputs), so only Q4_K takes it, only there.
+// twenty instructions a row, token and 32 columns of Q4_K: its time grows with the tokens. Here a warp
+// takes 32 rows of a Q4_K matrix and up to 16 (or 32) tokens, and the scaling that costs the 8-bit
+// paths a few float instructions for every row, token and group of 32 columns goes into the operands:
+// a weight enters the f16 matrix unit as s q (its group's 6-bit scale times the 4-bit value, an
+// integer of at most 945, so exact in f16), the activations enter as f16 (not rounded to 8 bits), the
+// f32 sums run over a whole piece of a super-block, and only then does a row's d multiply them: one
+// multiply-add a row and token per piece instead of four a group. The minimums, dmin m_g times the
+// sum of group g's activations, are a product of (rows x 8 groups) by (8 groups x tokens) for each
+// super-block: one tf32 mma of m16n8k8 a tile, with each group sum split into two tf32 parts, so the
+// term is as exact as f32. Error against the same product on f16-rounded activations about 1e-7 of
+// the output's norm (f32 sums in another order); against f32 activations about 2e-4, where the 8-bit
+// paths measure 1e-2. Measured on an H100 (tests/PERF.md "Steps of several sequences on the f16
+// matrix units"): 14336 x 4096 of 16 tokens 26 us, 1.85x the integer-unit kernel it replaces.
 //
-// Fragments of m16n8k32 (a lane: g = lane / 4, c = lane % 4): A words a0 (row g, k 4c..4c+3), a1 (row
-// g + 8, same k), a2 (row g, k 16 + 4c..), a3 (row g + 8, k 16 + 4c..); B words b0 (k 4c.., token g),
-// b1 (k 16 + 4c.., token g); C c0, c1 (row g, tokens 2c, 2c + 1), c2, c3 (row g + 8, same tokens).
-// A unit of a row is pair p = u % 4 of super-block u / 4: groups 2p (the low nibbles of 32 bytes) and
-// 2p + 1 (their high nibbles); a lane's A words of both are two 4-byte loads.
-struct forge__mq_q4_k {
-    struct raw { uint4 head; uint32_t w0, w1; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t c, raw &r) {
-        const uint8_t *b = row + (size_t)(u / 4) * 144;
-        r.head = forge__ld128(b);
-        r.w0 = forge__ld32(b + 16 + 32 * (u % 4) + 4 * c), r.w1 = forge__ld32(b + 32 + 32 * (u % 4) + 4 * c);
-    }
-    // the A words of groups 2p and 2p + 1, their scales d sc and minimums dmin m (forge__pq_q4_k's bytes)
-    static __device__ __forceinline__ void unpack(const raw &r, uint32_t u, uint32_t a[2][2], float sc[2], float mn[2]) {
-        const uint32_t p = u % 4, s16 = 16 * (p & 1);
-        const bool upper = p >= 2;
-        const uint32_t m_lo = upper ? 0x0f0fu : 0x3f3fu, m_hi = upper ? 0x3030u : 0u;
-        const uint32_t A = r.head.y >> s16, B = r.head.z >> s16, C = r.head.w >> s16;
-        const uint32_t s = ((upper ? C : A) & m_lo) | ((A >> 2) & m_hi), m = ((upper ? C >> 4 : B) & m_lo) | ((B >> 2) & m_hi);
-        const float d = forge__f16(r.head.x & 0xffffu), dmin = forge__f16(r.head.x >> 16);
-        a[0][0] = r.w0 & 0x0f0f0f0fu, a[0][1] = r.w1 & 0x0f0f0f0fu;
-        a[1][0] = (r.w0 >> 4) & 0x0f0f0f0fu, a[1][1] = (r.w1 >> 4) & 0x0f0f0f0fu;
-        sc[0] = d * forge__u2f(s & 0xffu), sc[1] = d * forge__u2f(s >> 8);
-        mn[0] = dmin * forge__u2f(m & 0xffu), mn[1] = dmin * forge__u2f(m >> 8);
-    }
-};
+// Activations: forge__k_mh_prep writes the tokens as f16 rows with each quad of columns stored in the
+// order 0, 2, 1, 3, then from byte FORGE__MH_SUMS(n) the f32 sum of each group of 32 of the f16
+// values. The order matches the weights: a lane's 4-byte word of Q4_K holds columns 4c..4c+3 (low
+// nibbles, group 2p) and 32 + 4c.. (high nibbles, group 2p + 1); masking nibbles 0 and 2 of it under
+// the f16 exponent of 1024 gives columns (4c, 4c + 2), nibbles 1 and 3 columns (4c + 1, 4c + 3). A k16
+// step of m16n8k16 takes the first pair as its k (2c, 2c + 1) and the second as (2c + 8, 2c + 9), and
+// the B fragment of a token is then one 8-byte load of the reordered quad.
+//
+// Fragments (a lane: g = lane / 4, c = lane % 4): m16n8k16 as forge__mma16816; m16n8k8 tf32: A a0 (row
+// g, k c), a1 (row g + 8, k c), a2 (row g, k c + 4), a3 (row g + 8, k c + 4); B b0 (k c, token g), b1
+// (k c + 4, token g); C as m16n8k16's.
+#define FORGE__MH_SUMS(n) FORGE__Q8_DS((size_t)(n) * 2)
+#define FORGE__MH_BYTES(n) (FORGE__MH_SUMS(n) + (size_t)(n) / 32 * sizeof(float)) // forge_hip_rows_bytes' second term
+#define FORGE__MH_ROWS 32   // rows a block (two 16-row tiles a warp)
+#define FORGE__MH_MAX_WAVES 8
+#define FORGE__MH_TOKENS 32 // tokens a launch, at most (two or four 8-token tiles)
+#define FORGE__MH_MIN 8     // forge_hip_matmul_rows_q8 takes this path from this many tokens of Q4_K (dp4a below)
 
-// c += a b over 32 columns: u8 weights, s8 activations, s32 sums
-__device__ __forceinline__ void forge__mma_u8s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+__global__ void forge__k_mh_prep(const float *__restrict__ x, uint32_t n, uint8_t *__restrict__ out) {
+    FORGE__GRID_ENTER();
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; // a quad; 8 lanes a group
+    const float4 v = q * 4 < n ? *(const float4 *)(x + 4 * q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const uint32_t h02 = forge__h2_pack(v.x, v.z), h13 = forge__h2_pack(v.y, v.w);
+    float s = (forge__f16(h02 & 0xffffu) + forge__f16(h13 & 0xffffu)) + (forge__f16(h02 >> 16) + forge__f16(h13 >> 16));
+    s += FORGE_SHFL_XOR(s, 1);
+    s += FORGE_SHFL_XOR(s, 2);
+    s += FORGE_SHFL_XOR(s, 4);
+    if (q * 4 < n) {
+        *(uint2 *)(out + 8 * q) = make_uint2(h02, h13);
+        if (q % 8 == 0) ((float *)(out + FORGE__MH_SUMS(n)))[q / 8] = s;
+    }
+}
+
+// a b + c on f16x2 bits, one rounding (exact for the small integers it is used on)
+__device__ __forceinline__ uint32_t forge__h2_fma(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t r = 0;
 #ifdef FORGE__MMA_DEVICE
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+#else
+    (void)a, (void)b, (void)c;
+#endif
+    return r;
+}
+
+// c (16 x 8, f32) += a (16 x 8, tf32) b (8 x 8, tf32)
+__device__ __forceinline__ void forge__mma_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#ifdef FORGE__MMA_DEVICE
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
     (void)c, (void)a, (void)b0, (void)b1;
 #endif
 }
 
-#define FORGE__MQ_ROWS 32     // rows a block (two 16-row tiles a warp)
-#define FORGE__MQ_MAX_WAVES 8 // the most warps a block, each a share of the units
-#define FORGE__MQ_TOKENS 16   // tokens a launch, at most
-#define FORGE__MQ_MIN 9       // forge_hip_matmul_rows_q8 takes this path for 9 to 16 tokens of Q4_K
-// The integer sums start at the bits of 2^23 + 2^22: a sum s (|s| < 2^22; at most 32 * 15 * 127 here)
-// added to them is the float 2^23 + 2^22 + s, so one subtraction gives s as a float (no conversion
-// instruction, which runs at a quarter of the rate).
-#define FORGE__MQ_MAGIC 0x4B400000
-__global__ void __launch_bounds__(32 * FORGE__MQ_MAX_WAVES)
-forge__k_mmq_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ q8,
+// f32 -> tf32 bits, round to nearest (ties away)
+__device__ __forceinline__ uint32_t forge__tf32(float f) {
+    uint32_t r = 0;
+#ifdef FORGE__MMA_DEVICE
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+#else
+    (void)f;
+#endif
+    return r;
+}
+
+// PU: units of 64 columns a piece (4: a whole super-block, 2: half of one, for short rows); NTILE:
+// 8-token tiles.
+template <int PU, int NTILE>
+__global__ void __launch_bounds__(32 * FORGE__MH_MAX_WAVES)
+forge__k_mmh_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ xh,
                   uint32_t nt, float *__restrict__ y, const float *__restrict__ bias) {
-    typedef forge__mq_q4_k Q;
-    constexpr int NTILE = FORGE__MQ_TOKENS / 8, OUT = 2 * NTILE * 4; // a lane's outputs: 2 row tiles x NTILE token tiles x 4
-    __shared__ float part[FORGE__MQ_MAX_WAVES][OUT][32];
+    constexpr int OUT = 2 * NTILE * 4; // a lane's outputs: 2 row tiles x NTILE token tiles x 4
+    __shared__ float part[FORGE__MH_MAX_WAVES][OUT][32];
     const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32, sets = blockDim.x / 32, g = lane / 4, c = lane % 4;
-    const uint32_t r0 = blockIdx.x * FORGE__MQ_ROWS, n_groups = n_cols / 32, n_units = n_groups / 2;
-    const int8_t *qs = (const int8_t *)q8;
-    const float4 *ds = (const float4 *)(q8 + FORGE__Q8_DS((size_t)nt * n_cols));
+    const uint32_t r0 = blockIdx.x * FORGE__MH_ROWS, n_sb = n_cols / 256, n_pieces = n_sb * (4 / PU);
+    const float *sums = (const float *)(xh + FORGE__MH_SUMS((size_t)nt * n_cols));
     const uint8_t *rows[4]; // rows g, g + 8, 16 + g, 24 + g; past the end: the last row, never stored
 #pragma unroll
     for (int r = 0; r < 4; r++) rows[r] = w + (size_t)min(r0 + 16 * (r / 2) + 8 * (r % 2) + g, n_rows - 1) * row_bytes;
-    const int8_t *xb[NTILE]; // token g of each tile (B); tokens past nt read the last, never stored
-    uint32_t tc[NTILE][2];   // tokens 2c, 2c + 1 of each tile (C)
+    const uint8_t *xr[NTILE]; // token g of each tile, at its quad c; tokens past nt read the last, never stored
+    const float *sr[NTILE];
 #pragma unroll
     for (int i = 0; i < NTILE; i++) {
-        xb[i] = qs + (size_t)min(8 * i + g, nt - 1) * n_cols + 4 * c;
-        tc[i][0] = min(8 * i + 2 * c, nt - 1), tc[i][1] = min(8 * i + 2 * c + 1, nt - 1);
+        const uint32_t t = min(8 * i + g, nt - 1);
+        xr[i] = xh + ((size_t)t * n_cols + 4 * c) * 2;
+        sr[i] = sums + (size_t)t * (n_cols / 32);
     }
     float acc[2][NTILE][4];
 #pragma unroll
@@ -3006,42 +3038,96 @@ forge__k_mmq_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_ro
         for (int i = 0; i < NTILE; i++)
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[m][i][k] = 0.0f;
-    // the weights of the warp's next unit are asked for before this one is multiplied
-    Q::raw cur[4], next[4];
-    if (warp < n_units)
+    for (uint32_t piece = warp; piece < n_pieces; piece += sets) {
+        const uint32_t sb = piece / (4 / PU), u0 = (piece % (4 / PU)) * PU; // super-block; its first unit in the piece
+        uint4 head[4]; // d, dmin, the 12 bytes of scales and minimums
+        uint32_t wq[4][PU][2];
 #pragma unroll
-        for (int r = 0; r < 4; r++) Q::load(rows[r], warp, c, cur[r]);
-    for (uint32_t u = warp; u < n_units; u += sets) {
-        if (u + sets < n_units)
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *b = rows[r] + (size_t)sb * 144;
+            head[r] = forge__ld128(b);
 #pragma unroll
-            for (int r = 0; r < 4; r++) Q::load(rows[r], u + sets, c, next[r]);
-        uint32_t a[4][2][2];
-        float sc[4][2], mn[4][2];
+            for (int p = 0; p < PU; p++)
+                wq[r][p][0] = forge__ld32(b + 16 + 32 * (u0 + p) + 4 * c), wq[r][p][1] = forge__ld32(b + 32 + 32 * (u0 + p) + 4 * c);
+        }
+        float C[2][NTILE][4];
 #pragma unroll
-        for (int r = 0; r < 4; r++) Q::unpack(cur[r], u, a[r], sc[r], mn[r]);
+        for (int m = 0; m < 2; m++)
 #pragma unroll
-        for (int gi = 0; gi < 2; gi++) {
-            const uint32_t group = 2 * u + gi;
+            for (int i = 0; i < NTILE; i++)
 #pragma unroll
-            for (int i = 0; i < NTILE; i++) {
-                const uint32_t b0 = *(const uint32_t *)(xb[i] + 32 * (size_t)group), b1 = *(const uint32_t *)(xb[i] + 32 * (size_t)group + 16);
-                const float4 x0 = ds[(size_t)tc[i][0] * n_groups + group], x1 = ds[(size_t)tc[i][1] * n_groups + group];
-                const float dx[2] = {x0.x, x1.x}, sx[2] = {x0.y + x0.z, x1.y + x1.z};
+                for (int k = 0; k < 4; k++) C[m][i][k] = 0.0f;
 #pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    const uint32_t af[4] = {a[2 * m][gi][0], a[2 * m + 1][gi][0], a[2 * m][gi][1], a[2 * m + 1][gi][1]};
-                    int s[4] = {FORGE__MQ_MAGIC, FORGE__MQ_MAGIC, FORGE__MQ_MAGIC, FORGE__MQ_MAGIC};
-                    forge__mma_u8s8(s, af, b0, b1);
+        for (int p = 0; p < PU; p++) {
+            const uint32_t unit = u0 + p; // groups 2 unit (low nibbles) and 2 unit + 1 (high)
+            uint32_t s2[4][2], n2[4][2];  // a row's scale s of each group as f16x2 (s, s), and (-1024 s, -1024 s)
 #pragma unroll
-                    for (int k = 0; k < 4; k++) { // row 2m + k / 2, token k % 2
-                        const float f = __int_as_float(s[k]) - 12582912.0f;
-                        acc[m][i][k] += sc[2 * m + k / 2][gi] * (dx[k % 2] * f) - mn[2 * m + k / 2][gi] * sx[k % 2];
-                    }
+            for (int r = 0; r < 4; r++) {
+                const uint32_t s16 = 16 * (unit & 1), A = head[r].y >> s16, Cw = head[r].w >> s16;
+                const uint32_t sv = unit >= 2 ? (Cw & 0x0f0fu) | ((A >> 2) & 0x3030u) : A & 0x3f3fu;
+#pragma unroll
+                for (int G = 0; G < 2; G++) {
+                    const float sf = forge__u2f((sv >> (8 * G)) & 0xffu);
+                    s2[r][G] = forge__h2_pack(sf, sf), n2[r][G] = forge__h2_pack(-1024.0f * sf, -1024.0f * sf);
                 }
             }
-        }
 #pragma unroll
-        for (int r = 0; r < 4; r++) cur[r] = next[r];
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int G = 0; G < 2; G++) {
+                    uint32_t lo[4], hi[4]; // a row's k (2c, 2c + 1) and (2c + 8, 2c + 9) of this k16 step: s q, exact
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const uint32_t v = wq[r][p][h] >> (4 * G);
+                        lo[r] = forge__h2_fma((v & 0x000f000fu) | 0x64006400u, s2[r][G], n2[r][G]);
+                        hi[r] = forge__h2_fma(((v >> 8) & 0x000f000fu) | 0x64006400u, s2[r][G], n2[r][G]);
+                    }
+                    const size_t col = 256 * (size_t)sb + 64 * unit + 32 * G + 16 * h;
+#pragma unroll
+                    for (int i = 0; i < NTILE; i++) {
+                        const uint2 b = *(const uint2 *)(xr[i] + 2 * col);
+                        const uint32_t bf[2] = {b.x, b.y};
+#pragma unroll
+                        for (int m = 0; m < 2; m++) {
+                            const uint32_t af[4] = {lo[2 * m], lo[2 * m + 1], hi[2 * m], hi[2 * m + 1]};
+                            forge__mma16816(C[m][i], af, bf);
+                        }
+                    }
+                }
+        }
+        // the minimums of the piece's groups (c and c + 4 of the super-block, zero outside the piece)
+        uint32_t am[4][2];
+        const bool in0 = c / 2 >= u0 && c / 2 < u0 + PU, in1 = (c + 4) / 2 >= u0 && (c + 4) / 2 < u0 + PU;
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const uint32_t z = head[r].z >> (8 * c), x = head[r].w >> (8 * c);
+            const uint32_t m0 = z & 63u, m1 = ((x >> 4) & 15u) | (((z >> 6) & 3u) << 4);
+            am[r][0] = in0 ? __float_as_uint(forge__u2f(m0)) : 0u, am[r][1] = in1 ? __float_as_uint(forge__u2f(m1)) : 0u;
+        }
+        float D[2][NTILE][4];
+#pragma unroll
+        for (int i = 0; i < NTILE; i++) {
+            const float s0 = sr[i][8 * (size_t)sb + c], s1 = sr[i][8 * (size_t)sb + c + 4];
+            const uint32_t h0 = forge__tf32(s0), h1 = forge__tf32(s1);
+            const uint32_t l0 = forge__tf32(s0 - __uint_as_float(h0)), l1 = forge__tf32(s1 - __uint_as_float(h1));
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const uint32_t af[4] = {am[2 * m][0], am[2 * m + 1][0], am[2 * m][1], am[2 * m + 1][1]};
+#pragma unroll
+                for (int k = 0; k < 4; k++) D[m][i][k] = 0.0f;
+                forge__mma_tf32(D[m][i], af, l0, l1);
+                forge__mma_tf32(D[m][i], af, h0, h1);
+            }
+        }
+        float d[4], dm[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) d[r] = forge__f16(head[r].x & 0xffffu), dm[r] = forge__f16(head[r].x >> 16);
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int i = 0; i < NTILE; i++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) acc[m][i][k] += d[2 * m + k / 2] * C[m][i][k] - dm[2 * m + k / 2] * D[m][i][k];
     }
     // the warps' shares added in warp order
 #pragma unroll
@@ -3060,18 +3146,28 @@ forge__k_mmq_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_ro
     }
 }
 
-// Whether forge__mmq_rows reads this product: Q4_K of up to FORGE__MQ_TOKENS tokens on a device with
+// Whether forge__mmh_rows reads this product: Q4_K of up to FORGE__MH_TOKENS tokens on a device with
 // the matrix units.
-static int forge__mmq_rows_ok(uint32_t type, uint32_t n_cols, uint32_t n_tokens) {
-    return type == FORGE_HIP_Q4_K && n_cols % 256 == 0 && n_tokens <= FORGE__MQ_TOKENS && forge__mma_available();
+static int forge__mmh_rows_ok(uint32_t type, uint32_t n_cols, uint32_t n_tokens) {
+    return type == FORGE_HIP_Q4_K && n_cols % 256 == 0 && n_tokens <= FORGE__MH_TOKENS && forge__mma_available();
 }
 
-static void forge__mmq_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *q8, uint32_t n_tokens,
+// xh: forge__k_mh_prep's form of the n_tokens x n_cols activations
+static void forge__mmh_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
                             float *y, const float *bias, hipStream_t s) {
-    const uint32_t blocks = (n_rows + FORGE__MQ_ROWS - 1) / FORGE__MQ_ROWS, n_units = n_cols / 64;
-    // four warps a block, eight where the blocks would not cover the machine twice and the units allow
-    const uint32_t warps = blocks < 2u * (uint32_t)forge__hip_sm_count() && n_units >= 64 ? 8 : 4;
-    forge__k_mmq_rows<<<blocks, 32 * warps, 0, s>>>(w, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias);
+    const uint32_t blocks = (n_rows + FORGE__MH_ROWS - 1) / FORGE__MH_ROWS, n_sb = n_cols / 256;
+    // four warps a block, eight where the blocks would not cover the machine twice; whole super-blocks
+    // a piece where each warp gets two, else halves
+    const uint32_t warps = blocks < 2u * (uint32_t)forge__hip_sm_count() ? 8 : 4;
+    const int whole = n_sb >= 2 * warps;
+    const dim3 grid(blocks), block(32 * warps);
+    if (n_tokens <= 16) {
+        if (whole) forge__k_mmh_rows<4, 2><<<grid, block, 0, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias);
+        else forge__k_mmh_rows<2, 2><<<grid, block, 0, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias);
+    } else {
+        if (whole) forge__k_mmh_rows<4, 4><<<grid, block, 0, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias);
+        else forge__k_mmh_rows<2, 4><<<grid, block, 0, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias);
+    }
 }
 #endif // FORGE__MMA
 
@@ -3095,24 +3191,26 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
     if (n_tokens > 65535u * FORGE__TILE_TOKENS) return forge__hip_refuse(message, message_bytes, "matmul: too many tokens in one batch");
     hipStream_t s = (hipStream_t)stream;
     const uint8_t *wb = (const uint8_t *)w;
-    // a few tokens on 8-bit activations, quantized into the workspace: each weight read once for all,
-    // on the integer matrix units (forge__mmq_rows) where the type has a reader there, else by dp4a
-    // (forge__mvq_rows). q8_rows: 1 the faster for the shape, 2 dp4a, 3 the matrix units (tests).
+    // a few tokens, each weight read once for all: Q4_K on the f16 matrix units with the weights kept
+    // exact and the activations as f16 (forge__mmh_rows), else on 8-bit activations by dp4a
+    // (forge__mvq_rows); the activations' form goes into the workspace. q8_rows: 1 the faster for
+    // the shape, 2 dp4a, 3 the matrix units (tests).
 #ifdef FORGE__MMA
-    const int mmq = q8_rows && q8_rows != 2 && forge__mmq_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__MQ_MIN);
-#else
-    const int mmq = 0;
+    const int mmh = q8_rows && q8_rows != 2 && forge__mmh_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__MH_MIN);
+    if (mmh && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {
+        const uint32_t n = n_tokens * n_cols;
+        uint8_t *xh = (uint8_t *)partial;
+        forge__launch(forge__k_mh_prep, dim3((n / 4 + 255) / 256), dim3(256), s, x, n, xh);
+        forge__mmh_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, s);
+        return forge__hip_launched("matmul rows launch", message, message_bytes);
+    }
 #endif
-    if (q8_rows && partial && (mmq || (q8_rows != 3 && n_tokens <= forge__mvq_rows_max(type, n_cols))) &&
+    if (q8_rows && partial && q8_rows != 3 && n_tokens <= forge__mvq_rows_max(type, n_cols) &&
         FORGE__Q8_DS((size_t)n_tokens * n_cols) + (size_t)n_tokens * n_cols / 2 <= partial_floats * sizeof(float)) {
         const uint32_t n = n_tokens * n_cols;
         uint8_t *q8 = (uint8_t *)partial;
         forge__launch(forge__k_q8_quantize, dim3((n + 255) / 256), dim3(256), s, x, n, q8);
-#ifdef FORGE__MMA
-        if (mmq) forge__mmq_rows(wb, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s);
-        else
-#endif
-            forge__mvq_rows(type, wb, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s);
+        forge__mvq_rows(type, wb, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s);
         return forge__hip_launched("matmul rows launch", message, message_bytes);
     }
     if (n_tokens == 1) {
@@ -3187,10 +3285,10 @@ int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32
 
 // forge_hip_matmul_split for the step of several sequences on 8-bit activations: a few tokens of a
 // type with an 8-bit decode reader (columns a multiple of 32) are rounded as the decode step rounds
-// one token, into the workspace (which must then hold forge_hip_q8_bytes(n_tokens * n_cols)), and
+// one token, into the workspace (which must then hold forge_hip_rows_bytes(n_tokens * n_cols)), and
 // each weight is read once for all of them: by dp4a up to 16 tokens of Q4_0 and Q8_0, 12 of Q6_K and
-// 8 of Q4_K, on the integer matrix units for 9 to 16 tokens of Q4_K; anything else runs as
-// forge_hip_matmul_split.
+// 7 of Q4_K; Q4_K from FORGE__MH_MIN (8) to 32 tokens on the f16 matrix units with its weights exact and
+// the activations as f16 (no 8-bit rounding there); anything else runs as forge_hip_matmul_split.
 int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                              char *message, size_t message_bytes) {
@@ -3199,7 +3297,7 @@ int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint
 }
 
 // forge_hip_matmul_rows_q8 on one path, for measuring and testing them: 2 dp4a (forge__k_mvq_rows), 3
-// the integer matrix units (forge__k_mmq_rows); anything the path does not take runs as
+// the f16 matrix units with exact weights (forge__k_mmh_rows); anything the path does not take runs as
 // forge_hip_matmul_split.
 int forge_hip_matmul_rows_q8_path(int path, uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                   uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,

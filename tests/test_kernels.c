@@ -1209,18 +1209,18 @@ static void bench_matmul(void) {
 static void bench_rows(uint32_t only_rows, uint32_t only_tokens) {
     static const uint32_t types[] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0};
     static const uint32_t shapes[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {1536, 1536}, {8960, 1536}, {1536, 8960}};
-    static const uint32_t tokens[] = {1, 2, 4, 8, 9, 12, 16, 32};
+    static const uint32_t tokens[] = {1, 2, 4, 6, 8, 12, 16, 24, 32};
     const uint32_t reps = 20;
     size_t i, j, b;
     int path;
-    printf("products of B tokens (20 launches; us a launch: dp4a / integer matrix units / f16 matrix units, columns split):\n");
+    printf("products of B tokens (20 launches; us a launch: dp4a / f16 matrix units, exact Q4_K weights / f16 matrix units, columns split):\n");
     for (i = 0; i < sizeof types / sizeof types[0]; i++)
         for (j = 0; j < sizeof shapes / sizeof shapes[0]; j++) {
             const forge_type_traits *t = forge_type_info(types[i]);
             const uint32_t n_rows = shapes[j][0], n_cols = shapes[j][1], max_tokens = 64;
             const size_t bytes = (size_t)n_cols / t->block_elems * t->block_bytes * n_rows;
-            const size_t ws = forge_hip_matmul_split_bytes(n_rows, max_tokens) > forge_hip_q8_bytes(max_tokens * n_cols)
-                                  ? forge_hip_matmul_split_bytes(n_rows, max_tokens) : forge_hip_q8_bytes(max_tokens * n_cols);
+            const size_t ws = forge_hip_matmul_split_bytes(n_rows, max_tokens) > forge_hip_rows_bytes(max_tokens * n_cols)
+                                  ? forge_hip_matmul_split_bytes(n_rows, max_tokens) : forge_hip_rows_bytes(max_tokens * n_cols);
             uint8_t *w = (uint8_t *)xmalloc(bytes);
             float *x = (float *)xmalloc((size_t)max_tokens * n_cols * sizeof(float));
             void *dw, *dx, *dy, *dws;
@@ -1236,7 +1236,7 @@ static void bench_rows(uint32_t only_rows, uint32_t only_tokens) {
             for (b = 0; b < sizeof tokens / sizeof tokens[0]; b++) {
                 double us[3];
                 if (only_tokens && tokens[b] != only_tokens) continue;
-                for (path = 0; path < 3; path++) { /* 0: dp4a, 1: matrix units (integer), 2: split (f16) */
+                for (path = 0; path < 3; path++) { /* 0: dp4a, 1: matrix units (exact Q4_K weights), 2: split (f16) */
                     uint32_t k;
                     double t0 = 0.0;
                     for (k = 0; k <= reps; k++) {
@@ -1414,11 +1414,14 @@ static void check_matvec_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int
     free(w), free(wf), free(x), free(dq), free(bias), free(y0), free(y), free(q), free(ref), free(ref32);
 }
 
-/* Y = W X for a few tokens through forge_hip_matmul_rows_q8 (a step of several sequences): against a
-   double product of the dequantized weights and each token's activations rounded by the test's own
-   rule (1e-5), and against the f32 activations (2e-2). f16: a type without an 8-bit reader or more
-   tokens than the path takes, so the product runs as forge_hip_matmul_split (1e-3 against f32). */
-static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_bias, int f16) {
+/* Y = W X for a few tokens through forge_hip_matmul_rows_q8 (a step of several sequences). expect says
+   which path the shape takes, and so the reference: ROWS_Q8 (dp4a) against a double product of the
+   dequantized weights and each token's activations rounded by the test's own 8-bit rule (1e-5), and
+   against the f32 activations (2e-2); ROWS_F16 (Q4_K on the f16 matrix units, weights exact) against
+   the activations rounded to f16 (1e-5) and against f32 (1e-3); ROWS_SPLIT (a type without a rows
+   reader, or more tokens than the paths take: forge_hip_matmul_split) against f32 (1e-3). */
+enum { ROWS_Q8, ROWS_SPLIT, ROWS_F16 };
+static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_bias, int expect) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, nx = (size_t)n_tokens * n_cols, ny = (size_t)n_tokens * n_rows;
     uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
@@ -1426,16 +1429,20 @@ static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint3
     float *dq = (float *)xmalloc(nx * sizeof(float)), *bias = (float *)xmalloc(n_rows * sizeof(float)), *y = (float *)xmalloc(ny * sizeof(float));
     int8_t *q = (int8_t *)xmalloc(nx);
     double *ref = (double *)xmalloc(ny * sizeof(double)), *ref32 = (double *)xmalloc(ny * sizeof(double));
-    const size_t ws_bytes = forge_hip_matmul_split_bytes(n_rows, n_tokens) > forge_hip_q8_bytes((uint32_t)nx)
-                                ? forge_hip_matmul_split_bytes(n_rows, n_tokens) : forge_hip_q8_bytes((uint32_t)nx);
+    const size_t ws_bytes = forge_hip_matmul_split_bytes(n_rows, n_tokens) > forge_hip_rows_bytes((uint32_t)nx)
+                                ? forge_hip_matmul_split_bytes(n_rows, n_tokens) : forge_hip_rows_bytes((uint32_t)nx);
     void *dw, *dx, *dy, *db, *dws;
     uint32_t r, c, k;
+    size_t e;
     random_blocks(type, w, (uint64_t)n_rows * (n_cols / t->block_elems));
     forge_dequantize(type, w, wf, (uint64_t)n_rows * n_cols);
     random_floats(x, nx, -1.0f, 1.0f);
     for (k = 0; k < n_tokens; k++) x[(size_t)k * n_cols + (7 * k) % n_cols] = 6.0f; /* a large value in one group a token */
     random_floats(bias, n_rows, -1.0f, 1.0f);
-    for (k = 0; k < n_tokens; k++) q8_ref(x + (size_t)k * n_cols, n_cols, q + (size_t)k * n_cols, dq + (size_t)k * n_cols);
+    if (expect == ROWS_F16)
+        for (e = 0; e < nx; e++) dq[e] = forge_f16_to_f32(forge_f32_to_f16(x[e]));
+    else
+        for (k = 0; k < n_tokens; k++) q8_ref(x + (size_t)k * n_cols, n_cols, q + (size_t)k * n_cols, dq + (size_t)k * n_cols);
     for (k = 0; k < n_tokens; k++)
         for (r = 0; r < n_rows; r++) {
             double s = with_bias ? bias[r] : 0.0, s32 = s;
@@ -1455,14 +1462,14 @@ static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint3
     if (dev_fetch(y, dy, ny * sizeof(float))) {
         const double err = norm_error_d(y, ref, ny), err32 = norm_error_d(y, ref32, ny);
         printf("  matmul rows q8 %-5s %5u x %5u, %2u tokens%s, %s: err %.2e (vs f32 activations %.2e)\n", t->name, n_rows, n_cols, n_tokens,
-               with_bias ? " +bias" : "", f16 ? "split path" : path == 2 ? "dp4a" : path == 3 ? "matrix units" : "chosen path", err, err32);
-        if (f16)
+               with_bias ? " +bias" : "", expect == ROWS_SPLIT ? "split path" : expect == ROWS_F16 ? "f16 matrix units" : "dp4a", err, err32);
+        if (expect == ROWS_SPLIT)
             CHECK(err32 < 1e-3, "matmul %s %ux%u x %u on the split path: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err32);
         else {
             CHECK(err < 1e-5, "matmul rows q8 %s %ux%u x %u: normalized error %.3e against the rounded activations", t->name, n_rows, n_cols,
                   n_tokens, err);
-            CHECK(err32 < 2e-2, "matmul rows q8 %s %ux%u x %u: normalized error %.3e against f32 activations", t->name, n_rows, n_cols,
-                  n_tokens, err32);
+            CHECK(err32 < (expect == ROWS_F16 ? 1e-3 : 2e-2), "matmul rows q8 %s %ux%u x %u: normalized error %.3e against f32 activations",
+                  t->name, n_rows, n_cols, n_tokens, err32);
         }
     }
     forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(db), forge_hip_arena_free(dy), forge_hip_arena_free(dws);
@@ -1474,35 +1481,38 @@ static void test_matmul_rows_q8(void) {
     size_t i;
     TEST_CASE("products of a few tokens on 8-bit activations (steps of several sequences)");
     for (i = 0; i < sizeof types / sizeof types[0]; i++) {
-        const int k_quant = types[i] == FORGE_TYPE_Q4_K || types[i] == FORGE_TYPE_Q6_K, mmq = types[i] == FORGE_TYPE_Q4_K;
+        const int k_quant = types[i] == FORGE_TYPE_Q4_K || types[i] == FORGE_TYPE_Q6_K, mmh = types[i] == FORGE_TYPE_Q4_K;
+        const int units = mmh ? ROWS_F16 : ROWS_SPLIT; /* what path 3 gives */
         /* dp4a (forge__k_mvq_rows) */
-        check_matmul_rows_q8(2, types[i], 300, 1024, 1, 1, 0);   /* one token; a partial block of rows */
-        check_matmul_rows_q8(2, types[i], 129, 2304, 3, 0, 0);   /* 9 super-blocks a row */
-        check_matmul_rows_q8(2, types[i], 1536, 8960, 4, 1, 0);  /* Qwen2.5-1.5B's down projection (Q6_K: odd super-blocks) */
-        check_matmul_rows_q8(2, types[i], 256, 1536, 8, 0, 0);   /* Q6_K rows 4-aligned in the device layout */
-        check_matmul_rows_q8(2, types[i], 1024, 4096, 7, 1, 0);
-        check_matmul_rows_q8(2, types[i], 200, 1024, 9, 1, 0);   /* a launch of up to 16 tokens, 9 of them */
-        check_matmul_rows_q8(2, types[i], 96, 8192, 12, 0, 0);   /* few rows, long rows: waves split over the columns */
-        check_matmul_rows_q8(2, types[i], 64, 256, 12, 1, 0);    /* one super-block a row */
+        check_matmul_rows_q8(2, types[i], 300, 1024, 1, 1, ROWS_Q8);   /* one token; a partial block of rows */
+        check_matmul_rows_q8(2, types[i], 129, 2304, 3, 0, ROWS_Q8);   /* 9 super-blocks a row */
+        check_matmul_rows_q8(2, types[i], 1536, 8960, 4, 1, ROWS_Q8);  /* Qwen2.5-1.5B's down projection (Q6_K: odd super-blocks) */
+        check_matmul_rows_q8(2, types[i], 256, 1536, 8, 0, ROWS_Q8);   /* Q6_K rows 4-aligned in the device layout */
+        check_matmul_rows_q8(2, types[i], 1024, 4096, 7, 1, ROWS_Q8);
+        check_matmul_rows_q8(2, types[i], 200, 1024, 9, 1, ROWS_Q8);   /* a launch of up to 16 tokens, 9 of them */
+        check_matmul_rows_q8(2, types[i], 96, 8192, 12, 0, ROWS_Q8);   /* few rows, long rows: waves split over the columns */
+        check_matmul_rows_q8(2, types[i], 64, 256, 12, 1, ROWS_Q8);    /* one super-block a row */
         /* 16 tokens: the dp4a path's most for Q4_0 and Q8_0, past it for Q4_K and Q6_K (their scales cost more a token) */
-        check_matmul_rows_q8(2, types[i], 517, 1536, 16, 1, k_quant);
-        check_matmul_rows_q8(2, types[i], 200, 1024, 17, 1, 1);  /* more tokens than the path takes */
-        /* the integer matrix units (forge__k_mmq_rows): Q4_K of up to 16 tokens; the others take the split path */
-        check_matmul_rows_q8(3, types[i], 300, 1024, 1, 1, !mmq); /* one token; a partial tile of rows */
-        check_matmul_rows_q8(3, types[i], 129, 2304, 3, 0, !mmq);
-        check_matmul_rows_q8(3, types[i], 1536, 8960, 8, 1, !mmq);
-        check_matmul_rows_q8(3, types[i], 17, 256, 11, 1, !mmq);  /* fewer rows than a tile */
-        check_matmul_rows_q8(3, types[i], 1024, 4096, 16, 0, !mmq);
-        check_matmul_rows_q8(3, types[i], 96, 8192, 13, 1, !mmq); /* few rows, long rows: eight warps a block */
-        check_matmul_rows_q8(3, types[i], 517, 1536, 16, 1, !mmq);
-        check_matmul_rows_q8(3, types[i], 200, 1024, 17, 1, 1);   /* more tokens than the path takes */
+        check_matmul_rows_q8(2, types[i], 517, 1536, 16, 1, k_quant ? ROWS_SPLIT : ROWS_Q8);
+        check_matmul_rows_q8(2, types[i], 200, 1024, 17, 1, ROWS_SPLIT); /* more tokens than the path takes */
+        /* the f16 matrix units with exact weights (forge__k_mmh_rows): Q4_K of up to 32 tokens; the others take the split path */
+        check_matmul_rows_q8(3, types[i], 300, 1024, 1, 1, units); /* one token; a partial tile of rows */
+        check_matmul_rows_q8(3, types[i], 129, 2304, 3, 0, units); /* 9 super-blocks: half super-blocks a piece */
+        check_matmul_rows_q8(3, types[i], 1536, 8960, 8, 1, units);
+        check_matmul_rows_q8(3, types[i], 17, 256, 11, 1, units);  /* fewer rows than a tile */
+        check_matmul_rows_q8(3, types[i], 1024, 4096, 16, 0, units);
+        check_matmul_rows_q8(3, types[i], 96, 8192, 13, 1, units); /* few rows, long rows: eight warps a block */
+        check_matmul_rows_q8(3, types[i], 517, 1536, 16, 1, units);
+        check_matmul_rows_q8(3, types[i], 200, 1024, 17, 1, units); /* four token tiles */
+        check_matmul_rows_q8(3, types[i], 9000, 2048, 32, 0, units); /* four warps a block, whole super-blocks, 32 tokens */
+        check_matmul_rows_q8(3, types[i], 200, 1024, 33, 1, ROWS_SPLIT); /* more tokens than the path takes */
         /* the path chosen for the shape */
-        check_matmul_rows_q8(0, types[i], 1024, 4096, 5, 1, 0);
-        check_matmul_rows_q8(0, types[i], 517, 1536, 12, 1, 0);
-        check_matmul_rows_q8(0, types[i], 517, 1536, 40, 1, 1);
+        check_matmul_rows_q8(0, types[i], 1024, 4096, 5, 1, ROWS_Q8);
+        check_matmul_rows_q8(0, types[i], 517, 1536, 12, 1, mmh ? ROWS_F16 : ROWS_Q8);
+        check_matmul_rows_q8(0, types[i], 517, 1536, 40, 1, ROWS_SPLIT);
     }
-    check_matmul_rows_q8(0, FORGE_TYPE_Q5_K, 200, 1024, 4, 1, 1); /* no 8-bit reader */
-    check_matmul_rows_q8(0, FORGE_TYPE_F16, 200, 1024, 4, 0, 1);
+    check_matmul_rows_q8(0, FORGE_TYPE_Q5_K, 200, 1024, 4, 1, ROWS_SPLIT); /* no rows reader */
+    check_matmul_rows_q8(0, FORGE_TYPE_F16, 200, 1024, 4, 0, ROWS_SPLIT);
 }
 
 /* h = act(gate x) * (up x) in one launch, and h rounded into a second quantized vector */
