@@ -8166,6 +8166,9 @@ int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32
 int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                              char *message, size_t message_bytes);
+int forge_hip_matmul_rows_q8_form(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                                  uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, int *form, void *stream,
+                                  char *message, size_t message_bytes);
 int forge_hip_matmul_rows_q8_path(int path, uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                   uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                                   char *message, size_t message_bytes);
@@ -9809,6 +9812,8 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
     uint32_t k, consumed;
     forge__q8_state q8;
     forge_result r;
+    int32_t rows_src = -1; /* a step of several rows: the value whose form the split workspace holds, */
+    int rows_form = 0;     /* and which form (forge_hip_matmul_rows_q8_form) */
     q8.value = -1;
     q8.slot = 0;
     q8.norm = 0;
@@ -9816,6 +9821,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
     q8.angles[0] = q8.angles[1] = 0;
     for (k = ctx->op_first; k < ctx->op_end; k++) { /* the loaded part's ops (all of them with one part) */
         const forge__op *op = &ctx->sched.ops[k];
+        if (op->kind != FORGE__OP_MATMUL) rows_src = -1, rows_form = 0; /* any other op may write the input or the workspace */
         if (n == 1 && ctx->use_q8 && !ctx->rows) {
             if ((r = forge__gpu_decode_fused(ctx, k, dev_pos, &q8, &consumed, error))) return r;
             if (consumed) {
@@ -9834,9 +9840,16 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                          n, op->n, c->rms_eps, ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_MATMUL:
-            if (ctx->rows) /* a few rows of several sequences: each weight read once for all of them on 8-bit
-                              activations, or the columns split where the device would idle */
-                FORGE__HIP((ctx->use_q8 ? forge_hip_matmul_rows_q8 : forge_hip_matmul_split)(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
+            if (ctx->rows && ctx->use_q8) { /* a few rows of several sequences: each weight read once for all of them;
+                                               the products after it that read the same input take the form it left */
+                if (rows_src != op->src) rows_form = 0;
+                FORGE__HIP(forge_hip_matmul_rows_q8_form(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
+                                                         forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
+                                                         forge__dev_f32(ctx, op->bias), ctx->dev + ctx->dev_split,
+                                                         (size_t)ctx->dev_split_bytes, &rows_form, ctx->stream, FORGE__MSG));
+                rows_src = rows_form ? op->src : -1;
+            } else if (ctx->rows) /* the columns split where the device would idle */
+                FORGE__HIP(forge_hip_matmul_split(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
                                                   forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
                                                   forge__dev_f32(ctx, op->bias), ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes,
                                                   ctx->stream, FORGE__MSG));

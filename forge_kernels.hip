@@ -2224,6 +2224,8 @@ size_t forge_hip_q8_bytes(uint32_t n) { return FORGE__Q8_DS(n) + (size_t)(n / 32
 
 // The workspace forge_hip_matmul_rows_q8 needs for n = tokens x columns: the 8-bit form (dp4a) or
 // the f16 form with its group sums (forge__k_mmh_rows), whichever is larger.
+#define FORGE_HIP_FORM_Q8 1  // the forms of a product's input in its workspace (forge_hip_matmul_rows_q8_form)
+#define FORGE_HIP_FORM_F16 2
 size_t forge_hip_rows_bytes(uint32_t n) {
     const size_t q8 = forge_hip_q8_bytes(n), h = FORGE__Q8_DS((size_t)n * 2) + (size_t)(n / 32) * sizeof(float);
     return q8 > h ? q8 : h;
@@ -3184,7 +3186,7 @@ extern "C" {
 // (f16 operands, f32 sums) where it applies, else the tiled kernel.
 static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, float *partial, size_t partial_floats, int q8_rows, void *stream,
-                             char *message, size_t message_bytes) {
+                             char *message, size_t message_bytes, int *form = NULL) {
     size_t row_bytes;
     if (forge__hip_weights(type, n_cols, w, &row_bytes, "matmul", message, message_bytes)) return -1;
     if (n_rows == 0 || n_tokens == 0) return 0;
@@ -3200,7 +3202,8 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
     if (mmh && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {
         const uint32_t n = n_tokens * n_cols;
         uint8_t *xh = (uint8_t *)partial;
-        forge__launch(forge__k_mh_prep, dim3((n / 4 + 255) / 256), dim3(256), s, x, n, xh);
+        if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((n / 4 + 255) / 256), dim3(256), s, x, n, xh);
+        if (form) *form = FORGE_HIP_FORM_F16;
         forge__mmh_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, s);
         return forge__hip_launched("matmul rows launch", message, message_bytes);
     }
@@ -3209,10 +3212,12 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
         FORGE__Q8_DS((size_t)n_tokens * n_cols) + (size_t)n_tokens * n_cols / 2 <= partial_floats * sizeof(float)) {
         const uint32_t n = n_tokens * n_cols;
         uint8_t *q8 = (uint8_t *)partial;
-        forge__launch(forge__k_q8_quantize, dim3((n + 255) / 256), dim3(256), s, x, n, q8);
+        if (!form || *form != FORGE_HIP_FORM_Q8) forge__launch(forge__k_q8_quantize, dim3((n + 255) / 256), dim3(256), s, x, n, q8);
+        if (form) *form = FORGE_HIP_FORM_Q8;
         forge__mvq_rows(type, wb, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s);
         return forge__hip_launched("matmul rows launch", message, message_bytes);
     }
+    if (form) *form = 0; // the paths below may use the workspace for their parts
     if (n_tokens == 1) {
         const uint32_t rows_per_block = FORGE__MATVEC_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MATVEC_ROWS;
         const uint32_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
@@ -3294,6 +3299,17 @@ int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint
                              char *message, size_t message_bytes) {
     return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
                              1, stream, message, message_bytes);
+}
+
+// forge_hip_matmul_rows_q8 for products that read the same x in a row (q, k and v; gate and up):
+// *form says which form of x the workspace holds already (0 none, FORGE_HIP_FORM_Q8 its 8-bit form,
+// FORGE_HIP_FORM_F16 its f16 form with group sums), and is set to what it holds after the call; the
+// caller sets it to 0 whenever x or the workspace changes. A form found there is not made again.
+int forge_hip_matmul_rows_q8_form(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                                  uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, int *form, void *stream,
+                                  char *message, size_t message_bytes) {
+    return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
+                             1, stream, message, message_bytes, form);
 }
 
 // forge_hip_matmul_rows_q8 on one path, for measuring and testing them: 2 dp4a (forge__k_mvq_rows), 3
