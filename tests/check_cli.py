@@ -75,7 +75,7 @@ def stderr_on_terminal(forge, args):
 def test_help(forge):
     # every verb answers --help on stdout with exit 0 and names every flag it accepts
     context = ["--ctx", "--kv", "--batch", "--threads", "--mem-fraction", "--headroom", "--on-budget", "--gpu", "--cpu", "--device",
-               "--seqs", "--devices", "--split", "--split-layers"]
+               "--no-copy-weights", "--seqs", "--devices", "--split", "--split-layers"]
     sampler = ["--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--seed"]
     verbs = {
         "info": ["--json"],

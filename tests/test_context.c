@@ -4,6 +4,7 @@
    batch and token by token. (Logits against llama.cpp and the float64 reference are checked for
    every fixture by tests/check_fixtures.py through `forge eval`.) */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv: the default fraction is checked with FORGE_MEM_FRACTION set */
+#define _DEFAULT_SOURCE /* madvise in <sys/mman.h>: desc.cpu_copy_weights takes huge pages and lets the file's pages go */
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 #include "test.h"
@@ -209,28 +210,34 @@ static void test_allocation_failures(forge_model *m) {
     long k;
     int failures = 0, leaks = 0;
     forge_result res = FORGE_ERR_HOST_MEMORY;
-    TEST_CASE("context: every allocation failing in turn returns everything");
-    memset(&d, 0, sizeof d);
-    d.n_ctx = 256;
-    d.n_threads = 3;
-    d.memory = &r;
-    d.allocator.alloc = test_counting_alloc;
-    d.allocator.free = test_counting_free;
-    for (k = 0; k < 64 && res != FORGE_OK; k++) {
-        test_counting_init(&count, k);
-        d.allocator.user_data = &count;
-        ctx = NULL;
-        res = forge_context_create(m, &d, &ctx, &e);
-        if (res == FORGE_OK) {
-            forge_context_destroy(ctx);
-        } else {
-            failures++;
-            if (res != FORGE_ERR_HOST_MEMORY || ctx != NULL) leaks += 1000;
+    int copy;
+    TEST_CASE("context: every allocation failing in turn returns everything (the weights read from the file, then copied)");
+    for (copy = 0; copy < 2; copy++) {
+        memset(&d, 0, sizeof d);
+        d.n_ctx = 256;
+        d.n_threads = 3;
+        d.memory = &r;
+        d.cpu_copy_weights = copy;
+        d.allocator.alloc = test_counting_alloc;
+        d.allocator.free = test_counting_free;
+        res = FORGE_ERR_HOST_MEMORY;
+        failures = leaks = 0;
+        for (k = 0; k < 64 && res != FORGE_OK; k++) {
+            test_counting_init(&count, k);
+            d.allocator.user_data = &count;
+            ctx = NULL;
+            res = forge_context_create(m, &d, &ctx, &e);
+            if (res == FORGE_OK) {
+                forge_context_destroy(ctx);
+            } else {
+                failures++;
+                if (res != FORGE_ERR_HOST_MEMORY || ctx != NULL) leaks += 1000;
+            }
+            if (count.live != 0) leaks++;
         }
-        if (count.live != 0) leaks++;
+        CHECK(res == FORGE_OK && failures >= 3 + 2 * copy, "copy %d: %d failure points before success", copy, failures);
+        CHECK(leaks == 0, "copy %d: %d runs left memory or returned the wrong code", copy, leaks);
     }
-    CHECK(res == FORGE_OK && failures >= 3, "%d failure points before success", failures);
-    CHECK(leaks == 0, "%d runs left memory or returned the wrong code", leaks);
 }
 
 static float max_abs(const float *x, size_t n) {
@@ -294,6 +301,91 @@ static void test_eval(forge_model *m, const char *name) {
     CHECK(forge_eval(ctx, fixture_tokens, 0, &e) == FORGE_ERR_ARGUMENT, "no tokens");
     forge_context_destroy(ctx);
     free(batch);
+}
+
+/* An allocator that sums the bytes it hands out (sizes kept in a header before each block). */
+typedef struct test_bytes {
+    uint64_t taken;
+} test_bytes;
+
+static void *test_bytes_alloc(size_t size, void *user_data) {
+    size_t *p = (size_t *)malloc(size + 64);
+    if (!p) return NULL;
+    *p = size;
+    ((test_bytes *)user_data)->taken += size;
+    return (char *)p + 64;
+}
+
+static void test_bytes_free(void *ptr, void *user_data) {
+    (void)user_data;
+    if (ptr) free((char *)ptr - 64);
+}
+
+/* desc.cpu_copy_weights: every family's logits the same bits with the product matrices copied as
+   read from the file (a batch with every row's logits, then steps of one token), the copy within
+   the bound its documentation gives, and every allocation failing in turn returns everything. */
+static void test_copy_weights(void) {
+    forge_memory_reading r = reading(1ull << 40);
+    int f;
+    TEST_CASE("context: the CPU's copy of the weights gives the same logits as the mapped file");
+    for (f = 0; f < TEST_N_FAMILIES; f++) {
+        forge_model *m = test_open_fixture(test_cpu_families[f]);
+        forge_context *ctx[2] = {NULL, NULL};
+        test_bytes bytes[2] = {{0}, {0}};
+        forge_error e;
+        const forge_config *c;
+        float *logits[2] = {NULL, NULL};
+        uint32_t rows[2] = {0, 0}, n_vocab, t;
+        int k, same = 1;
+        uint64_t n_tensors;
+        if (!m) continue;
+        c = forge_model_config(m);
+        n_vocab = c->n_vocab;
+        n_tensors = forge_gguf_tensor_count(forge_model_gguf(m));
+        for (k = 0; k < 2; k++) {
+            forge_context_desc d;
+            memset(&d, 0, sizeof d);
+            d.backend = FORGE_BACKEND_CPU;
+            d.n_ctx = 64;
+            d.n_batch = 16;
+            d.all_logits = 1;
+            d.n_threads = 2;
+            d.memory = &r;
+            d.cpu_copy_weights = k;
+            d.allocator.alloc = test_bytes_alloc;
+            d.allocator.free = test_bytes_free;
+            d.allocator.user_data = &bytes[k];
+            CHECK(forge_context_create(m, &d, &ctx[k], &e) == FORGE_OK, "%s, copy %d: %s", test_cpu_families[f], k, e.message);
+            logits[k] = (float *)malloc((size_t)16 * n_vocab * sizeof(float));
+        }
+        if (ctx[0] && ctx[1] && logits[0] && logits[1]) {
+            const forge_plan *p = forge_context_plan(ctx[1]);
+            uint64_t copy = bytes[1].taken - bytes[0].taken;
+            CHECK(copy > 0 && copy <= p->weights_bytes + (2u << 20) + 64 * n_tensors,
+                  "%s: the copy took %llu bytes, the plan's weights %llu", test_cpu_families[f], (unsigned long long)copy,
+                  (unsigned long long)p->weights_bytes);
+            CHECK(forge_context_arena_bytes(ctx[1]) == forge_context_arena_bytes(ctx[0]), "%s: the arena unchanged", test_cpu_families[f]);
+            for (t = 0; t < 5 && same; t++) { /* a batch of 16 rows, then 4 steps of one token */
+                const uint32_t n = t == 0 ? 16 : 1;
+                const int32_t *tokens = t == 0 ? fixture_tokens : fixture_tokens + 15 + t;
+                for (k = 0; k < 2; k++) {
+                    const float *l;
+                    if (!CHECK(forge_eval(ctx[k], tokens, n, &e) == FORGE_OK, "%s: eval: %s", test_cpu_families[f], e.message)) same = 0;
+                    l = forge_context_logits(ctx[k], &rows[k]);
+                    if (l && rows[k] <= 16) memcpy(logits[k], l, (size_t)rows[k] * n_vocab * sizeof(float));
+                }
+                if (same && (rows[0] != rows[1] || rows[0] != n ||
+                             memcmp(logits[0], logits[1], (size_t)rows[0] * n_vocab * sizeof(float))))
+                    same = 0;
+            }
+            CHECK(same, "%s: the logits of the copy and the file differ (step %u)", test_cpu_families[f], t);
+        }
+        for (k = 0; k < 2; k++) {
+            forge_context_destroy(ctx[k]);
+            free(logits[k]);
+        }
+        forge_model_close(m);
+    }
 }
 
 static void test_kv_types(forge_model *m) {
@@ -488,6 +580,7 @@ int main(void) {
         test_context_sample(llama);
     }
     if (qwen3) test_eval(qwen3, "tiny-qwen3-q8_0");
+    test_copy_weights();
     forge_model_close(llama);
     forge_model_close(qwen3);
     return test_summary();

@@ -11,6 +11,7 @@
 
    Every command exits 0 on success and 1 on failure, with the reason on stderr. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) in <sys/mman.h>: the copy of the CPU's weights in 2 MiB pages */
 #define FORGE_IMPLEMENTATION
 #include "../forge.h"
 
@@ -580,6 +581,7 @@ static void upload_progress_setup(forge_context_desc *desc, upload_progress *u, 
     "  --headroom SIZE       memory kept free on top of the fraction (e.g. 512M, 2G); default 0\n" \
     "  --on-budget POLICY    refuse (default): a plan over the budget allocates nothing; warn: allocate anyway\n" \
     "  --gpu, --cpu          the backend; default the GPU when this build has one and it answers\n" \
+    "  --no-copy-weights     CPU: the products read the mapped file, not a copy of their matrices in 2 MiB pages\n" \
     "  --device N            GPU index, [0, 255]\n" \
     "  --seqs N              sequence slots, each with its own KV cache, [1, " CLI_STR(FORGE_MAX_SEQ) "]; default 1\n" \
     "  --devices LIST        split the layers across these GPUs, in order (e.g. 0,1); each has its own budget\n" \
@@ -596,6 +598,7 @@ static int context_defaults(forge_context_desc *desc) {
         return 0;
     }
     desc->n_threads = forge_cpu_count() < FORGE_MAX_THREADS ? forge_cpu_count() : FORGE_MAX_THREADS;
+    desc->cpu_copy_weights = 1; /* the CPU's product matrices copied once into huge pages (--no-copy-weights) */
     return 1;
 }
 
@@ -652,6 +655,10 @@ static int context_option(int argc, char **argv, int *i, forge_context_desc *des
     forge_error err;
     if (!strcmp(opt, "--gpu") || !strcmp(opt, "--cpu")) {
         desc->backend = !strcmp(opt, "--gpu") ? FORGE_BACKEND_GPU : FORGE_BACKEND_CPU;
+        return 1;
+    }
+    if (!strcmp(opt, "--no-copy-weights")) {
+        desc->cpu_copy_weights = 0;
         return 1;
     }
     if (strcmp(opt, "--ctx") && strcmp(opt, "-c") && strcmp(opt, "--kv") && strcmp(opt, "--mem-fraction") &&
@@ -1063,6 +1070,7 @@ typedef struct cli_run {
     forge_generator *gen;
     forge_chat_format format;
     int line_open; /* the text written to stdout so far does not end with a newline */
+    int weights_copied; /* the CPU's product matrices read from a copy (desc.cpu_copy_weights), not the file */
     cli_monitor monitor;
 } cli_run;
 
@@ -1087,6 +1095,7 @@ static int run_open(cli_run *s, const char *path, const forge_context_desc *desc
         return 0;
     }
     s->format = forge_chat_detect(forge_model_gguf(s->model));
+    s->weights_copied = desc->cpu_copy_weights && forge_context_plan(s->ctx)->backend == FORGE_BACKEND_CPU;
     return 1;
 }
 
@@ -1199,8 +1208,9 @@ static void print_summary(cli_run *s, uint32_t n_prompt, uint32_t n_gen, double 
     human_bytes(total, sizeof total, p->total_bytes);
     human_bytes(arena, sizeof arena, forge_context_arena_bytes(s->ctx));
     fprintf(stderr, "[prompt %u tokens, %.1f t/s | generation %u tokens, %.1f t/s | memory %s planned (arena %s, "
-                    "weights mapped)]\n",
-            n_prompt, prompt_s > 0 ? n_prompt / prompt_s : 0.0, n_gen, gen_s > 0 && n_gen ? n_gen / gen_s : 0.0, total, arena);
+                    "weights %s)]\n",
+            n_prompt, prompt_s > 0 ? n_prompt / prompt_s : 0.0, n_gen, gen_s > 0 && n_gen ? n_gen / gen_s : 0.0, total, arena,
+            s->weights_copied ? "copied" : "mapped");
 }
 
 #define RUN_USAGE \
