@@ -2222,12 +2222,17 @@ extern "C" {
 
 size_t forge_hip_q8_bytes(uint32_t n) { return FORGE__Q8_DS(n) + (size_t)(n / 32) * 16; }
 
-// The workspace forge_hip_matmul_rows_q8 needs for n = tokens x columns: the 8-bit form (dp4a) or
-// the f16 form with its group sums (forge__k_mmh_rows), whichever is larger.
 #define FORGE_HIP_FORM_Q8 1  // the forms of a product's input in its workspace (forge_hip_matmul_rows_q8_form)
 #define FORGE_HIP_FORM_F16 2
+// The f16 form of n activations (forge__k_mh_prep, read by forge__k_mmh_rows): n halves, then from
+// byte FORGE__MH_SUMS(n) an f32 sum a group of 32; FORGE__MH_BYTES(n) bytes in all.
+#define FORGE__MH_SUMS(n) FORGE__Q8_DS((size_t)(n) * 2)
+#define FORGE__MH_BYTES(n) (FORGE__MH_SUMS(n) + (size_t)(n) / 32 * sizeof(float))
+
+// The workspace forge_hip_matmul_rows_q8 needs for n = tokens x columns: the 8-bit form (dp4a) or
+// the f16 form with its group sums (forge__k_mmh_rows), whichever is larger.
 size_t forge_hip_rows_bytes(uint32_t n) {
-    const size_t q8 = forge_hip_q8_bytes(n), h = FORGE__Q8_DS((size_t)n * 2) + (size_t)(n / 32) * sizeof(float);
+    const size_t q8 = forge_hip_q8_bytes(n), h = FORGE__MH_BYTES(n);
     return q8 > h ? q8 : h;
 }
 
@@ -2956,8 +2961,6 @@ static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, 
 // Fragments (a lane: g = lane / 4, c = lane % 4): m16n8k16 as forge__mma16816; m16n8k8 tf32: A a0 (row
 // g, k c), a1 (row g + 8, k c), a2 (row g, k c + 4), a3 (row g + 8, k c + 4); B b0 (k c, token g), b1
 // (k c + 4, token g); C as m16n8k16's.
-#define FORGE__MH_SUMS(n) FORGE__Q8_DS((size_t)(n) * 2)
-#define FORGE__MH_BYTES(n) (FORGE__MH_SUMS(n) + (size_t)(n) / 32 * sizeof(float)) // forge_hip_rows_bytes' second term
 #define FORGE__MH_ROWS 32   // rows a block (two 16-row tiles a warp)
 #define FORGE__MH_MAX_WAVES 8
 #define FORGE__MH_TOKENS 32 // tokens a launch, at most (two or four 8-token tiles)
