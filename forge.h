@@ -10450,16 +10450,6 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
 
 static forge_result forge__gpu_scoped_init(forge_context *ctx, const forge_context_desc *desc, forge_error *error);
 
-/* Whether a CPU product reads tensor t (a layer's matrix, the output head, an expert table). */
-static int forge__product_weight(const forge__schedule *s, const forge_gguf_tensor *t) {
-    uint32_t k;
-    for (k = 0; k < s->n_ops; k++)
-        if (s->ops[k].w == t && (s->ops[k].kind == FORGE__OP_MATMUL || s->ops[k].kind == FORGE__OP_LOGITS ||
-                                 s->ops[k].kind == FORGE__OP_MATMUL_ID))
-            return 1;
-    return 0;
-}
-
 /* One tensor's copy, a task of the pool: the kernel clears each huge page as the copy first touches
    it, so two threads halve the time (Qwen2.5-Coder-1.5B's 980 MB on a fresh process). The whole
    pages of the tensor in forge's own read-only mapping of the file are then let go from this
@@ -10488,27 +10478,35 @@ static forge_result forge__cpu_copy_weights(forge_context *ctx, forge_error *e) 
     const forge_gguf *g = ctx->model->gguf;
     const uint64_t n = forge_gguf_tensor_count(g), huge = (uint64_t)2 << 20;
     uint64_t i, bytes = 0, at = 0;
+    uint32_t k;
     uint8_t *base;
+    ctx->w_data = (const uint8_t **)forge__alloc(&ctx->allocator, (size_t)n * sizeof *ctx->w_data);
+    if (!ctx->w_data) return forge__fail(e, FORGE_ERR_HOST_MEMORY, "cannot allocate the copy of the weights (its table of %llu tensors)", (forge__ull)n);
+    memset((void *)ctx->w_data, 0, (size_t)n * sizeof *ctx->w_data);
+    /* the tensors a product reads (a layer's matrix, the output head, an expert table), marked by their
+       bytes in the file (what forge__cpu_w reads until the copy is placed) */
+    for (k = 0; k < ctx->sched.n_ops; k++) {
+        const forge__op *op = &ctx->sched.ops[k];
+        if (op->w && (op->kind == FORGE__OP_MATMUL || op->kind == FORGE__OP_LOGITS || op->kind == FORGE__OP_MATMUL_ID))
+            ctx->w_data[op->w - g->tensors] = op->w->data;
+    }
     for (i = 0; i < n; i++)
-        if (forge__product_weight(&ctx->sched, forge_gguf_tensor_at(g, i))) bytes += forge__align64(forge_gguf_tensor_at(g, i)->n_bytes);
+        if (ctx->w_data[i]) bytes += forge__align64(forge_gguf_tensor_at(g, i)->n_bytes);
     if (!bytes) return FORGE_OK;
     if (bytes > (uint64_t)SIZE_MAX / 2 - huge)
         return forge__fail(e, FORGE_ERR_HOST_MEMORY, "a copy of %llu bytes of weights does not fit this address space", (forge__ull)bytes);
-    ctx->w_data = (const uint8_t **)forge__alloc(&ctx->allocator, (size_t)n * sizeof *ctx->w_data);
     ctx->w_copy = (uint8_t *)forge__alloc(&ctx->allocator, (size_t)(bytes + huge));
-    if (!ctx->w_data || !ctx->w_copy)
+    if (!ctx->w_copy)
         return forge__fail(e, FORGE_ERR_HOST_MEMORY, "cannot allocate the copy of the weights (%llu bytes)", (forge__ull)(bytes + huge));
     base = ctx->w_copy + (size_t)((huge - (uint64_t)((uintptr_t)ctx->w_copy % huge)) % huge);
 #if defined(FORGE__MAP_POSIX) && defined(MADV_HUGEPAGE)
     if (bytes >= huge) (void)madvise(base, (size_t)(bytes / huge * huge), MADV_HUGEPAGE); /* only advice: 4 KiB pages if refused */
 #endif
-    for (i = 0; i < n; i++) {
-        const forge_gguf_tensor *t = forge_gguf_tensor_at(g, i);
-        ctx->w_data[i] = NULL;
-        if (!forge__product_weight(&ctx->sched, t)) continue;
-        ctx->w_data[i] = base + at;
-        at += forge__align64(t->n_bytes);
-    }
+    for (i = 0; i < n; i++)
+        if (ctx->w_data[i]) {
+            ctx->w_data[i] = base + at;
+            at += forge__align64(forge_gguf_tensor_at(g, i)->n_bytes);
+        }
     forge__pool_run(ctx->pool, forge__copy_weight_task, ctx, (uint32_t)n); /* n <= FORGE_GGUF_MAX_TENSORS */
     return FORGE_OK;
 }
