@@ -3174,6 +3174,230 @@ static void forge__mmh_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows,
         else forge__k_mmh_rows<2, 4><<<grid, block, 0, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias);
     }
 }
+
+// Q6_K products of a few tokens on the f16 matrix units (forge__k_mmh6_rows). A Q6_K weight is d s
+// (q - 32) with q of 6 bits and s an int8 scale a 16 columns. A k16 step of m16n8k16 is one scale
+// group: columns 128 h + 32 k + 16 s' + 0..15 of a super-block (half h, quarter k). Lane c takes the
+// four consecutive columns 4c..4c+3 of it, one ql word (piece 4 h + 2 s' + c / 2 of the device
+// layout, >>weights, its (k & 1) 8 bytes, word c % 2; nibble k >> 1) and one qh word (bits 2k of each
+// byte): bytes 0, 2 of them are the step's k (2c, 2c + 1), bytes 1, 3 its (2c + 8, 2c + 9), the
+// order of forge__k_mh_prep's quads, so the activations' form is the one the Q4_K kernel reads. A
+// weight enters as f16 (1024 + q) - 1056 = q - 32, exact, times s in f16: exact up to 2048, rounded
+// once above (|s (q - 32)| reaches 4096); f32 sums over a super-block, then d.
+// A block is FORGE__M6_WAVES warps of 32 rows each walking the same super-blocks; a super-block's
+// activations (tokens x 256 halves) and the block's rows of it are copied into shared memory by
+// cp.async, two stages, the next while the current one is multiplied, so each activation is read
+// once a block rather than once a warp. Grid y splits the super-blocks where the row blocks alone
+// would leave the device idle; the parts go into the workspace after the activations' form and
+// forge__k_split_sum adds them in order. Measured on an H200 (tests/PERF.md "Q6_K steps of several
+// sequences"): 14336 x 4096 of 16 tokens 55 us where the split f16 kernel took 89 and dp4a 90.
+#define FORGE__M6_WAVES 4
+#define FORGE__M6_ROW 224 // shared bytes a row of a super-block: ql 128, qh 64, scales 16, the 4-byte word holding d
+#define FORGE__M6_X 544   // shared bytes a token's 256 halves (512 + 32: a quarter-warp's loads on distinct banks)
+#define FORGE__M6_MIN 9   // forge_hip_matmul_rows_q8 takes this path from this many tokens of Q6_K (dp4a below)
+#define FORGE__M6_STAGE(ntile) ((size_t)8 * (ntile) * FORGE__M6_X + (size_t)32 * FORGE__M6_WAVES * FORGE__M6_ROW)
+
+__device__ __forceinline__ void forge__copy_commit(void) {
+#ifdef FORGE__MMA_DEVICE
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// wait until at most N of this thread's committed copy groups are still in flight
+template <int N> __device__ __forceinline__ void forge__copy_keep(void) {
+#ifdef FORGE__MMA_DEVICE
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// f16x2 a - b and a b, one rounding each
+__device__ __forceinline__ uint32_t forge__h2_sub(uint32_t a, uint32_t b) {
+    uint32_t r = 0;
+#ifdef FORGE__MMA_DEVICE
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+#else
+    (void)a, (void)b;
+#endif
+    return r;
+}
+__device__ __forceinline__ uint32_t forge__h2_mul(uint32_t a, uint32_t b) {
+    uint32_t r = 0;
+#ifdef FORGE__MMA_DEVICE
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+#else
+    (void)a, (void)b;
+#endif
+    return r;
+}
+
+// Rows 16-aligned in the device layout (forge__q6_k_layout 16: nb a multiple of 8, every array copied 16
+// bytes at a time); y: the output, or part blockIdx.y of the workspace's parts where gridDim.y > 1
+// (bias then added by the sum).
+template <int NTILE>
+__global__ void __launch_bounds__(32 * FORGE__M6_WAVES)
+forge__k_mmh6_rows(const uint8_t *__restrict__ w, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ xh, uint32_t nt,
+                   float *__restrict__ y, const float *__restrict__ bias) {
+    extern __shared__ __align__(16) uint8_t forge__m6_smem[];
+    constexpr uint32_t NT = 8 * NTILE, X = NT * FORGE__M6_X, STAGE = (uint32_t)FORGE__M6_STAGE(NTILE);
+    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    const uint32_t nb = n_cols / 256, parts = gridDim.y;
+    const size_t row_bytes = (size_t)210 * nb;
+    const uint32_t sb0 = (uint32_t)((uint64_t)nb * blockIdx.y / parts), sb1 = (uint32_t)((uint64_t)nb * (blockIdx.y + 1) / parts);
+    const uint32_t rb0 = blockIdx.x * 32 * FORGE__M6_WAVES;
+    // super-block sb's activations and rows into stage slot
+    auto issue = [&](uint32_t sb, uint32_t slot) {
+        uint8_t *base = forge__m6_smem + slot * STAGE;
+        for (uint32_t j = threadIdx.x; j < NT * 32; j += blockDim.x) { // tokens past nt copy the last, never stored
+            const uint32_t t = j / 32, q = j % 32;
+            forge__copy16_async(base + t * FORGE__M6_X + 16 * q, xh + ((size_t)min(t, nt - 1) * n_cols + 256 * (size_t)sb) * 2 + 16 * q);
+        }
+        uint8_t *wb = base + X;
+        for (uint32_t j = threadIdx.x; j < 32 * FORGE__M6_WAVES * 14; j += blockDim.x) { // a row: ql 8, qh 4, scales 1, d's word
+            const uint32_t r = j / 14, q = j % 14;
+            const uint8_t *row = w + (size_t)min(rb0 + r, n_rows - 1) * row_bytes;
+            uint8_t *dst = wb + FORGE__M6_ROW * r;
+            if (q < 8) forge__copy16_async(dst + 16 * q, row + 128 * (size_t)sb + 16 * q);
+            else if (q < 12) forge__copy16_async(dst + 128 + 16 * (q - 8), row + 128 * (size_t)nb + 64 * (size_t)sb + 16 * (q - 8));
+            else if (q == 12) forge__copy16_async(dst + 192, row + 192 * (size_t)nb + 16 * (size_t)sb);
+            else forge__copy4_async((float *)(dst + 208), (const float *)(row + 208 * (size_t)nb + 4 * (size_t)(sb / 2)));
+        }
+    };
+    float acc[2][NTILE][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int i = 0; i < NTILE; i++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[m][i][k] = 0.0f;
+    const uint32_t n_my = sb1 - sb0, k1056 = 0x64206420u; // f16x2 (1056, 1056)
+    if (n_my) issue(sb0, 0);
+    forge__copy_commit();
+    for (uint32_t i = 0; i < n_my; i++) {
+        if (i + 1 < n_my) issue(sb0 + i + 1, (i + 1) % 2);
+        forge__copy_commit();
+        forge__copy_keep<1>();
+        __syncthreads();
+        const uint32_t sb = sb0 + i;
+        const uint8_t *base = forge__m6_smem + (i % 2) * STAGE, *xs = base;
+        const uint8_t *rp[4]; // rows g, g + 8, 16 + g, 24 + g of the warp's 32
+#pragma unroll
+        for (int r = 0; r < 4; r++) rp[r] = base + X + FORGE__M6_ROW * (32 * warp + 16 * (r / 2) + 8 * (r % 2) + g);
+        float C[2][NTILE][4];
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int ii = 0; ii < NTILE; ii++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) C[m][ii][k] = 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t scw[4][2]; // the int8 scales 8 h .. 8 h + 7 of each row
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const uint2 v = *(const uint2 *)(rp[r] + 192 + 8 * h);
+                scw[r][0] = v.x, scw[r][1] = v.y;
+            }
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                const uint32_t pi = 4 * h + 2 * s + c / 2;
+                uint32_t qa[4], qb[4], qh[4];
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    qa[r] = *(const uint32_t *)(rp[r] + 16 * pi + 4 * (c % 2));
+                    qb[r] = *(const uint32_t *)(rp[r] + 16 * pi + 8 + 4 * (c % 2));
+                    qh[r] = *(const uint32_t *)(rp[r] + 128 + 8 * pi + 4 * (c % 2));
+                }
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    uint32_t lo[4], hi[4];
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const uint32_t ql = (k & 1) ? qb[r] : qa[r], nib = (k & 2) ? ql >> 4 : ql, hb = (qh[r] >> (2 * k)) << 4;
+                        const uint32_t v0 = (nib & 0x000f000fu) | (hb & 0x00300030u) | 0x64006400u;
+                        const uint32_t v1 = ((nib >> 8) & 0x000f000fu) | ((hb >> 8) & 0x00300030u) | 0x64006400u;
+                        const int idx = 2 * k + s; // scale 8 h + 2 k + s
+                        const float sf = (float)(int8_t)((scw[r][idx / 4] >> (8 * (idx % 4))) & 0xffu);
+                        const uint32_t s2 = forge__h2_pack(sf, sf);
+                        lo[r] = forge__h2_mul(forge__h2_sub(v0, k1056), s2);
+                        hi[r] = forge__h2_mul(forge__h2_sub(v1, k1056), s2);
+                    }
+                    const uint32_t col = 128 * h + 32 * k + 16 * s;
+#pragma unroll
+                    for (int ii = 0; ii < NTILE; ii++) {
+                        const uint2 b = *(const uint2 *)(xs + (8 * ii + g) * FORGE__M6_X + 2 * (col + 4 * c));
+                        const uint32_t bf[2] = {b.x, b.y};
+#pragma unroll
+                        for (int m = 0; m < 2; m++) {
+                            const uint32_t af[4] = {lo[2 * m], lo[2 * m + 1], hi[2 * m], hi[2 * m + 1]};
+                            forge__mma16816(C[m][ii], af, bf);
+                        }
+                    }
+                }
+            }
+        }
+        float d[4]; // d of the super-block, half of the 4-byte word copied
+#pragma unroll
+        for (int r = 0; r < 4; r++) d[r] = forge__f16(*(const uint16_t *)(rp[r] + 208 + 2 * (sb % 2)));
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int ii = 0; ii < NTILE; ii++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) acc[m][ii][k] += d[2 * m + k / 2] * C[m][ii][k];
+        __syncthreads(); // the slot is refilled next round
+    }
+    forge__copy_keep<0>();
+    const bool whole = parts == 1;
+    float *out = whole ? y : y + (size_t)blockIdx.y * nt * n_rows;
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int ii = 0; ii < NTILE; ii++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t row = rb0 + 32 * warp + 16 * m + 8 * (k / 2) + g, t = 8 * ii + 2 * c + k % 2;
+                if (t < nt && row < n_rows) out[(size_t)t * n_rows + row] = whole && bias ? acc[m][ii][k] + bias[row] : acc[m][ii][k];
+            }
+}
+
+
+// Whether forge__mmh6_rows reads this product: Q6_K rows of a multiple of 2048 columns (16-aligned in
+// the device layout) of up to 32 tokens on a device with the matrix units. Rows 4- or 2-aligned (the
+// Qwen2.5-1.5B's 1536 and 8960 columns) measured slower copied 4 bytes at a time than on the paths
+// they had, and keep them.
+static int forge__mmh6_rows_ok(uint32_t type, uint32_t n_cols, uint32_t n_tokens) {
+    return type == FORGE_HIP_Q6_K && forge__q6_k_layout(n_cols) == 16 && n_tokens <= 32 && forge__mma_available();
+}
+
+// xh: forge__k_mh_prep's form of the n_tokens x n_cols activations; parts: parts_floats floats of the
+// workspace past it for the split super-blocks' sums. 0 when the kernel cannot run here (its shared
+// memory refused), the product then left to another path.
+static int forge__mmh6_rows(const uint8_t *w, uint32_t n_rows, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens, float *y,
+                            const float *bias, float *parts, size_t parts_floats, hipStream_t s) {
+#if FORGE__STAGING
+    static std::atomic<unsigned long long> known[2];
+    const uint32_t wide = n_tokens > 16, nb = n_cols / 256;
+    const uint32_t bx = (n_rows + 32 * FORGE__M6_WAVES - 1) / (32 * FORGE__M6_WAVES), sms = (uint32_t)forge__hip_sm_count();
+    uint32_t split = 1; // super-blocks split where the row blocks leave multiprocessors idle and the parts fit
+    while (bx * split < 2 * sms && 2 * split <= nb && (size_t)2 * split * n_tokens * n_rows <= parts_floats) split *= 2;
+    const dim3 grid(bx, split), block(32 * FORGE__M6_WAVES);
+    const size_t smem = 2 * FORGE__M6_STAGE(wide ? 4 : 2);
+    float *out = split > 1 ? parts : y;
+    if (wide) {
+        if (!forge__stage_allow(forge__k_mmh6_rows<4>, known[0])) return 0;
+        forge__k_mmh6_rows<4><<<grid, block, smem, s>>>(w, n_rows, n_cols, xh, n_tokens, out, split > 1 ? NULL : bias);
+    } else {
+        if (!forge__stage_allow(forge__k_mmh6_rows<2>, known[1])) return 0;
+        forge__k_mmh6_rows<2><<<grid, block, smem, s>>>(w, n_rows, n_cols, xh, n_tokens, out, split > 1 ? NULL : bias);
+    }
+    if (split > 1) {
+        const size_t n = (size_t)n_tokens * n_rows;
+        forge__k_split_sum<<<forge__hip_blocks(n, 256), 256, 0, s>>>(parts, split, n, n_rows, bias, y);
+    }
+    return 1;
+#else
+    (void)w, (void)n_rows, (void)n_cols, (void)xh, (void)n_tokens, (void)y, (void)bias, (void)parts, (void)parts_floats, (void)s;
+    return 0;
+#endif
+}
 #endif // FORGE__MMA
 
 
@@ -3209,6 +3433,17 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
         if (form) *form = FORGE_HIP_FORM_F16;
         forge__mmh_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, s);
         return forge__hip_launched("matmul rows launch", message, message_bytes);
+    }
+    const int mmh6 = q8_rows && q8_rows != 2 && forge__mmh6_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__M6_MIN);
+    if (mmh6 && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {
+        const uint32_t n = n_tokens * n_cols;
+        uint8_t *xh = (uint8_t *)partial;
+        const size_t used = (FORGE__MH_BYTES((size_t)n) + 255) & ~(size_t)255;
+        if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((n / 4 + 255) / 256), dim3(256), s, x, n, xh);
+        if (form) *form = FORGE_HIP_FORM_F16;
+        const size_t parts_floats = used <= partial_floats * sizeof(float) ? (partial_floats * sizeof(float) - used) / sizeof(float) : 0;
+        if (forge__mmh6_rows(wb, n_rows, n_cols, xh, n_tokens, y, bias, (float *)(xh + used), parts_floats, s))
+            return forge__hip_launched("matmul rows launch", message, message_bytes);
     }
 #endif
     if (q8_rows && partial && q8_rows != 3 && n_tokens <= forge__mvq_rows_max(type, n_cols) &&

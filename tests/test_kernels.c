@@ -1213,7 +1213,7 @@ static void bench_rows(uint32_t only_rows, uint32_t only_tokens) {
     const uint32_t reps = 20;
     size_t i, j, b;
     int path;
-    printf("products of B tokens (20 launches; us a launch: dp4a / f16 matrix units, exact Q4_K weights / f16 matrix units, columns split):\n");
+    printf("products of B tokens (20 launches; us a launch: dp4a / f16 matrix units (Q4_K, Q6_K) / f16 matrix units, columns split):\n");
     for (i = 0; i < sizeof types / sizeof types[0]; i++)
         for (j = 0; j < sizeof shapes / sizeof shapes[0]; j++) {
             const forge_type_traits *t = forge_type_info(types[i]);
@@ -1236,7 +1236,7 @@ static void bench_rows(uint32_t only_rows, uint32_t only_tokens) {
             for (b = 0; b < sizeof tokens / sizeof tokens[0]; b++) {
                 double us[3];
                 if (only_tokens && tokens[b] != only_tokens) continue;
-                for (path = 0; path < 3; path++) { /* 0: dp4a, 1: matrix units (exact Q4_K weights), 2: split (f16) */
+                for (path = 0; path < 3; path++) { /* 0: dp4a, 1: matrix units (Q4_K, Q6_K), 2: split (f16) */
                     uint32_t k;
                     double t0 = 0.0;
                     for (k = 0; k <= reps; k++) {
@@ -1417,16 +1417,36 @@ static void check_matvec_q8(uint32_t type, uint32_t n_rows, uint32_t n_cols, int
 /* Y = W X for a few tokens through forge_hip_matmul_rows_q8 (a step of several sequences). expect says
    which path the shape takes, and so the reference: ROWS_Q8 (dp4a) against a double product of the
    dequantized weights and each token's activations rounded by the test's own 8-bit rule (1e-5), and
-   against the f32 activations (2e-2); ROWS_F16 (Q4_K on the f16 matrix units, weights exact) against
+   against the f32 activations (2e-2); ROWS_F16 (Q4_K on the f16 matrix units, weights exact; Q6_K
+   with s (q - 32) rounded to f16, as the reference rounds them) against
    the activations rounded to f16 (1e-5) and against f32 (1e-3); ROWS_SPLIT (a type without a rows
    reader, or more tokens than the paths take: forge_hip_matmul_split) against f32 (1e-3). */
 enum { ROWS_Q8, ROWS_SPLIT, ROWS_F16 };
+/* Q6_K weights as the f16 matrix units take them: d times s (q - 32) rounded to f16 (exact to 2048) */
+static void q6_k_f16_weights(const uint8_t *w, uint64_t n_blocks, float *out) {
+    uint64_t b;
+    int half, l;
+    for (b = 0; b < n_blocks; b++, w += 210, out += 256) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        const float d = forge_f16_to_f32((uint16_t)(w[208] | w[209] << 8));
+        for (half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8)
+            for (l = 0; l < 32; l++) {
+                const int q[4] = {(ql[l] & 15) | ((qh[l] & 3) << 4), (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4),
+                                  (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4), (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)};
+                int k;
+                for (k = 0; k < 4; k++)
+                    out[128 * half + 32 * k + l] = d * forge_f16_to_f32(forge_f32_to_f16((float)(sc[l / 16 + 2 * k] * (q[k] - 32))));
+            }
+    }
+}
 static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_bias, int expect) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, nx = (size_t)n_tokens * n_cols, ny = (size_t)n_tokens * n_rows;
     uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
     float *wf = (float *)xmalloc((size_t)n_rows * n_cols * sizeof(float)), *x = (float *)xmalloc(nx * sizeof(float));
     float *dq = (float *)xmalloc(nx * sizeof(float)), *bias = (float *)xmalloc(n_rows * sizeof(float)), *y = (float *)xmalloc(ny * sizeof(float));
+    float *wr = expect == ROWS_F16 && type == FORGE_TYPE_Q6_K ? (float *)xmalloc((size_t)n_rows * n_cols * sizeof(float)) : wf;
     int8_t *q = (int8_t *)xmalloc(nx);
     double *ref = (double *)xmalloc(ny * sizeof(double)), *ref32 = (double *)xmalloc(ny * sizeof(double));
     const size_t ws_bytes = forge_hip_matmul_split_bytes(n_rows, n_tokens) > forge_hip_rows_bytes((uint32_t)nx)
@@ -1439,6 +1459,7 @@ static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint3
     random_floats(x, nx, -1.0f, 1.0f);
     for (k = 0; k < n_tokens; k++) x[(size_t)k * n_cols + (7 * k) % n_cols] = 6.0f; /* a large value in one group a token */
     random_floats(bias, n_rows, -1.0f, 1.0f);
+    if (expect == ROWS_F16 && type == FORGE_TYPE_Q6_K) q6_k_f16_weights(w, (uint64_t)n_rows * (n_cols / 256), wr);
     if (expect == ROWS_F16)
         for (e = 0; e < nx; e++) dq[e] = forge_f16_to_f32(forge_f32_to_f16(x[e]));
     else
@@ -1447,7 +1468,7 @@ static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint3
         for (r = 0; r < n_rows; r++) {
             double s = with_bias ? bias[r] : 0.0, s32 = s;
             for (c = 0; c < n_cols; c++) {
-                s += (double)wf[(size_t)r * n_cols + c] * dq[(size_t)k * n_cols + c];
+                s += (double)wr[(size_t)r * n_cols + c] * dq[(size_t)k * n_cols + c];
                 s32 += (double)wf[(size_t)r * n_cols + c] * x[(size_t)k * n_cols + c];
             }
             ref[(size_t)k * n_rows + r] = s, ref32[(size_t)k * n_rows + r] = s32;
@@ -1473,6 +1494,7 @@ static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint3
         }
     }
     forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(db), forge_hip_arena_free(dy), forge_hip_arena_free(dws);
+    if (wr != wf) free(wr);
     free(w), free(wf), free(x), free(dq), free(bias), free(y), free(q), free(ref), free(ref32);
 }
 
@@ -1481,8 +1503,9 @@ static void test_matmul_rows_q8(void) {
     size_t i;
     TEST_CASE("products of a few tokens on 8-bit activations (steps of several sequences)");
     for (i = 0; i < sizeof types / sizeof types[0]; i++) {
-        const int k_quant = types[i] == FORGE_TYPE_Q4_K || types[i] == FORGE_TYPE_Q6_K, mmh = types[i] == FORGE_TYPE_Q4_K;
-        const int units = mmh ? ROWS_F16 : ROWS_SPLIT; /* what path 3 gives */
+        const int k_quant = types[i] == FORGE_TYPE_Q4_K || types[i] == FORGE_TYPE_Q6_K, mmh = k_quant;
+        /* what path 3 gives: Q6_K takes the matrix units where its rows are 16-aligned on the device (2048 columns) */
+#define UNITS(n_cols) (mmh && (types[i] == FORGE_TYPE_Q4_K || (n_cols) % 2048 == 0) ? ROWS_F16 : ROWS_SPLIT)
         /* dp4a (forge__k_mvq_rows) */
         check_matmul_rows_q8(2, types[i], 300, 1024, 1, 1, ROWS_Q8);   /* one token; a partial block of rows */
         check_matmul_rows_q8(2, types[i], 129, 2304, 3, 0, ROWS_Q8);   /* 9 super-blocks a row */
@@ -1495,21 +1518,23 @@ static void test_matmul_rows_q8(void) {
         /* 16 tokens: the dp4a path's most for Q4_0 and Q8_0, past it for Q4_K and Q6_K (their scales cost more a token) */
         check_matmul_rows_q8(2, types[i], 517, 1536, 16, 1, k_quant ? ROWS_SPLIT : ROWS_Q8);
         check_matmul_rows_q8(2, types[i], 200, 1024, 17, 1, ROWS_SPLIT); /* more tokens than the path takes */
-        /* the f16 matrix units with exact weights (forge__k_mmh_rows): Q4_K of up to 32 tokens; the others take the split path */
-        check_matmul_rows_q8(3, types[i], 300, 1024, 1, 1, units); /* one token; a partial tile of rows */
-        check_matmul_rows_q8(3, types[i], 129, 2304, 3, 0, units); /* 9 super-blocks: half super-blocks a piece */
-        check_matmul_rows_q8(3, types[i], 1536, 8960, 8, 1, units);
-        check_matmul_rows_q8(3, types[i], 17, 256, 11, 1, units);  /* fewer rows than a tile */
-        check_matmul_rows_q8(3, types[i], 1024, 4096, 16, 0, units);
-        check_matmul_rows_q8(3, types[i], 96, 8192, 13, 1, units); /* few rows, long rows: eight warps a block */
-        check_matmul_rows_q8(3, types[i], 517, 1536, 16, 1, units);
-        check_matmul_rows_q8(3, types[i], 200, 1024, 17, 1, units); /* four token tiles */
-        check_matmul_rows_q8(3, types[i], 9000, 2048, 32, 0, units); /* four warps a block, whole super-blocks, 32 tokens */
+        /* the f16 matrix units (forge__k_mmh_rows, forge__k_mmh6_rows): Q4_K and 16-aligned Q6_K of up to 32 tokens; the others take the split path */
+        check_matmul_rows_q8(3, types[i], 300, 1024, 1, 1, UNITS(1024)); /* one token; a partial tile of rows */
+        check_matmul_rows_q8(3, types[i], 129, 2304, 3, 0, UNITS(2304)); /* 9 super-blocks: half super-blocks a piece */
+        check_matmul_rows_q8(3, types[i], 1536, 8960, 8, 1, UNITS(8960));
+        check_matmul_rows_q8(3, types[i], 17, 256, 11, 1, UNITS(256));  /* fewer rows than a tile */
+        check_matmul_rows_q8(3, types[i], 1024, 4096, 16, 0, UNITS(4096));
+        check_matmul_rows_q8(3, types[i], 96, 8192, 13, 1, UNITS(8192)); /* few rows, long rows: eight warps a block */
+        check_matmul_rows_q8(3, types[i], 517, 1536, 16, 1, UNITS(1536));
+        check_matmul_rows_q8(3, types[i], 200, 1024, 17, 1, UNITS(1024)); /* four token tiles */
+        check_matmul_rows_q8(3, types[i], 9000, 2048, 32, 0, UNITS(2048)); /* four warps a block, whole super-blocks, 32 tokens */
         check_matmul_rows_q8(3, types[i], 200, 1024, 33, 1, ROWS_SPLIT); /* more tokens than the path takes */
         /* the path chosen for the shape */
         check_matmul_rows_q8(0, types[i], 1024, 4096, 5, 1, ROWS_Q8);
-        check_matmul_rows_q8(0, types[i], 517, 1536, 12, 1, mmh ? ROWS_F16 : ROWS_Q8);
+        check_matmul_rows_q8(0, types[i], 517, 1536, 12, 1, types[i] == FORGE_TYPE_Q4_K ? ROWS_F16 : ROWS_Q8);
+        check_matmul_rows_q8(0, types[i], 300, 4096, 12, 1, k_quant ? ROWS_F16 : ROWS_Q8); /* Q6_K from 9 tokens where its rows are 16-aligned */
         check_matmul_rows_q8(0, types[i], 517, 1536, 40, 1, ROWS_SPLIT);
+#undef UNITS
     }
     check_matmul_rows_q8(0, FORGE_TYPE_Q5_K, 200, 1024, 4, 1, ROWS_SPLIT); /* no rows reader */
     check_matmul_rows_q8(0, FORGE_TYPE_F16, 200, 1024, 4, 0, ROWS_SPLIT);
