@@ -2965,6 +2965,9 @@ static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, 
 #define FORGE__MH_MAX_WAVES 8
 #define FORGE__MH_TOKENS 32 // tokens a launch, at most (two or four 8-token tiles)
 #define FORGE__MH_MIN 8     // forge_hip_matmul_rows_q8 takes this path from this many tokens of Q4_K (dp4a below)
+#define FORGE__MH_STAGED_FROM 16   // more tokens of Q4_K than this take forge__k_mmh4_rows (activations shared by a block)
+#define FORGE__MH_STAGED_TOKENS 64 // ... up to this many
+#define FORGE__MH_STAGED_ROWS 4096 // ... of a matrix of this many rows or more
 
 __global__ void forge__k_mh_prep(const float *__restrict__ x, uint32_t n, uint8_t *__restrict__ out) {
     FORGE__GRID_ENTER();
@@ -3151,10 +3154,14 @@ forge__k_mmh_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_ro
     }
 }
 
-// Whether forge__mmh_rows reads this product: Q4_K of up to FORGE__MH_TOKENS tokens on a device with
-// the matrix units.
-static int forge__mmh_rows_ok(uint32_t type, uint32_t n_cols, uint32_t n_tokens) {
-    return type == FORGE_HIP_Q4_K && n_cols % 256 == 0 && n_tokens <= FORGE__MH_TOKENS && forge__mma_available();
+// Whether the f16 matrix units take this product: Q4_K on a device with them, forge__mmh_rows to
+// FORGE__MH_TOKENS tokens; forge__mmh4_rows from FORGE__MH_STAGED_FROM to FORGE__MH_STAGED_TOKENS tokens
+// where the matrix has FORGE__MH_STAGED_ROWS rows (its 128-row blocks would not fill the device on
+// fewer: 1536 x 1536 at 24 tokens 16.2 us against forge__mmh_rows's 8.9, 1536 x 8960 at 64 36.4
+// against the split kernel's 30.8, on an H200).
+static int forge__mmh_rows_ok(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens) {
+    return type == FORGE_HIP_Q4_K && n_cols % 256 == 0 && forge__mma_available() &&
+           (n_tokens <= FORGE__MH_TOKENS || (n_tokens <= FORGE__MH_STAGED_TOKENS && n_rows >= FORGE__MH_STAGED_ROWS));
 }
 
 // xh: forge__k_mh_prep's form of the n_tokens x n_cols activations
@@ -3228,6 +3235,32 @@ __device__ __forceinline__ uint32_t forge__h2_mul(uint32_t a, uint32_t b) {
     return r;
 }
 
+// A super-block's activations (tokens x 256 halves of forge__k_mh_prep's form) into shared memory at
+// FORGE__M6_X bytes a token, by cp.async; tokens past nt copy the last, never stored.
+template <uint32_t NT> __device__ __forceinline__ void forge__mh_stage_x(uint8_t *base, const uint8_t *xh, uint32_t n_cols, uint32_t nt, uint32_t sb) {
+    for (uint32_t j = threadIdx.x; j < NT * 32; j += blockDim.x) {
+        const uint32_t t = j / 32, q = j % 32;
+        forge__copy16_async(base + t * FORGE__M6_X + 16 * q, xh + ((size_t)min(t, nt - 1) * n_cols + 256 * (size_t)sb) * 2 + 16 * q);
+    }
+}
+// A warp's 32 rows from row r0 (two 16-row tiles, m16n8 accumulators) to y, or to part blockIdx.y of
+// the parts where the super-blocks are split (gridDim.y > 1: bias then added by the sum)
+template <int NTILE> __device__ __forceinline__ void forge__mh_store(const float (&acc)[2][NTILE][4], uint32_t r0, uint32_t n_rows, uint32_t nt,
+                                                                    float *__restrict__ y, const float *__restrict__ bias) {
+    const uint32_t lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const bool whole = gridDim.y == 1;
+    float *out = whole ? y : y + (size_t)blockIdx.y * nt * n_rows;
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int ii = 0; ii < NTILE; ii++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t row = r0 + 16 * m + 8 * (k / 2) + g, t = 8 * ii + 2 * c + k % 2;
+                if (t < nt && row < n_rows) out[(size_t)t * n_rows + row] = whole && bias ? acc[m][ii][k] + bias[row] : acc[m][ii][k];
+            }
+}
+
 // Rows 16-aligned in the device layout (forge__q6_k_layout 16: nb a multiple of 8, every array copied 16
 // bytes at a time); y: the output, or part blockIdx.y of the workspace's parts where gridDim.y > 1
 // (bias then added by the sum).
@@ -3245,10 +3278,7 @@ forge__k_mmh6_rows(const uint8_t *__restrict__ w, uint32_t n_rows, uint32_t n_co
     // super-block sb's activations and rows into stage slot
     auto issue = [&](uint32_t sb, uint32_t slot) {
         uint8_t *base = forge__m6_smem + slot * STAGE;
-        for (uint32_t j = threadIdx.x; j < NT * 32; j += blockDim.x) { // tokens past nt copy the last, never stored
-            const uint32_t t = j / 32, q = j % 32;
-            forge__copy16_async(base + t * FORGE__M6_X + 16 * q, xh + ((size_t)min(t, nt - 1) * n_cols + 256 * (size_t)sb) * 2 + 16 * q);
-        }
+        forge__mh_stage_x<NT>(base, xh, n_cols, nt, sb);
         uint8_t *wb = base + X;
         for (uint32_t j = threadIdx.x; j < 32 * FORGE__M6_WAVES * 14; j += blockDim.x) { // a row: ql 8, qh 4, scales 1, d's word
             const uint32_t r = j / 14, q = j % 14;
@@ -3345,19 +3375,153 @@ forge__k_mmh6_rows(const uint8_t *__restrict__ w, uint32_t n_rows, uint32_t n_co
         __syncthreads(); // the slot is refilled next round
     }
     forge__copy_keep<0>();
-    const bool whole = parts == 1;
-    float *out = whole ? y : y + (size_t)blockIdx.y * nt * n_rows;
+    forge__mh_store<NTILE>(acc, rb0 + 32 * warp, n_rows, nt, y, bias);
+}
+
+
+// Q4_K products of 17 to 64 tokens: forge__k_mmh_rows's arithmetic (weights exact, d after the
+// super-block, the minimums by tf32 mma) in forge__k_mmh6_rows's blocks: four warps of 32 rows
+// walking the same super-blocks, each super-block's activations, their group sums and the block's
+// 128 rows of it staged in shared memory by cp.async (two stages) and the activations read once a
+// block instead of once a warp, super-blocks split over grid y into the workspace where the row
+// blocks would leave the device idle. From 17 tokens the activations are most of what a warp reads
+// (16 KB a super-block at 32 tokens against 4.6 KB of its rows), and sharing them is what pays:
+// 14336 x 4096 of 64 tokens 50 us where the split f16 kernel takes 102, of 32 tokens 38 us where
+// forge__k_mmh_rows takes 52 (H200, tests/PERF.md "Q4_K steps of 17 to 64 sequences").
+#define FORGE__M4_STAGE(ntile) ((size_t)8 * (ntile) * (FORGE__M6_X + 32) + (size_t)32 * FORGE__M6_WAVES * 144)
+template <int NTILE>
+__global__ void __launch_bounds__(32 * FORGE__M6_WAVES)
+forge__k_mmh4_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ xh,
+                   uint32_t nt, float *__restrict__ y, const float *__restrict__ bias) {
+    extern __shared__ __align__(16) uint8_t forge__m4_smem[];
+    constexpr uint32_t NT = 8 * NTILE, X = NT * FORGE__M6_X, SUMS = NT * 32, STAGE = (uint32_t)FORGE__M4_STAGE(NTILE);
+    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    const uint32_t nb = n_cols / 256, parts = gridDim.y;
+    const uint32_t sb0 = (uint32_t)((uint64_t)nb * blockIdx.y / parts), sb1 = (uint32_t)((uint64_t)nb * (blockIdx.y + 1) / parts);
+    const uint32_t rb0 = blockIdx.x * 32 * FORGE__M6_WAVES;
+    const float *sums = (const float *)(xh + FORGE__MH_SUMS((size_t)nt * n_cols));
+    auto issue = [&](uint32_t sb, uint32_t slot) {
+        uint8_t *base = forge__m4_smem + slot * STAGE;
+        forge__mh_stage_x<NT>(base, xh, n_cols, nt, sb);
+        for (uint32_t j = threadIdx.x; j < NT * 2; j += blockDim.x) { // the 8 group sums of each token
+            const uint32_t t = j / 2;
+            forge__copy16_async(base + X + 32 * t + 16 * (j % 2), sums + (size_t)min(t, nt - 1) * (n_cols / 32) + 8 * (size_t)sb + 4 * (j % 2));
+        }
+        for (uint32_t j = threadIdx.x; j < 32 * FORGE__M6_WAVES * 9; j += blockDim.x) { // a row's 144 bytes of the super-block
+            const uint32_t r = j / 9, q = j % 9;
+            forge__copy16_async(base + X + SUMS + 144 * r + 16 * q, w + (size_t)min(rb0 + r, n_rows - 1) * row_bytes + 144 * (size_t)sb + 16 * q);
+        }
+    };
+    float acc[2][NTILE][4];
 #pragma unroll
     for (int m = 0; m < 2; m++)
 #pragma unroll
-        for (int ii = 0; ii < NTILE; ii++)
+        for (int i = 0; i < NTILE; i++)
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const uint32_t row = rb0 + 32 * warp + 16 * m + 8 * (k / 2) + g, t = 8 * ii + 2 * c + k % 2;
-                if (t < nt && row < n_rows) out[(size_t)t * n_rows + row] = whole && bias ? acc[m][ii][k] + bias[row] : acc[m][ii][k];
+            for (int k = 0; k < 4; k++) acc[m][i][k] = 0.0f;
+    const uint32_t n_my = sb1 - sb0;
+    if (n_my) issue(sb0, 0);
+    forge__copy_commit();
+    for (uint32_t i = 0; i < n_my; i++) {
+        if (i + 1 < n_my) issue(sb0 + i + 1, (i + 1) % 2);
+        forge__copy_commit();
+        forge__copy_keep<1>();
+        __syncthreads();
+        const uint8_t *base = forge__m4_smem + (i % 2) * STAGE, *xs = base, *ss = base + X;
+        const uint8_t *rp[4]; // rows g, g + 8, 16 + g, 24 + g of the warp's 32
+#pragma unroll
+        for (int r = 0; r < 4; r++) rp[r] = base + X + SUMS + 144 * (32 * warp + 16 * (r / 2) + 8 * (r % 2) + g);
+        uint4 head[4]; // d, dmin, the 12 bytes of scales and minimums
+#pragma unroll
+        for (int r = 0; r < 4; r++) head[r] = *(const uint4 *)rp[r];
+        float C[2][NTILE][4];
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int ii = 0; ii < NTILE; ii++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) C[m][ii][k] = 0.0f;
+#pragma unroll
+        for (int unit = 0; unit < 4; unit++) { // groups 2 unit (low nibbles) and 2 unit + 1 (high)
+            uint32_t s2[4][2], n2[4][2];      // a row's scale s of each group as f16x2 (s, s), and (-1024 s, -1024 s)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const uint32_t s16 = 16 * (unit & 1), A = head[r].y >> s16, Cw = head[r].w >> s16;
+                const uint32_t sv = unit >= 2 ? (Cw & 0x0f0fu) | ((A >> 2) & 0x3030u) : A & 0x3f3fu;
+#pragma unroll
+                for (int G = 0; G < 2; G++) {
+                    const float sf = forge__u2f((sv >> (8 * G)) & 0xffu);
+                    s2[r][G] = forge__h2_pack(sf, sf), n2[r][G] = forge__h2_pack(-1024.0f * sf, -1024.0f * sf);
+                }
             }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint32_t wq[4];
+#pragma unroll
+                for (int r = 0; r < 4; r++) wq[r] = *(const uint32_t *)(rp[r] + 16 + 32 * unit + 16 * h + 4 * c);
+#pragma unroll
+                for (int G = 0; G < 2; G++) {
+                    uint32_t lo[4], hi[4]; // a row's k (2c, 2c + 1) and (2c + 8, 2c + 9) of this k16 step: s q, exact
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const uint32_t v = wq[r] >> (4 * G);
+                        lo[r] = forge__h2_fma((v & 0x000f000fu) | 0x64006400u, s2[r][G], n2[r][G]);
+                        hi[r] = forge__h2_fma(((v >> 8) & 0x000f000fu) | 0x64006400u, s2[r][G], n2[r][G]);
+                    }
+                    const uint32_t col = 64 * unit + 32 * G + 16 * h;
+#pragma unroll
+                    for (int ii = 0; ii < NTILE; ii++) {
+                        const uint2 b = *(const uint2 *)(xs + (8 * ii + g) * FORGE__M6_X + 2 * (col + 4 * c));
+                        const uint32_t bf[2] = {b.x, b.y};
+#pragma unroll
+                        for (int m = 0; m < 2; m++) {
+                            const uint32_t af[4] = {lo[2 * m], lo[2 * m + 1], hi[2 * m], hi[2 * m + 1]};
+                            forge__mma16816(C[m][ii], af, bf);
+                        }
+                    }
+                }
+            }
+        }
+        // the minimums: (row minimums) x (group sums), the sums split in two tf32 parts
+        uint32_t am[4][2];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const uint32_t z = head[r].z >> (8 * c), x = head[r].w >> (8 * c);
+            const uint32_t m0 = z & 63u, m1 = ((x >> 4) & 15u) | (((z >> 6) & 3u) << 4);
+            am[r][0] = __float_as_uint(forge__u2f(m0)), am[r][1] = __float_as_uint(forge__u2f(m1));
+        }
+        float d[4], dm[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) d[r] = forge__f16(head[r].x & 0xffffu), dm[r] = forge__f16(head[r].x >> 16);
+#pragma unroll
+        for (int ii = 0; ii < NTILE; ii++) {
+            const float *st = (const float *)(ss + 32 * (8 * ii + g));
+            const float s0 = st[c], s1 = st[c + 4];
+            const uint32_t h0 = forge__tf32(s0), h1 = forge__tf32(s1);
+            const uint32_t l0 = forge__tf32(s0 - __uint_as_float(h0)), l1 = forge__tf32(s1 - __uint_as_float(h1));
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const uint32_t af[4] = {am[2 * m][0], am[2 * m + 1][0], am[2 * m][1], am[2 * m + 1][1]};
+                float D[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                forge__mma_tf32(D, af, l0, l1);
+                forge__mma_tf32(D, af, h0, h1);
+#pragma unroll
+                for (int k = 0; k < 4; k++) acc[m][ii][k] += d[2 * m + k / 2] * C[m][ii][k] - dm[2 * m + k / 2] * D[k];
+            }
+        }
+        __syncthreads(); // the slot is refilled next round
+    }
+    forge__copy_keep<0>();
+    forge__mh_store<NTILE>(acc, rb0 + 32 * warp, n_rows, nt, y, bias);
 }
 
+// How many parts grid y splits a row-block kernel's super-blocks into: doubling while the grid has
+// fewer than `blocks` blocks and the parts fit in parts_floats.
+static uint32_t forge__mh_split(uint32_t bx, uint32_t nb, uint32_t n_tokens, uint32_t n_rows, size_t parts_floats, uint32_t blocks) {
+    uint32_t split = 1;
+    while (bx * split < blocks && 2 * split <= nb && (size_t)2 * split * n_tokens * n_rows <= parts_floats) split *= 2;
+    return split;
+}
 
 // Whether forge__mmh6_rows reads this product: Q6_K rows of a multiple of 2048 columns (16-aligned in
 // the device layout) of up to 32 tokens on a device with the matrix units. Rows 4- or 2-aligned (the
@@ -3375,9 +3539,8 @@ static int forge__mmh6_rows(const uint8_t *w, uint32_t n_rows, uint32_t n_cols, 
 #if FORGE__STAGING
     static std::atomic<unsigned long long> known[2];
     const uint32_t wide = n_tokens > 16, nb = n_cols / 256;
-    const uint32_t bx = (n_rows + 32 * FORGE__M6_WAVES - 1) / (32 * FORGE__M6_WAVES), sms = (uint32_t)forge__hip_sm_count();
-    uint32_t split = 1; // super-blocks split where the row blocks leave multiprocessors idle and the parts fit
-    while (bx * split < 2 * sms && 2 * split <= nb && (size_t)2 * split * n_tokens * n_rows <= parts_floats) split *= 2;
+    const uint32_t bx = (n_rows + 32 * FORGE__M6_WAVES - 1) / (32 * FORGE__M6_WAVES);
+    const uint32_t split = forge__mh_split(bx, nb, n_tokens, n_rows, parts_floats, 2 * (uint32_t)forge__hip_sm_count());
     const dim3 grid(bx, split), block(32 * FORGE__M6_WAVES);
     const size_t smem = 2 * FORGE__M6_STAGE(wide ? 4 : 2);
     float *out = split > 1 ? parts : y;
@@ -3395,6 +3558,40 @@ static int forge__mmh6_rows(const uint8_t *w, uint32_t n_rows, uint32_t n_cols, 
     return 1;
 #else
     (void)w, (void)n_rows, (void)n_cols, (void)xh, (void)n_tokens, (void)y, (void)bias, (void)parts, (void)parts_floats, (void)s;
+    return 0;
+#endif
+}
+
+// xh: forge__k_mh_prep's form of the n_tokens x n_cols activations (17 to 64 tokens); parts as
+// forge__mmh6_rows. 0 when the kernel cannot run here.
+static int forge__mmh4_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
+                            float *y, const float *bias, float *parts, size_t parts_floats, hipStream_t s) {
+#if FORGE__STAGING
+    static std::atomic<unsigned long long> known[2];
+    const uint32_t wide = n_tokens > 32, nb = n_cols / 256;
+    const uint32_t bx = (n_rows + 32 * FORGE__M6_WAVES - 1) / (32 * FORGE__M6_WAVES);
+    // the grid doubles while it has at most one block a multiprocessor: two fit (110 KB of shared memory
+    // each at 64 tokens), so it stays one wave; splitting on to two blocks a multiprocessor, as
+    // forge__mmh6_rows does, measured 8-9% slower on the Llama-3-8B at 32-64 sequences (more parts
+    // written and summed)
+    const uint32_t split = forge__mh_split(bx, nb, n_tokens, n_rows, parts_floats, (uint32_t)forge__hip_sm_count() + 1);
+    const dim3 grid(bx, split), block(32 * FORGE__M6_WAVES);
+    const size_t smem = 2 * FORGE__M4_STAGE(wide ? 8 : 4);
+    float *out = split > 1 ? parts : y;
+    if (wide) {
+        if (!forge__stage_allow(forge__k_mmh4_rows<8>, known[0])) return 0;
+        forge__k_mmh4_rows<8><<<grid, block, smem, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, out, split > 1 ? NULL : bias);
+    } else {
+        if (!forge__stage_allow(forge__k_mmh4_rows<4>, known[1])) return 0;
+        forge__k_mmh4_rows<4><<<grid, block, smem, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, out, split > 1 ? NULL : bias);
+    }
+    if (split > 1) {
+        const size_t n = (size_t)n_tokens * n_rows;
+        forge__k_split_sum<<<forge__hip_blocks(n, 256), 256, 0, s>>>(parts, split, n, n_rows, bias, y);
+    }
+    return 1;
+#else
+    (void)w, (void)row_bytes, (void)n_rows, (void)n_cols, (void)xh, (void)n_tokens, (void)y, (void)bias, (void)parts, (void)parts_floats, (void)s;
     return 0;
 #endif
 }
@@ -3425,14 +3622,20 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
     // (forge__mvq_rows); the activations' form goes into the workspace. q8_rows: 1 the faster for
     // the shape, 2 dp4a, 3 the matrix units (tests).
 #ifdef FORGE__MMA
-    const int mmh = q8_rows && q8_rows != 2 && forge__mmh_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__MH_MIN);
+    const int mmh = q8_rows && q8_rows != 2 && forge__mmh_rows_ok(type, n_rows, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__MH_MIN);
     if (mmh && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {
         const uint32_t n = n_tokens * n_cols;
         uint8_t *xh = (uint8_t *)partial;
         if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((n / 4 + 255) / 256), dim3(256), s, x, n, xh);
         if (form) *form = FORGE_HIP_FORM_F16;
-        forge__mmh_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, s);
-        return forge__hip_launched("matmul rows launch", message, message_bytes);
+        const size_t used = (FORGE__MH_BYTES((size_t)n) + 255) & ~(size_t)255;
+        const size_t parts_floats = used <= partial_floats * sizeof(float) ? (partial_floats * sizeof(float) - used) / sizeof(float) : 0;
+        if (n_tokens > FORGE__MH_STAGED_FROM && n_rows >= FORGE__MH_STAGED_ROWS && forge__mmh4_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, (float *)(xh + used), parts_floats, s))
+            return forge__hip_launched("matmul rows launch", message, message_bytes);
+        if (n_tokens <= FORGE__MH_TOKENS) {
+            forge__mmh_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, s);
+            return forge__hip_launched("matmul rows launch", message, message_bytes);
+        }
     }
     const int mmh6 = q8_rows && q8_rows != 2 && forge__mmh6_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__M6_MIN);
     if (mmh6 && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {

@@ -1209,7 +1209,7 @@ static void bench_matmul(void) {
 static void bench_rows(uint32_t only_rows, uint32_t only_tokens) {
     static const uint32_t types[] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0};
     static const uint32_t shapes[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {1536, 1536}, {8960, 1536}, {1536, 8960}};
-    static const uint32_t tokens[] = {1, 2, 4, 6, 8, 12, 16, 24, 32};
+    static const uint32_t tokens[] = {1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64};
     const uint32_t reps = 20;
     size_t i, j, b;
     int path;
@@ -1528,12 +1528,19 @@ static void test_matmul_rows_q8(void) {
         check_matmul_rows_q8(3, types[i], 517, 1536, 16, 1, UNITS(1536));
         check_matmul_rows_q8(3, types[i], 200, 1024, 17, 1, UNITS(1024)); /* four token tiles */
         check_matmul_rows_q8(3, types[i], 9000, 2048, 32, 0, UNITS(2048)); /* four warps a block, whole super-blocks, 32 tokens */
-        check_matmul_rows_q8(3, types[i], 200, 1024, 33, 1, ROWS_SPLIT); /* more tokens than the path takes */
+        /* Q4_K of 17 to 64 tokens and 4096 rows or more: blocks sharing the activations (forge__k_mmh4_rows) */
+        check_matmul_rows_q8(3, types[i], 4100, 1024, 24, 1, types[i] == FORGE_TYPE_Q4_K ? ROWS_F16 : ROWS_SPLIT); /* a partial block of rows */
+        check_matmul_rows_q8(3, types[i], 4096, 2304, 47, 1, types[i] == FORGE_TYPE_Q4_K ? ROWS_F16 : ROWS_SPLIT); /* odd super-blocks */
+        check_matmul_rows_q8(3, types[i], 4096, 4096, 64, 0, types[i] == FORGE_TYPE_Q4_K ? ROWS_F16 : ROWS_SPLIT);
+        check_matmul_rows_q8(3, types[i], 200, 1024, 33, 1, ROWS_SPLIT);  /* more tokens than forge__k_mmh_rows takes, fewer rows than the other */
+        check_matmul_rows_q8(3, types[i], 4096, 1024, 65, 1, ROWS_SPLIT); /* more tokens than either takes */
         /* the path chosen for the shape */
         check_matmul_rows_q8(0, types[i], 1024, 4096, 5, 1, ROWS_Q8);
         check_matmul_rows_q8(0, types[i], 517, 1536, 12, 1, types[i] == FORGE_TYPE_Q4_K ? ROWS_F16 : ROWS_Q8);
         check_matmul_rows_q8(0, types[i], 300, 4096, 12, 1, k_quant ? ROWS_F16 : ROWS_Q8); /* Q6_K from 9 tokens where its rows are 16-aligned */
         check_matmul_rows_q8(0, types[i], 517, 1536, 40, 1, ROWS_SPLIT);
+        check_matmul_rows_q8(0, types[i], 4096, 1536, 40, 1, types[i] == FORGE_TYPE_Q4_K ? ROWS_F16 : ROWS_SPLIT);
+        check_matmul_rows_q8(0, types[i], 517, 1536, 72, 1, ROWS_SPLIT);
 #undef UNITS
     }
     check_matmul_rows_q8(0, FORGE_TYPE_Q5_K, 200, 1024, 4, 1, ROWS_SPLIT); /* no rows reader */
