@@ -1019,10 +1019,12 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    0.03% with f32 activations, and a greedy path can part from the CPU backend's where two logits
    nearly tie. A step of several sequences (forge_eval_batch) of a few rows rounds its rows the
    same way and reads each weight once for all of them (the output head too): up to 16 rows of Q4_0
-   and Q8_0, 12 of Q6_K, 7 of Q4_K; Q4_K products of 8 to 32 rows read each weight once on f16
-   activations instead (the weights exact on the matrix units: 2e-4 from f32). Larger steps and
-   prompt batches keep f32 activations (f16 operands on the matrix units). desc.gpu_no_q8 keeps decode and
-   those steps on f32 activations (slower: see README, Performance). A
+   and Q8_0, 12 of Q6_K (8 where the matrix units take it), 7 of Q4_K; Q4_K products of 8 to 64
+   rows (to 32 where the matrix has fewer than 4096 rows) and Q6_K products of 9 to 32 rows (rows of
+   a multiple of 2048 columns) read each weight once on f16 activations instead, on the matrix units
+   (Q4_K's weights exact, Q6_K's rounded once past 2048: about 2e-4 from f32). Larger steps and
+   prompt batches keep f32 activations (f16 operands on the matrix units). desc.gpu_no_q8 keeps
+   decode and those steps on f32 activations (slower: see README, Performance). A
    product that adds into the residual stream also prepares the RMS norm after it where that is
    faster (the residual times the norm weight rounded as above, the norm's factor applied to the
    readers' sums: the same values up to float rounding); desc.gpu_norm_fusion -1 never does, 1 does

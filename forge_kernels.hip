@@ -3732,9 +3732,13 @@ int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32
 // forge_hip_matmul_split for the step of several sequences on 8-bit activations: a few tokens of a
 // type with an 8-bit decode reader (columns a multiple of 32) are rounded as the decode step rounds
 // one token, into the workspace (which must then hold forge_hip_rows_bytes(n_tokens * n_cols)), and
-// each weight is read once for all of them: by dp4a up to 16 tokens of Q4_0 and Q8_0, 12 of Q6_K and
-// 7 of Q4_K; Q4_K from FORGE__MH_MIN (8) to 32 tokens on the f16 matrix units with its weights exact and
-// the activations as f16 (no 8-bit rounding there); anything else runs as forge_hip_matmul_split.
+// each weight is read once for all of them: by dp4a up to 16 tokens of Q4_0 and Q8_0, 12 of Q6_K (8
+// where the matrix units take it) and 7 of Q4_K; on the f16 matrix units, the activations as f16 (no
+// 8-bit rounding there), Q4_K from FORGE__MH_MIN (8) to 32 tokens, and to 64 where the matrix has
+// FORGE__MH_STAGED_ROWS rows or more, its weights exact, and Q6_K of 9 to 32 tokens whose rows are
+// 16-aligned on the device (a multiple of 2048 columns), its weights rounded once past 2048; anything
+// else runs as forge_hip_matmul_split (forge_hip_rows_bytes covers the forms, the split super-blocks'
+// parts use what is left).
 int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                              char *message, size_t message_bytes) {
@@ -3754,8 +3758,8 @@ int forge_hip_matmul_rows_q8_form(uint32_t type, const void *w, uint32_t n_rows,
 }
 
 // forge_hip_matmul_rows_q8 on one path, for measuring and testing them: 2 dp4a (forge__k_mvq_rows), 3
-// the f16 matrix units with exact weights (forge__k_mmh_rows); anything the path does not take runs as
-// forge_hip_matmul_split.
+// the f16 matrix units (forge__k_mmh_rows, forge__k_mmh4_rows, forge__k_mmh6_rows) from one token;
+// anything the path does not take runs as forge_hip_matmul_split.
 int forge_hip_matmul_rows_q8_path(int path, uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                   uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                                   char *message, size_t message_bytes) {
