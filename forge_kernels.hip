@@ -3017,6 +3017,36 @@ __device__ __forceinline__ uint32_t forge__tf32(float f) {
     return r;
 }
 
+// Q4_K on the f16 matrix units (forge__k_mmh_rows, forge__k_mmh4_rows). A row's scales s of groups
+// 2 unit and 2 unit + 1 of its super-block (head: d, dmin, the 12 bytes of scales and minimums) as
+// f16x2 (s, s), and (-1024 s, -1024 s) for forge__q4k_sq.
+__device__ __forceinline__ void forge__q4k_scales(const uint4 &head, uint32_t unit, uint32_t s2[2], uint32_t n2[2]) {
+    const uint32_t s16 = 16 * (unit & 1), A = head.y >> s16, Cw = head.w >> s16;
+    const uint32_t sv = unit >= 2 ? (Cw & 0x0f0fu) | ((A >> 2) & 0x3030u) : A & 0x3f3fu;
+#pragma unroll
+    for (int G = 0; G < 2; G++) {
+        const float sf = forge__u2f((sv >> (8 * G)) & 0xffu);
+        s2[G] = forge__h2_pack(sf, sf), n2[G] = forge__h2_pack(-1024.0f * sf, -1024.0f * sf);
+    }
+}
+// A lane's word of 4-bit values, shifted down to its group's nibbles, as s q in f16 (exact): lo the
+// k (2c, 2c + 1) of a k16 step, hi its (2c + 8, 2c + 9)
+__device__ __forceinline__ void forge__q4k_sq(uint32_t v, uint32_t s2, uint32_t n2, uint32_t &lo, uint32_t &hi) {
+    lo = forge__h2_fma((v & 0x000f000fu) | 0x64006400u, s2, n2);
+    hi = forge__h2_fma(((v >> 8) & 0x000f000fu) | 0x64006400u, s2, n2);
+}
+// A row's minimums m of groups c and c + 4 of its super-block as tf32 bits (whole numbers), 0 where
+// the group is not in the piece
+__device__ __forceinline__ void forge__q4k_mins(const uint4 &head, uint32_t c, bool in0, bool in1, uint32_t am[2]) {
+    const uint32_t z = head.z >> (8 * c), x = head.w >> (8 * c);
+    const uint32_t m0 = z & 63u, m1 = ((x >> 4) & 15u) | (((z >> 6) & 3u) << 4);
+    am[0] = in0 ? __float_as_uint(forge__u2f(m0)) : 0u, am[1] = in1 ? __float_as_uint(forge__u2f(m1)) : 0u;
+}
+// f32 s as two tf32 parts whose sum is s to f32's precision
+__device__ __forceinline__ void forge__tf32_split(float s, uint32_t &hi, uint32_t &lo) {
+    hi = forge__tf32(s), lo = forge__tf32(s - __uint_as_float(hi));
+}
+
 // PU: units of 64 columns a piece (4: a whole super-block, 2: half of one, for short rows); NTILE:
 // 8-token tiles.
 template <int PU, int NTILE>
@@ -3070,26 +3100,14 @@ forge__k_mmh_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_ro
             const uint32_t unit = u0 + p; // groups 2 unit (low nibbles) and 2 unit + 1 (high)
             uint32_t s2[4][2], n2[4][2];  // a row's scale s of each group as f16x2 (s, s), and (-1024 s, -1024 s)
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const uint32_t s16 = 16 * (unit & 1), A = head[r].y >> s16, Cw = head[r].w >> s16;
-                const uint32_t sv = unit >= 2 ? (Cw & 0x0f0fu) | ((A >> 2) & 0x3030u) : A & 0x3f3fu;
-#pragma unroll
-                for (int G = 0; G < 2; G++) {
-                    const float sf = forge__u2f((sv >> (8 * G)) & 0xffu);
-                    s2[r][G] = forge__h2_pack(sf, sf), n2[r][G] = forge__h2_pack(-1024.0f * sf, -1024.0f * sf);
-                }
-            }
+            for (int r = 0; r < 4; r++) forge__q4k_scales(head[r], unit, s2[r], n2[r]);
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int G = 0; G < 2; G++) {
                     uint32_t lo[4], hi[4]; // a row's k (2c, 2c + 1) and (2c + 8, 2c + 9) of this k16 step: s q, exact
 #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        const uint32_t v = wq[r][p][h] >> (4 * G);
-                        lo[r] = forge__h2_fma((v & 0x000f000fu) | 0x64006400u, s2[r][G], n2[r][G]);
-                        hi[r] = forge__h2_fma(((v >> 8) & 0x000f000fu) | 0x64006400u, s2[r][G], n2[r][G]);
-                    }
+                    for (int r = 0; r < 4; r++) forge__q4k_sq(wq[r][p][h] >> (4 * G), s2[r][G], n2[r][G], lo[r], hi[r]);
                     const size_t col = 256 * (size_t)sb + 64 * unit + 32 * G + 16 * h;
 #pragma unroll
                     for (int i = 0; i < NTILE; i++) {
@@ -3107,17 +3125,12 @@ forge__k_mmh_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_ro
         uint32_t am[4][2];
         const bool in0 = c / 2 >= u0 && c / 2 < u0 + PU, in1 = (c + 4) / 2 >= u0 && (c + 4) / 2 < u0 + PU;
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const uint32_t z = head[r].z >> (8 * c), x = head[r].w >> (8 * c);
-            const uint32_t m0 = z & 63u, m1 = ((x >> 4) & 15u) | (((z >> 6) & 3u) << 4);
-            am[r][0] = in0 ? __float_as_uint(forge__u2f(m0)) : 0u, am[r][1] = in1 ? __float_as_uint(forge__u2f(m1)) : 0u;
-        }
+        for (int r = 0; r < 4; r++) forge__q4k_mins(head[r], c, in0, in1, am[r]);
         float D[2][NTILE][4];
 #pragma unroll
         for (int i = 0; i < NTILE; i++) {
-            const float s0 = sr[i][8 * (size_t)sb + c], s1 = sr[i][8 * (size_t)sb + c + 4];
-            const uint32_t h0 = forge__tf32(s0), h1 = forge__tf32(s1);
-            const uint32_t l0 = forge__tf32(s0 - __uint_as_float(h0)), l1 = forge__tf32(s1 - __uint_as_float(h1));
+            uint32_t h0, h1, l0, l1;
+            forge__tf32_split(sr[i][8 * (size_t)sb + c], h0, l0), forge__tf32_split(sr[i][8 * (size_t)sb + c + 4], h1, l1);
 #pragma unroll
             for (int m = 0; m < 2; m++) {
                 const uint32_t af[4] = {am[2 * m][0], am[2 * m + 1][0], am[2 * m][1], am[2 * m + 1][1]};
@@ -3445,15 +3458,7 @@ forge__k_mmh4_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_r
         for (int unit = 0; unit < 4; unit++) { // groups 2 unit (low nibbles) and 2 unit + 1 (high)
             uint32_t s2[4][2], n2[4][2];      // a row's scale s of each group as f16x2 (s, s), and (-1024 s, -1024 s)
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const uint32_t s16 = 16 * (unit & 1), A = head[r].y >> s16, Cw = head[r].w >> s16;
-                const uint32_t sv = unit >= 2 ? (Cw & 0x0f0fu) | ((A >> 2) & 0x3030u) : A & 0x3f3fu;
-#pragma unroll
-                for (int G = 0; G < 2; G++) {
-                    const float sf = forge__u2f((sv >> (8 * G)) & 0xffu);
-                    s2[r][G] = forge__h2_pack(sf, sf), n2[r][G] = forge__h2_pack(-1024.0f * sf, -1024.0f * sf);
-                }
-            }
+            for (int r = 0; r < 4; r++) forge__q4k_scales(head[r], unit, s2[r], n2[r]);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 uint32_t wq[4];
@@ -3463,11 +3468,7 @@ forge__k_mmh4_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_r
                 for (int G = 0; G < 2; G++) {
                     uint32_t lo[4], hi[4]; // a row's k (2c, 2c + 1) and (2c + 8, 2c + 9) of this k16 step: s q, exact
 #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        const uint32_t v = wq[r] >> (4 * G);
-                        lo[r] = forge__h2_fma((v & 0x000f000fu) | 0x64006400u, s2[r][G], n2[r][G]);
-                        hi[r] = forge__h2_fma(((v >> 8) & 0x000f000fu) | 0x64006400u, s2[r][G], n2[r][G]);
-                    }
+                    for (int r = 0; r < 4; r++) forge__q4k_sq(wq[r] >> (4 * G), s2[r][G], n2[r][G], lo[r], hi[r]);
                     const uint32_t col = 64 * unit + 32 * G + 16 * h;
 #pragma unroll
                     for (int ii = 0; ii < NTILE; ii++) {
@@ -3485,20 +3486,15 @@ forge__k_mmh4_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_r
         // the minimums: (row minimums) x (group sums), the sums split in two tf32 parts
         uint32_t am[4][2];
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const uint32_t z = head[r].z >> (8 * c), x = head[r].w >> (8 * c);
-            const uint32_t m0 = z & 63u, m1 = ((x >> 4) & 15u) | (((z >> 6) & 3u) << 4);
-            am[r][0] = __float_as_uint(forge__u2f(m0)), am[r][1] = __float_as_uint(forge__u2f(m1));
-        }
+        for (int r = 0; r < 4; r++) forge__q4k_mins(head[r], c, true, true, am[r]);
         float d[4], dm[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) d[r] = forge__f16(head[r].x & 0xffffu), dm[r] = forge__f16(head[r].x >> 16);
 #pragma unroll
         for (int ii = 0; ii < NTILE; ii++) {
             const float *st = (const float *)(ss + 32 * (8 * ii + g));
-            const float s0 = st[c], s1 = st[c + 4];
-            const uint32_t h0 = forge__tf32(s0), h1 = forge__tf32(s1);
-            const uint32_t l0 = forge__tf32(s0 - __uint_as_float(h0)), l1 = forge__tf32(s1 - __uint_as_float(h1));
+            uint32_t h0, h1, l0, l1;
+            forge__tf32_split(st[c], h0, l0), forge__tf32_split(st[c + 4], h1, l1);
 #pragma unroll
             for (int m = 0; m < 2; m++) {
                 const uint32_t af[4] = {am[2 * m][0], am[2 * m + 1][0], am[2 * m][1], am[2 * m + 1][1]};
@@ -3622,31 +3618,27 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
     // (forge__mvq_rows); the activations' form goes into the workspace. q8_rows: 1 the faster for
     // the shape, 2 dp4a, 3 the matrix units (tests).
 #ifdef FORGE__MMA
-    const int mmh = q8_rows && q8_rows != 2 && forge__mmh_rows_ok(type, n_rows, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__MH_MIN);
-    if (mmh && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {
+    // Q4_K and Q6_K on the f16 matrix units: the activations' f16 form at the start of the workspace,
+    // the parts of split super-blocks after it
+    const int units = q8_rows && q8_rows != 2;
+    const int mmh = units && forge__mmh_rows_ok(type, n_rows, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__MH_MIN);
+    const int mmh6 = units && forge__mmh6_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__M6_MIN);
+    if ((mmh || mmh6) && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {
         const uint32_t n = n_tokens * n_cols;
         uint8_t *xh = (uint8_t *)partial;
         if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((n / 4 + 255) / 256), dim3(256), s, x, n, xh);
         if (form) *form = FORGE_HIP_FORM_F16;
         const size_t used = (FORGE__MH_BYTES((size_t)n) + 255) & ~(size_t)255;
         const size_t parts_floats = used <= partial_floats * sizeof(float) ? (partial_floats * sizeof(float) - used) / sizeof(float) : 0;
-        if (n_tokens > FORGE__MH_STAGED_FROM && n_rows >= FORGE__MH_STAGED_ROWS && forge__mmh4_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, (float *)(xh + used), parts_floats, s))
-            return forge__hip_launched("matmul rows launch", message, message_bytes);
-        if (n_tokens <= FORGE__MH_TOKENS) {
+        float *parts = (float *)(xh + used);
+        const int staged = mmh6 ? forge__mmh6_rows(wb, n_rows, n_cols, xh, n_tokens, y, bias, parts, parts_floats, s)
+                                : n_tokens > FORGE__MH_STAGED_FROM && n_rows >= FORGE__MH_STAGED_ROWS &&
+                                      forge__mmh4_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, parts, parts_floats, s);
+        if (staged) return forge__hip_launched("matmul rows launch", message, message_bytes);
+        if (mmh && n_tokens <= FORGE__MH_TOKENS) {
             forge__mmh_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, s);
             return forge__hip_launched("matmul rows launch", message, message_bytes);
         }
-    }
-    const int mmh6 = q8_rows && q8_rows != 2 && forge__mmh6_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__M6_MIN);
-    if (mmh6 && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {
-        const uint32_t n = n_tokens * n_cols;
-        uint8_t *xh = (uint8_t *)partial;
-        const size_t used = (FORGE__MH_BYTES((size_t)n) + 255) & ~(size_t)255;
-        if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((n / 4 + 255) / 256), dim3(256), s, x, n, xh);
-        if (form) *form = FORGE_HIP_FORM_F16;
-        const size_t parts_floats = used <= partial_floats * sizeof(float) ? (partial_floats * sizeof(float) - used) / sizeof(float) : 0;
-        if (forge__mmh6_rows(wb, n_rows, n_cols, xh, n_tokens, y, bias, (float *)(xh + used), parts_floats, s))
-            return forge__hip_launched("matmul rows launch", message, message_bytes);
     }
 #endif
     if (q8_rows && partial && q8_rows != 3 && n_tokens <= forge__mvq_rows_max(type, n_cols) &&
