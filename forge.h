@@ -990,11 +990,14 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    that read its results (logits, argmax, the next eval) wait for it. The context records one graph
    for each band of positions (below 128, below 8192, up to n_ctx: the decode attention gives a block
    fewer query heads while the context is short) and each step replays its position's. A context
-   of several sequences also records forge_eval_batch's step of 2 to 8 rows that each keep their
-   logits (a decode step of that many sequences), one graph per row count and band (one band up to
-   8192 positions); the driver's device memory for those graphs (about 1.6 MB each on an H100) is
-   outside the plan. desc.gpu_no_graph gives plain launches instead of the graphs (sized by the same
-   bands). On NVIDIA
+   of several sequences also records forge_eval_batch's step of rows that each keep their logits (a
+   decode step of that many sequences) at 2 to 8, 12, 16, 24, 32, 48 and 64 rows and at the largest
+   such step it takes (n_seq or n_batch rows, at most 64), one graph per row count and band (one band
+   up to 8192 positions); such a step of a count between them runs padded to the next (the extra rows
+   repeat the first row's token, position and sequence, store nothing in its cache, and their
+   logits are dropped), recorded or not, so that a replay and plain launches give the same bits.
+   The driver's device memory for those graphs (about 1.6 MB each on an H100) is outside the plan.
+   desc.gpu_no_graph gives plain launches instead of the graphs (sized by the same bands). On NVIDIA
    compute capability 9.0 and newer (kernels built for it), the decode kernels are launched so that
    each may be placed on the device while the one before it finishes (programmatic dependent
    launch; each waits for the previous kernel's results before it reads any of them, a product
@@ -8194,6 +8197,9 @@ int forge_hip_matmul_rows_q8_path(int path, uint32_t type, const void *w, uint32
 int forge_hip_rope_rows(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
                         const uint32_t *row_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
                         char *message, size_t message_bytes);
+/* a bit of a row's sequence id in the rows launches: the row reads its sequence's cache and stores
+   nothing into it (the rows that pad a decode step up to a recorded row count) */
+#define FORGE_HIP_ROW_NO_STORE 0x80000000u
 int forge_hip_kv_store_rows(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
                             uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, const uint32_t *row_pos, const uint32_t *row_seq,
                             size_t seq_stride, uint32_t n_cells, void *stream, char *message, size_t message_bytes);
@@ -8336,9 +8342,11 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
 /* The decode graphs a context records at most: one for each band of positions between the spans
    at which the attention launch changes (forge_hip_attention_span_limits), the last up to n_ctx. */
 #define FORGE__GPU_GRAPHS 4u
-/* steps of 2 to FORGE__GPU_ROWS_GRAPHS + 1 rows are recorded too: their ~700 launches cost more than
-   their kernels' work (tests/PERF.md, "Steps of several sequences") */
-#define FORGE__GPU_ROWS_GRAPHS 7u
+/* steps of several sequences are recorded too, at up to FORGE__GPU_ROWS_GRAPHS row counts of at most
+   FORGE__GPU_ROWS_PAD_MAX rows (forge__gpu_row_counts): their ~700 launches cost more than their
+   kernels' work (tests/PERF.md, "Steps of several sequences") */
+#define FORGE__GPU_ROWS_GRAPHS 14u
+#define FORGE__GPU_ROWS_PAD_MAX 64u
 /* The rotary pair frequencies of the decode step's fused attention: two tables (the base and the
    sliding-window layers' base) of up to FORGE__GPU_ROPE_PAIRS doubles. Where n_rot / 2 is at most
    half that, the second half of each table holds the step's rotation angles (n_rot floats), written
@@ -9243,11 +9251,12 @@ struct forge_context {
     /* sequences: one host block taken at creation (bookkeeping, not part of the plan) holds
        seq_pos[n_seq], seq_row[n_seq] (the logits row of each sequence's last token in the last step,
        UINT32_MAX when it had none), seq_count[n_seq] (a step's rows per sequence), and for a step of
-       forge_eval_batch row_pos[n_batch], row_seq[n_batch] and logit_src[n_batch] (the rows whose logits
-       are kept, in order). rows is 1 while such a step runs: positions and sequences come from the
-       row tables instead of pos + t and 0. Sequence s's cache is the one-sequence layout at
+       forge_eval_batch row_pos[n_batch], row_seq[n_batch], logit_src[n_batch] (the rows whose logits
+       are kept, in order) and row_tok[n_batch] (the GPU's tokens of a padded step). rows is 1 while
+       such a step runs: positions and sequences come from the row tables instead of pos + t and 0. Sequence s's cache is the one-sequence layout at
        kv + s * kv_seq_bytes (on the GPU, dev_kv + s * kv_seq_bytes). */
     uint32_t *seq_pos, *seq_row, *seq_count, *row_pos, *row_seq, *logit_src;
+    int32_t *row_tok;
     uint64_t kv_seq_bytes;
     uint32_t row_pos_max;   /* the largest of a batch step's row positions */
     int rows;
@@ -9280,10 +9289,12 @@ struct forge_context {
     uint32_t graph_span[FORGE__GPU_GRAPHS];
     uint32_t n_graphs;
     uint32_t n_bands;       /* the bands of graph_span (>= 1 once the GPU context is made) */
-    /* the step of n rows that each keep their logits (a decode step of n sequences), 2 <= n <=
-       n_rows_graphs + 1, recorded per band as rows_graph[n - 2][band] (forge__gpu_record_rows) */
+    /* the step of row_counts[i] rows that each keep their logits (a decode step of that many
+       sequences; one of fewer is padded up to it), recorded per band as rows_graph[i][band] for i <
+       n_rows_graphs (forge__gpu_record_rows: all n_row_counts or none) */
     void *rows_graph[FORGE__GPU_ROWS_GRAPHS][FORGE__GPU_GRAPHS];
-    uint32_t n_rows_graphs;
+    uint32_t row_counts[FORGE__GPU_ROWS_GRAPHS];
+    uint32_t n_row_counts, n_rows_graphs;
     uint32_t att_span;      /* the span a decode step's attention launch is sized for (<= n_ctx) */
     int dev_pending;        /* a decode step queued and not yet waited for */
     int logits_on_host;     /* the host copy of the logits is the last eval's */
@@ -9381,7 +9392,7 @@ static void forge__capture_bind(forge_context *ctx) {
 
 /* The host tables of the sequences (see struct forge_context), taken once at creation. */
 static forge_result forge__seq_tables(forge_context *ctx, forge_error *error) {
-    const uint64_t words = 3ull * ctx->r.n_seq + 3ull * ctx->r.n_batch;
+    const uint64_t words = 3ull * ctx->r.n_seq + 4ull * ctx->r.n_batch;
     uint32_t s;
     ctx->seq_pos = (uint32_t *)forge__alloc(&ctx->allocator, (size_t)words * sizeof(uint32_t));
     if (!ctx->seq_pos)
@@ -9393,6 +9404,7 @@ static forge_result forge__seq_tables(forge_context *ctx, forge_error *error) {
     ctx->row_pos = ctx->seq_count + ctx->r.n_seq;
     ctx->row_seq = ctx->row_pos + ctx->r.n_batch;
     ctx->logit_src = ctx->row_seq + ctx->r.n_batch;
+    ctx->row_tok = (int32_t *)(void *)(ctx->logit_src + ctx->r.n_batch);
     for (s = 0; s < ctx->r.n_seq; s++) ctx->seq_row[s] = UINT32_MAX;
     return FORGE_OK;
 }
@@ -10116,28 +10128,45 @@ static uint32_t forge__gpu_decode_band(const forge_context *ctx) {
     return b;
 }
 
-/* Records, at context creation, the step of n rows that each keep their logits (2 <= n <= 8, one
-   graph per band forge__gpu_rows_band takes) for a context of several sequences on one GPU: every
-   row's token, position and sequence are read from the device tables the step uploads first, so one
-   recording serves any mix of sequences and positions in the band; a step with prompt rows (some
-   rows' logits not kept) or more rows launches plainly. The driver's device memory for the graphs
-   is outside the plan (about 1.5 MB a graph on an H100, tests/PERF.md). Not with captures (their
-   staging is sized by the step), nor where the decode graphs were not recorded. All or none. */
+/* The row counts of the steps of several sequences that are recorded (forge__gpu_record_rows) and
+   that a decode step of fewer rows is padded up to (forge__gpu_run_schedule): 2 to 8, then 12, 16,
+   24, 32, 48 and 64 (each at most a third more rows than a step it takes), and the most rows such a
+   step can have (n_seq or n_batch, at most FORGE__GPU_ROWS_PAD_MAX) where that falls between two.
+   Not with several GPUs or captures (their staging is sized by the step): none there. */
+static void forge__gpu_row_counts(forge_context *ctx) {
+    static const uint32_t counts[] = {2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64};
+    const uint32_t most = FORGE__MIN(FORGE__MIN(ctx->r.n_seq, ctx->r.n_batch), FORGE__GPU_ROWS_PAD_MAX);
+    uint32_t i, k = 0;
+    ctx->n_row_counts = 0;
+    if (ctx->n_parts > 1 || ctx->sched.n_captures) return;
+    for (i = 0; i < sizeof counts / sizeof counts[0] && counts[i] <= most; i++) ctx->row_counts[k++] = counts[i];
+    if (most >= 2 && (k == 0 || ctx->row_counts[k - 1] < most)) ctx->row_counts[k++] = most;
+    ctx->n_row_counts = k;
+}
+
+/* Records, at context creation, the step of each of ctx->row_counts rows that each keep their logits
+   (one graph per band forge__gpu_rows_band takes) for a context of several sequences on one GPU:
+   every row's token, position and sequence are read from the device tables the step uploads first,
+   so one recording serves any mix of sequences and positions in the band; a step with prompt rows
+   (some rows' logits not kept) or of more rows launches plainly. The driver's device memory for
+   the graphs is outside the plan (about 1.6 MB a graph on an H100, tests/PERF.md). Not where the
+   decode graphs were not recorded. All or none. */
 static void forge__gpu_record_rows(forge_context *ctx, const forge_context_desc *desc) {
-    const uint32_t most = FORGE__MIN(FORGE__MIN(ctx->r.n_seq, ctx->r.n_batch), FORGE__GPU_ROWS_GRAPHS + 1);
     int32_t *dev_tokens = (int32_t *)(void *)(ctx->dev + ctx->dev_tokens);
-    uint32_t n, b, i, recorded = 0;
+    uint32_t n, b, i, k;
     char message[512], line[700];
     forge_error e;
     forge_result r = FORGE_OK;
     ctx->n_rows_graphs = 0;
-    if (ctx->n_parts > 1 || ctx->n_graphs == 0 || most < 2 || ctx->sched.n_captures) return;
+    forge__gpu_row_counts(ctx);
+    if (ctx->n_graphs == 0 || ctx->n_row_counts == 0) return;
     ctx->rows = 1;
-    for (n = 2; n <= most && r == FORGE_OK; n++) {
+    for (k = 0; k < ctx->n_row_counts && r == FORGE_OK; k++) {
+        n = ctx->row_counts[k];
         ctx->n_tokens = ctx->n_logit_rows = n;
         for (i = 0; i < n; i++) ctx->logit_src[i] = i;
         for (b = forge__gpu_rows_first_band(ctx); b < ctx->n_bands && r == FORGE_OK; b++) {
-            void **graph = &ctx->rows_graph[n - 2][b];
+            void **graph = &ctx->rows_graph[k][b];
             ctx->row_pos_max = ctx->graph_span[b] - 1;
             if (forge_hip_graph_begin(ctx->stream, message, sizeof message) != 0) {
                 r = FORGE_ERR_IO;
@@ -10150,7 +10179,6 @@ static void forge__gpu_record_rows(forge_context *ctx, const forge_context_desc 
                 r = FORGE_ERR_IO;
             }
         }
-        if (r == FORGE_OK) recorded = n - 1;
     }
     ctx->rows = 0;
     ctx->n_tokens = ctx->n_logit_rows = 0;
@@ -10160,10 +10188,10 @@ static void forge__gpu_record_rows(forge_context *ctx, const forge_context_desc 
         if (desc->log) desc->log(desc->log_user_data, FORGE_LOG_WARN, line);
         return;
     }
-    ctx->n_rows_graphs = recorded;
+    ctx->n_rows_graphs = ctx->n_row_counts;
     if (desc->log) {
-        snprintf(line, sizeof line, "steps of several sequences: 2 to %u rows recorded in %u graphs", recorded + 1,
-                 recorded * (ctx->n_bands - forge__gpu_rows_first_band(ctx)));
+        snprintf(line, sizeof line, "steps of several sequences: %u row counts from 2 to %u recorded in %u graphs", ctx->n_row_counts,
+                 ctx->row_counts[ctx->n_row_counts - 1], ctx->n_row_counts * (ctx->n_bands - forge__gpu_rows_first_band(ctx)));
         desc->log(desc->log_user_data, FORGE_LOG_INFO, line);
     }
 }
@@ -10407,14 +10435,34 @@ static forge_result forge__gpu_run_schedule(forge_context *ctx, forge_error *err
     if (ctx->n_parts > 1) return forge__gpu_run_parts(ctx, error);
     if (ctx->rows) { /* several sequences: the tokens, each row's position and sequence, then the batch's launches */
         const uint64_t half = forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(uint32_t));
-        FORGE__HIP(forge_hip_copy_to_device(dev_tokens, ctx->tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
+        const uint32_t kept = ctx->n_logit_rows;
+        const int32_t *tokens = ctx->tokens;
+        uint32_t slot = 0, i;
+        /* a decode step of n sequences runs as one of the recorded row counts, the next at or above
+           n (forge__gpu_row_counts): the rows added repeat row 0's token and position and read its
+           sequence's cache, store nothing (FORGE_HIP_ROW_NO_STORE), and their logits are not kept */
+        if (kept == n)
+            while (slot < ctx->n_row_counts && ctx->row_counts[slot] < n) slot++;
+        if (kept != n || slot == ctx->n_row_counts) slot = FORGE__GPU_ROWS_GRAPHS;
+        else if (ctx->row_counts[slot] > n) {
+            memcpy(ctx->row_tok, ctx->tokens, n * sizeof(int32_t));
+            for (i = n; i < ctx->row_counts[slot]; i++) {
+                ctx->row_tok[i] = ctx->tokens[0], ctx->row_pos[i] = ctx->row_pos[0];
+                ctx->row_seq[i] = ctx->row_seq[0] | FORGE_HIP_ROW_NO_STORE, ctx->logit_src[i] = i;
+            }
+            tokens = ctx->row_tok;
+            n = ctx->n_logit_rows = ctx->row_counts[slot];
+        }
+        FORGE__HIP(forge_hip_copy_to_device(dev_tokens, tokens, n * sizeof(int32_t), ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows, ctx->row_pos, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
         FORGE__HIP(forge_hip_copy_to_device(ctx->dev + ctx->dev_rows + half, ctx->row_seq, n * sizeof(uint32_t), ctx->stream, FORGE__MSG));
-        if (n >= 2 && n <= ctx->n_rows_graphs + 1 && ctx->n_logit_rows == n) { /* a decode step of n sequences: recorded */
-            FORGE__HIP(forge_hip_graph_launch(ctx->rows_graph[n - 2][forge__gpu_rows_band(ctx)], ctx->stream, FORGE__MSG));
+        if (slot < ctx->n_rows_graphs) { /* recorded */
+            FORGE__HIP(forge_hip_graph_launch(ctx->rows_graph[slot][forge__gpu_rows_band(ctx)], ctx->stream, FORGE__MSG));
         } else if ((r = forge__gpu_launch_ops(ctx, n, dev_tokens, NULL, error))) {
+            ctx->n_logit_rows = kept;
             return r;
         }
+        ctx->n_logit_rows = kept;
     } else if (n == 1) { /* decode: token and position through the step slots, the graph's launches or the same ones plain */
         uint32_t *slots = (uint32_t *)(void *)(ctx->dev + ctx->dev_step);
         ctx->step_host[0] = (uint32_t)ctx->tokens[0];

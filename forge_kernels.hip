@@ -101,6 +101,10 @@ enum {
     FORGE_HIP_Q5_K = 13, FORGE_HIP_Q6_K = 14, FORGE_HIP_IQ4_NL = 20, FORGE_HIP_IQ4_XS = 23, FORGE_HIP_BF16 = 30
 };
 
+// A bit of a step's row sequence id (forge.h sets it on the rows that pad a step to a recorded row
+// count): the row reads its sequence's cache as any row does and stores nothing into it.
+#define FORGE_HIP_ROW_NO_STORE 0x80000000u
+
 // ---- launcher plumbing ----
 
 static int forge__hip_fail(hipError_t err, const char *what, char *message, size_t message_bytes) {
@@ -4202,7 +4206,8 @@ __device__ __forceinline__ void forge__kv_put(const float *__restrict__ x, uint3
 }
 
 // One thread per element (F32, F16) or per 32-element block (Q8_0, Q4_0) of n_tokens x n_head_kv rows.
-// dev_pos (a decode graph's): the first position is read from device memory instead of pos0.
+// dev_pos (a decode graph's): the first position is read from device memory instead of pos0. row_seq
+// (a step of several sequences): a row whose id has FORGE_HIP_ROW_NO_STORE stores nothing.
 template <int TYPE>
 __global__ void forge__k_kv_store(const float *__restrict__ src, uint8_t *__restrict__ cache, uint32_t n_tokens,
                                   uint32_t n_head_kv, uint32_t dim, uint32_t pos0, uint32_t n_cells, size_t row_bytes,
@@ -4214,6 +4219,7 @@ __global__ void forge__k_kv_store(const float *__restrict__ src, uint8_t *__rest
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t row = i / per_row; // token * n_head_kv + head
         const uint32_t item = (uint32_t)(i % per_row), t = (uint32_t)(row / n_head_kv), h = (uint32_t)(row % n_head_kv);
+        if (row_seq && (row_seq[t] & FORGE_HIP_ROW_NO_STORE)) continue; // a padded row: stores nothing
         const float *x = src + row * dim;
         const uint32_t pos = row_pos ? row_pos[t] : first_pos + t, cell = n_cells ? pos % n_cells : pos;
         uint8_t *dst = cache + (row_seq ? (size_t)row_seq[t] * seq_stride : 0) + ((size_t)cell * n_head_kv + h) * row_bytes;
@@ -4367,7 +4373,8 @@ typedef struct forge_hip_attention_args {
     // forge_hip_attention only: NULL, or n_tokens device positions, one per query row, whose rows may
     // belong to different sequences (a step of several sequences); pos0 then holds the largest of
     // them. row_seq: n_tokens device sequence ids; row t reads the cache at cache_k / cache_v +
-    // row_seq[t] * seq_stride bytes (each sequence's cache laid out as one sequence's).
+    // row_seq[t] * seq_stride bytes (each sequence's cache laid out as one sequence's; the bit
+    // FORGE_HIP_ROW_NO_STORE of an id is not part of it).
     const uint32_t *row_pos;
     const uint32_t *row_seq;
     size_t seq_stride;
@@ -4456,7 +4463,7 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
     }
     const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
     const float *q = a.q + ((size_t)t * a.n_head + h) * hd;
-    const size_t seq_base = a.row_seq ? (size_t)a.row_seq[t] * a.seq_stride : 0;
+    const size_t seq_base = a.row_seq ? (size_t)(a.row_seq[t] & ~FORGE_HIP_ROW_NO_STORE) * a.seq_stride : 0;
     const uint8_t *ck = (const uint8_t *)a.cache_k + seq_base, *cv = (const uint8_t *)a.cache_v + seq_base;
 
     float qv[FORGE__ATT_PER_LANE], o[FORGE__ATT_PER_LANE];
@@ -5329,7 +5336,8 @@ int forge_hip_kv_store_at(uint32_t kv_type, const float *k, const float *v, void
 
 // forge_hip_kv_store for a step of several sequences: token t goes to position row_pos[t] of sequence
 // row_seq[t], whose cache starts seq_stride bytes after the one before (cache_k / cache_v: sequence 0's
-// layer regions). Each sequence has at most n_cells tokens in the step.
+// layer regions); a row whose id has FORGE_HIP_ROW_NO_STORE is not stored. Each sequence has at most
+// n_cells tokens in the step.
 int forge_hip_kv_store_rows(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
                             uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, const uint32_t *row_pos, const uint32_t *row_seq,
                             size_t seq_stride, uint32_t n_cells, void *stream, char *message, size_t message_bytes) {
@@ -5645,7 +5653,7 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
     forge__attd_block b;
     if (!forge__attd_block_of(a, n_split, per_block, dev_pos, partial, b)) return;
     const uint32_t kv_head = b.kv_head, t = b.t, h0 = b.h0, cnt = b.cnt, begin = b.begin, end = b.end;
-    const size_t seq_base = a.row_seq ? (size_t)a.row_seq[t] * a.seq_stride : 0; // row t's sequence's cache
+    const size_t seq_base = a.row_seq ? (size_t)(a.row_seq[t] & ~FORGE_HIP_ROW_NO_STORE) * a.seq_stride : 0; // row t's sequence's cache
     const uint8_t *ck = (const uint8_t *)a.cache_k + seq_base, *cv = (const uint8_t *)a.cache_v + seq_base;
     const uint32_t d0 = sub * 8, shift = d0 % 32 < 16 ? 0 : 4;
 
@@ -5857,7 +5865,7 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     forge__attd_block b;
     if (!forge__attd_block_of(a, n_split, per_block, dev_pos, partial, b)) return;
     const uint32_t kv_head = b.kv_head, t = b.t, h0 = b.h0, cnt = b.cnt, begin = b.begin, end = b.end;
-    const size_t seq_base = a.row_seq ? (size_t)a.row_seq[t] * a.seq_stride : 0; // row t's sequence's cache
+    const size_t seq_base = a.row_seq ? (size_t)(a.row_seq[t] & ~FORGE_HIP_ROW_NO_STORE) * a.seq_stride : 0; // row t's sequence's cache
     const uint8_t *ck = (const uint8_t *)a.cache_k + seq_base, *cv = (const uint8_t *)a.cache_v + seq_base;
     if (!rk.k) {
         for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
@@ -6661,7 +6669,7 @@ forge__k_attn_pattern(forge_hip_attention_args a, const uint32_t *__restrict__ d
     const uint32_t kv_head = h / (a.n_head / a.n_head_kv);
     const uint32_t pos = a.row_pos ? a.row_pos[t] : (dev_pos ? *dev_pos : a.pos0) + t;
     const uint32_t first = a.window && pos >= a.window ? pos - a.window + 1 : 0;
-    const uint8_t *cache = (const uint8_t *)a.cache_k + (a.row_seq ? (size_t)a.row_seq[t] * a.seq_stride : 0);
+    const uint8_t *cache = (const uint8_t *)a.cache_k + (a.row_seq ? (size_t)(a.row_seq[t] & ~FORGE_HIP_ROW_NO_STORE) * a.seq_stride : 0);
     const float *q = a.q + ((size_t)t * a.n_head + h) * a.head_dim;
     const float none = -__int_as_float(0x7f800000); // -inf: no key yet
     float m = none, l = 0.0f;

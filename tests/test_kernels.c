@@ -540,12 +540,55 @@ static void test_rope_store(void) {
           "a q8_0 cache of 40-wide heads must be refused");
 }
 
+/* A step of several sequences' store (forge_hip_kv_store_rows): rows of two sequences at their own
+   positions, each sequence's cache seq_stride bytes after the one before, and a row that pads the step
+   (FORGE_HIP_ROW_NO_STORE, naming sequence 0 at row 0's position with other values) that must store
+   nothing: the caches must be exactly what the real rows encode, the rest untouched. */
+static void check_kv_store_rows(forge_kv_type kv) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_cells = 16, n_kv = 2, hd = 64, n_tokens = 4;
+    const uint32_t pos[4] = {3, 5, 6, 3}, seq[4] = {0, 1, 1, 0 | FORGE_HIP_ROW_NO_STORE};
+    const forge_type_traits *t = forge_type_info(storage);
+    const size_t rk = hd / t->block_elems * t->block_bytes, region = rk * n_kv * n_cells, stride = 2 * region;
+    float *k = (float *)xmalloc((size_t)n_tokens * n_kv * hd * sizeof(float)), *v = (float *)xmalloc((size_t)n_tokens * n_kv * hd * sizeof(float));
+    uint8_t *want = (uint8_t *)xmalloc(2 * stride), *got = (uint8_t *)xmalloc(2 * stride);
+    void *dk, *dv, *dc, *dpos, *dseq;
+    uint32_t tok, h;
+    size_t j, diff = 0;
+    random_floats(k, (size_t)n_tokens * n_kv * hd, -3.0f, 3.0f);
+    random_floats(v, (size_t)n_tokens * n_kv * hd, -3.0f, 3.0f);
+    memset(want, 0xAB, 2 * stride);
+    for (tok = 0; tok < 3; tok++) /* the padding row (3) leaves the cache as row 0 made it */
+        for (h = 0; h < n_kv; h++) {
+            uint8_t *base = want + (size_t)seq[tok] * stride + ((size_t)pos[tok] * n_kv + h) * rk;
+            forge__kv_encode(kv, k + ((size_t)tok * n_kv + h) * hd, hd, base);
+            forge__kv_encode(kv, v + ((size_t)tok * n_kv + h) * hd, hd, base + region);
+            gpu_row_order(kv, base, hd);
+            gpu_row_order(kv, base + region, hd);
+        }
+    dk = dev_alloc((size_t)n_tokens * n_kv * hd * sizeof(float), k);
+    dv = dev_alloc((size_t)n_tokens * n_kv * hd * sizeof(float), v);
+    dpos = dev_alloc(sizeof pos, pos);
+    dseq = dev_alloc(sizeof seq, seq);
+    memset(got, 0xAB, 2 * stride);
+    dc = dev_alloc(2 * stride, got);
+    CHECK(forge_hip_kv_store_rows(storage, (const float *)dk, (const float *)dv, dc, (uint8_t *)dc + region, n_tokens, n_kv, hd, hd,
+                                  (const uint32_t *)dpos, (const uint32_t *)dseq, stride, n_cells, NULL, msg, sizeof msg) == 0,
+          "kv_store_rows %s: %s", t->name, msg);
+    if (dev_fetch(got, dc, 2 * stride)) {
+        for (j = 0; j < 2 * stride; j++) diff += got[j] != want[j];
+        CHECK(diff == 0, "kv_store_rows %s: %zu of %zu bytes differ from the real rows' encoding", t->name, diff, 2 * stride);
+    }
+    forge_hip_arena_free(dk), forge_hip_arena_free(dv), forge_hip_arena_free(dc), forge_hip_arena_free(dpos), forge_hip_arena_free(dseq);
+    free(k), free(v), free(want), free(got);
+}
+
 static void test_kv_store(void) {
     size_t i;
     TEST_CASE("kv_store, every cache type, bytes equal to forge__kv_encode, plain and ring");
     for (i = 0; i < 4; i++) {
         check_kv_store(kv_types[i], 0);
         check_kv_store(kv_types[i], 12); /* positions 17..25 wrap: cells 5..11, then 0..1 */
+        check_kv_store_rows(kv_types[i]);
     }
     CHECK(forge_hip_kv_store(FORGE_TYPE_F16, NULL, NULL, NULL, NULL, 13, 2, 64, 64, 0, 12, NULL, msg, sizeof msg) == -1 && strstr(msg, "12"),
           "13 tokens into a ring of 12 cells must be refused: %s", msg);
