@@ -8191,6 +8191,16 @@ int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint
 int forge_hip_matmul_rows_q8_form(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                   uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, int *form, void *stream,
                                   char *message, size_t message_bytes);
+/* one product of forge_hip_matmul_rows_q8_group: y = w x (+ bias), n_rows rows of GGUF type `type` */
+typedef struct forge_hip_product {
+    uint32_t type;
+    const void *w;
+    uint32_t n_rows;
+    float *y;
+    const float *bias;
+} forge_hip_product;
+int forge_hip_matmul_rows_q8_group(uint32_t n, const forge_hip_product *p, uint32_t n_cols, const float *x, uint32_t n_tokens,
+                                   void *workspace, size_t workspace_bytes, int *form, void *stream, char *message, size_t message_bytes);
 int forge_hip_matmul_rows_q8_path(int path, uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                   uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                                   char *message, size_t message_bytes);
@@ -8203,6 +8213,12 @@ int forge_hip_rope_rows(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t 
 int forge_hip_kv_store_rows(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
                             uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, const uint32_t *row_pos, const uint32_t *row_seq,
                             size_t seq_stride, uint32_t n_cells, void *stream, char *message, size_t message_bytes);
+int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *stream,
+                          char *message, size_t message_bytes);
+int forge_hip_rope_store_rows(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_tokens, uint32_t n_head, uint32_t n_head_kv,
+                              uint32_t head_dim, uint32_t head_dim_v, uint32_t n_rot, int mode, const uint32_t *row_pos,
+                              const uint32_t *row_seq, size_t seq_stride, float freq_base, float freq_scale, const float *freq_factors,
+                              void *cache_k, void *cache_v, uint32_t n_cells, void *stream, char *message, size_t message_bytes);
 int forge_hip_rope_at(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int mode,
                       const uint32_t *dev_pos, float freq_base, float freq_scale, const float *freq_factors, void *stream,
                       char *message, size_t message_bytes);
@@ -9874,13 +9890,23 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
             break;
         case FORGE__OP_MATMUL:
             if (ctx->rows && ctx->use_q8) { /* a few rows of several sequences: each weight read once for all of them;
-                                               the products after it that read the same input take the form it left */
+                                               the products after it that read the same input take the form it left,
+                                               and up to three in a row of one input (q, k, v; gate, up) go together */
+                forge_hip_product group[3];
+                uint32_t g = 0;
+                while (g < 3 && k + g < ctx->op_end) {
+                    const forge__op *o = &ctx->sched.ops[k + g];
+                    if (o->kind != FORGE__OP_MATMUL || o->src != op->src || o->w->ne[0] != op->w->ne[0] || o->dst == op->src) break;
+                    group[g].type = o->w->type, group[g].w = forge__dev_w(ctx, o->w), group[g].n_rows = o->n;
+                    group[g].y = forge__dev_val(ctx, o->dst), group[g].bias = forge__dev_f32(ctx, o->bias);
+                    g++;
+                }
                 if (rows_src != op->src) rows_form = 0;
-                FORGE__HIP(forge_hip_matmul_rows_q8_form(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
-                                                         forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
-                                                         forge__dev_f32(ctx, op->bias), ctx->dev + ctx->dev_split,
-                                                         (size_t)ctx->dev_split_bytes, &rows_form, ctx->stream, FORGE__MSG));
+                FORGE__HIP(forge_hip_matmul_rows_q8_group(g, group, (uint32_t)op->w->ne[0], forge__dev_val(ctx, op->src), n,
+                                                          ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes, &rows_form, ctx->stream,
+                                                          FORGE__MSG));
                 rows_src = rows_form ? op->src : -1;
+                k += g - 1;
             } else if (ctx->rows) /* the columns split where the device would idle */
                 FORGE__HIP(forge_hip_matmul_split(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
                                                   forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
@@ -9898,7 +9924,20 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
         case FORGE__OP_ROPE: {
             const float base = c->layer_is_swa[op->layer] ? c->rope_freq_base_swa : c->rope_freq_base;
             const float scale = c->layer_is_swa[op->layer] ? c->rope_freq_scale_swa : c->rope_freq_scale;
-            if (ctx->rows)
+            const forge__op *next = k + 2 < ctx->op_end ? op + 1 : NULL, *third = next ? op + 2 : NULL;
+            if (ctx->rows && next && next->kind == FORGE__OP_ROPE && third->kind == FORGE__OP_KV_STORE && next->layer == op->layer &&
+                third->layer == op->layer && third->src == next->dst && op->dst != next->dst) {
+                /* a step of several sequences: rope of the queries and keys, then the keys and values into
+                   each row's sequence's cache, in one launch */
+                uint8_t *layer = ctx->dev + ctx->dev_kv + ctx->kv_layer_offset[op->layer];
+                uint8_t *values = layer + (uint64_t)ctx->kv_cells[op->layer] * c->layer_n_head_kv[op->layer] * ctx->row_k_bytes;
+                FORGE__HIP(forge_hip_rope_store_rows(forge__kv_storage_type(ctx->r.kv_type), forge__dev_val(ctx, op->dst),
+                                                     forge__dev_val(ctx, next->dst), forge__dev_val(ctx, third->src2), n, op->n, next->n,
+                                                     c->head_dim, c->head_dim_v, c->n_rot, (int)c->rope_type, forge__dev_rows(ctx, 0),
+                                                     forge__dev_rows(ctx, 1), (size_t)ctx->kv_seq_bytes, base, scale, ctx->dev_rope_factors,
+                                                     layer, values, ctx->kv_cells[op->layer], ctx->stream, FORGE__MSG));
+                k += 2;
+            } else if (ctx->rows)
                 FORGE__HIP(forge_hip_rope_rows(forge__dev_val(ctx, op->dst), n, op->n, c->head_dim, c->n_rot, (int)c->rope_type,
                                                forge__dev_rows(ctx, 0), base, scale, ctx->dev_rope_factors, ctx->stream, FORGE__MSG));
             else if (dev_pos)
@@ -9940,6 +9979,13 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
             break;
         }
         case FORGE__OP_ADD:
+            if (ctx->rows && k + 1 < ctx->op_end && op[1].kind == FORGE__OP_RMSNORM && op[1].src == op->dst && op[1].n == op->n) {
+                /* a step of several sequences: the residual add and the norm that reads it, one launch */
+                FORGE__HIP(forge_hip_add_rmsnorm(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op[1].w),
+                                                 forge__dev_val(ctx, op[1].dst), n, op->n, c->rms_eps, ctx->stream, FORGE__MSG));
+                k++;
+                break;
+            }
             FORGE__HIP(forge_hip_add(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), (size_t)n * op->n, ctx->stream,
                                      FORGE__MSG));
             break;

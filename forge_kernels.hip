@@ -105,6 +105,16 @@ enum {
 // count): the row reads its sequence's cache as any row does and stores nothing into it.
 #define FORGE_HIP_ROW_NO_STORE 0x80000000u
 
+// One product of forge_hip_matmul_rows_q8_group (forge.h declares the same): y = w x (+ bias), n_rows
+// rows of GGUF type `type`.
+typedef struct forge_hip_product {
+    uint32_t type;
+    const void *w;
+    uint32_t n_rows;
+    float *y;
+    const float *bias;
+} forge_hip_product;
+
 // ---- launcher plumbing ----
 
 static int forge__hip_fail(hipError_t err, const char *what, char *message, size_t message_bytes) {
@@ -3051,16 +3061,33 @@ __device__ __forceinline__ void forge__tf32_split(float s, uint32_t &hi, uint32_
     hi = forge__tf32(s), lo = forge__tf32(s - __uint_as_float(hi));
 }
 
+// Up to FORGE__MH_GROUP products of one input (q, k and v; gate and up) in one launch of
+// forge__k_mmh_rows: product i takes the blocks from first[i] on, FORGE__MH_ROWS rows a block (each
+// product but the last has a multiple of them); first[i] is UINT32_MAX past the last product.
+#define FORGE__MH_GROUP 3
+struct forge__mh_group {
+    const uint8_t *w[FORGE__MH_GROUP];
+    float *y[FORGE__MH_GROUP];
+    const float *bias[FORGE__MH_GROUP];
+    uint32_t n_rows[FORGE__MH_GROUP], first[FORGE__MH_GROUP];
+};
+
 // PU: units of 64 columns a piece (4: a whole super-block, 2: half of one, for short rows); NTILE:
 // 8-token tiles.
 template <int PU, int NTILE>
 __global__ void __launch_bounds__(32 * FORGE__MH_MAX_WAVES)
-forge__k_mmh_rows(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *__restrict__ xh,
-                  uint32_t nt, float *__restrict__ y, const float *__restrict__ bias) {
+forge__k_mmh_rows(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, const uint8_t *__restrict__ xh, uint32_t nt) {
     constexpr int OUT = 2 * NTILE * 4; // a lane's outputs: 2 row tiles x NTILE token tiles x 4
     __shared__ float part[FORGE__MH_MAX_WAVES][OUT][32];
+    // the block's product (the selects keep the parameters out of local memory)
+    const uint32_t m = blockIdx.x >= grp.first[2] ? 2u : blockIdx.x >= grp.first[1] ? 1u : 0u;
+    const uint8_t *__restrict__ w = m == 2 ? grp.w[2] : m == 1 ? grp.w[1] : grp.w[0];
+    float *__restrict__ y = m == 2 ? grp.y[2] : m == 1 ? grp.y[1] : grp.y[0];
+    const float *__restrict__ bias = m == 2 ? grp.bias[2] : m == 1 ? grp.bias[1] : grp.bias[0];
+    const uint32_t n_rows = m == 2 ? grp.n_rows[2] : m == 1 ? grp.n_rows[1] : grp.n_rows[0];
+    const uint32_t first = m == 2 ? grp.first[2] : m == 1 ? grp.first[1] : grp.first[0];
     const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32, sets = blockDim.x / 32, g = lane / 4, c = lane % 4;
-    const uint32_t r0 = blockIdx.x * FORGE__MH_ROWS, n_sb = n_cols / 256, n_pieces = n_sb * (4 / PU);
+    const uint32_t r0 = (blockIdx.x - first) * FORGE__MH_ROWS, n_sb = n_cols / 256, n_pieces = n_sb * (4 / PU);
     const float *sums = (const float *)(xh + FORGE__MH_SUMS((size_t)nt * n_cols));
     const uint8_t *rows[4]; // rows g, g + 8, 16 + g, 24 + g; past the end: the last row, never stored
 #pragma unroll
@@ -3181,22 +3208,41 @@ static int forge__mmh_rows_ok(uint32_t type, uint32_t n_rows, uint32_t n_cols, u
            (n_tokens <= FORGE__MH_TOKENS || (n_tokens <= FORGE__MH_STAGED_TOKENS && n_rows >= FORGE__MH_STAGED_ROWS));
 }
 
-// xh: forge__k_mh_prep's form of the n_tokens x n_cols activations
-static void forge__mmh_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
-                            float *y, const float *bias, hipStream_t s) {
-    const uint32_t blocks = (n_rows + FORGE__MH_ROWS - 1) / FORGE__MH_ROWS, n_sb = n_cols / 256;
+// Whether a product that forge__mmh_rows_ok takes runs on forge__k_mmh_rows (else forge__k_mmh4_rows)
+static int forge__mmh_rows_plain(uint32_t n_rows, uint32_t n_tokens) {
+    return n_tokens <= FORGE__MH_TOKENS && !(n_tokens > FORGE__MH_STAGED_FROM && n_rows >= FORGE__MH_STAGED_ROWS);
+}
+
+// The first n products of grp (its first[] set here) in one launch; xh: forge__k_mh_prep's form of
+// the n_tokens x n_cols activations they all read.
+static void forge__mmh_rows_group(forge__mh_group grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
+                                  hipStream_t s) {
+    uint32_t blocks = 0, i;
+    for (i = 0; i < FORGE__MH_GROUP; i++) {
+        grp.first[i] = i < n ? blocks : UINT32_MAX;
+        if (i < n) blocks += (grp.n_rows[i] + FORGE__MH_ROWS - 1) / FORGE__MH_ROWS;
+    }
+    const uint32_t n_sb = n_cols / 256;
     // four warps a block, eight where the blocks would not cover the machine twice; whole super-blocks
     // a piece where each warp gets two, else halves
     const uint32_t warps = blocks < 2u * (uint32_t)forge__hip_sm_count() ? 8 : 4;
     const int whole = n_sb >= 2 * warps;
     const dim3 grid(blocks), block(32 * warps);
     if (n_tokens <= 16) {
-        if (whole) forge__k_mmh_rows<4, 2><<<grid, block, 0, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias);
-        else forge__k_mmh_rows<2, 2><<<grid, block, 0, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias);
+        if (whole) forge__k_mmh_rows<4, 2><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
+        else forge__k_mmh_rows<2, 2><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
     } else {
-        if (whole) forge__k_mmh_rows<4, 4><<<grid, block, 0, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias);
-        else forge__k_mmh_rows<2, 4><<<grid, block, 0, s>>>(w, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias);
+        if (whole) forge__k_mmh_rows<4, 4><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
+        else forge__k_mmh_rows<2, 4><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
     }
+}
+
+static void forge__mmh_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
+                            float *y, const float *bias, hipStream_t s) {
+    forge__mh_group grp;
+    memset(&grp, 0, sizeof grp);
+    grp.w[0] = w, grp.y[0] = y, grp.bias[0] = bias, grp.n_rows[0] = n_rows;
+    forge__mmh_rows_group(grp, 1, row_bytes, n_cols, xh, n_tokens, s);
 }
 
 // Q6_K products of a few tokens on the f16 matrix units (forge__k_mmh6_rows). A Q6_K weight is d s
@@ -3753,6 +3799,54 @@ int forge_hip_matmul_rows_q8_form(uint32_t type, const void *w, uint32_t n_rows,
                              1, stream, message, message_bytes, form);
 }
 
+// forge_hip_matmul_rows_q8_form for n (1 to 3) products of the same x of n_cols columns (q, k and v;
+// gate and up; the type and rows of each in p, and its output and bias): two or more that would each
+// run on forge__k_mmh_rows (Q4_K of FORGE__MH_MIN to FORGE__MH_TOKENS tokens, off the staged kernel)
+// run in one launch, their blocks one after another (one whose rows are not a multiple of 32 last:
+// only one such), on the one f16 form; the others each as forge_hip_matmul_rows_q8_form runs it.
+int forge_hip_matmul_rows_q8_group(uint32_t n, const forge_hip_product *p, uint32_t n_cols, const float *x, uint32_t n_tokens,
+                                   void *workspace, size_t workspace_bytes, int *form, void *stream, char *message, size_t message_bytes) {
+    int taken[FORGE__MH_GROUP] = {0, 0, 0};
+    uint32_t i;
+    if (!p || n == 0 || n > FORGE__MH_GROUP) return forge__hip_refuse(message, message_bytes, "matmul group: 1 to 3 products");
+#ifdef FORGE__MMA
+    if (n >= 2 && workspace && n_tokens >= FORGE__MH_MIN && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= workspace_bytes) {
+        forge__mh_group grp;
+        uint32_t together = 0, odd = 0, pass;
+        size_t row_bytes = 0;
+        hipStream_t s = (hipStream_t)stream;
+        memset(&grp, 0, sizeof grp);
+        for (pass = 0; pass < 2; pass++) /* the products of whole blocks first, then one that is not */
+            for (i = 0; i < n; i++) {
+                const int whole = p[i].n_rows % FORGE__MH_ROWS == 0;
+                if (taken[i] || (pass == 0) != whole || (!whole && odd) || p[i].n_rows == 0 ||
+                    !forge__mmh_rows_ok(p[i].type, p[i].n_rows, n_cols, n_tokens) || !forge__mmh_rows_plain(p[i].n_rows, n_tokens))
+                    continue;
+                if (forge__hip_weights(p[i].type, n_cols, p[i].w, &row_bytes, "matmul", message, message_bytes)) return -1;
+                odd |= !whole;
+                grp.w[together] = (const uint8_t *)p[i].w, grp.y[together] = p[i].y, grp.bias[together] = p[i].bias;
+                grp.n_rows[together++] = p[i].n_rows;
+                taken[i] = 1;
+            }
+        if (together >= 2) {
+            const uint32_t elems = n_tokens * n_cols;
+            uint8_t *xh = (uint8_t *)workspace;
+            if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((elems / 4 + 255) / 256), dim3(256), s, x, elems, xh);
+            if (form) *form = FORGE_HIP_FORM_F16;
+            forge__mmh_rows_group(grp, together, row_bytes, n_cols, xh, n_tokens, s);
+            if (forge__hip_launched("matmul group launch", message, message_bytes)) return -1;
+        } else {
+            taken[0] = taken[1] = taken[2] = 0;
+        }
+    }
+#endif
+    for (i = 0; i < n; i++)
+        if (!taken[i] && forge_hip_matmul_rows_q8_form(p[i].type, p[i].w, p[i].n_rows, n_cols, x, p[i].y, n_tokens, p[i].bias, workspace,
+                                                       workspace_bytes, form, stream, message, message_bytes))
+            return -1;
+    return 0;
+}
+
 // forge_hip_matmul_rows_q8 on one path, for measuring and testing them: 2 dp4a (forge__k_mvq_rows), 3
 // the f16 matrix units (forge__k_mmh_rows, forge__k_mmh4_rows, forge__k_mmh6_rows) from one token;
 // anything the path does not take runs as forge_hip_matmul_split.
@@ -3800,6 +3894,23 @@ __global__ void forge__k_rmsnorm(const float *x, const float *__restrict__ w, fl
     float *out = y + (size_t)blockIdx.x * n;
     float sum = 0.0f;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) sum += row[i] * row[i];
+    sum = forge__block_sum(sum);
+    const float scale = (float)(1.0 / sqrt((double)sum / n + (double)eps));
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = row[i] * scale * w[i];
+}
+
+// x += r, then y = rmsnorm(x) * w: forge__k_add and forge__k_rmsnorm in one launch, the same
+// arithmetic in the same order (the same bits), one block per row.
+__global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, const float *__restrict__ w, float *y, uint32_t n, float eps) {
+    float *row = x + (size_t)blockIdx.x * n;
+    const float *add = r + (size_t)blockIdx.x * n;
+    float *out = y + (size_t)blockIdx.x * n;
+    float sum = 0.0f;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = row[i] + add[i];
+        row[i] = v;
+        sum += v * v;
+    }
     sum = forge__block_sum(sum);
     const float scale = (float)(1.0 / sqrt((double)sum / n + (double)eps));
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = row[i] * scale * w[i];
@@ -3989,6 +4100,17 @@ int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows,
     const uint32_t threads = n <= 128 ? 64 : n <= 1024 ? 256 : n <= 2048 ? 512 : 1024;
     forge__k_rmsnorm<<<n_rows, threads, 0, (hipStream_t)stream>>>(x, w, y, n, eps);
     return forge__hip_launched("rmsnorm launch", message, message_bytes);
+}
+
+// forge_hip_add(x, r, n_rows * n) then forge_hip_rmsnorm(x, w, y, n_rows, n, eps) in one launch, the
+// same bits (the residual add and the norm that reads it; y may equal x).
+int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *stream,
+                          char *message, size_t message_bytes) {
+    if (n_rows == 0 || n == 0) return 0;
+    if (n_rows > 2147483647u) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: too many rows");
+    const uint32_t threads = n <= 128 ? 64 : n <= 1024 ? 256 : n <= 2048 ? 512 : 1024; // forge_hip_rmsnorm's
+    forge__k_add_rmsnorm<<<n_rows, threads, 0, (hipStream_t)stream>>>(x, r, w, y, n, eps);
+    return forge__hip_launched("add_rmsnorm launch", message, message_bytes);
 }
 
 // In place over x [n_tokens][n_heads][head_dim]: each head normalized with the same w [head_dim].
@@ -4257,21 +4379,28 @@ static int forge__hip_kv_store_one(uint32_t kv_type, const float *src, void *cac
 // Decode, one token: the rotary embedding of its query and key heads (in place, forge__k_rope's
 // arithmetic) and its key and value rows stored into the cache, in one launch instead of four. One
 // block per head: query heads, then key heads (rotated, then stored), then value heads (stored);
-// thread i computes the angle of pair i itself, so no block waits on another.
+// thread i computes the angle of pair i itself, so no block waits on another. row_pos (a step of
+// several sequences): grid y over its tokens, token t at position row_pos[t] in the cache of
+// sequence row_seq[t] (seq_stride bytes a sequence), stored unless FORGE_HIP_ROW_NO_STORE.
 template <int TYPE>
 __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict__ v, uint32_t n_head, uint32_t n_head_kv,
                                     uint32_t head_dim, uint32_t head_dim_v, uint32_t n_rot, int neox, uint32_t pos0,
                                     const uint32_t *__restrict__ dev_pos, float freq_base, float freq_scale,
                                     const float *__restrict__ freq_factors, uint8_t *__restrict__ cache_k, uint8_t *__restrict__ cache_v,
-                                    uint32_t n_cells, size_t row_k_bytes, size_t row_v_bytes) {
+                                    uint32_t n_cells, size_t row_k_bytes, size_t row_v_bytes, const uint32_t *__restrict__ row_pos = NULL,
+                                    const uint32_t *__restrict__ row_seq = NULL, size_t seq_stride = 0) {
     // the frequency of this thread's pair (blockDim.x >= n_rot / 2) depends on no earlier kernel:
     // worked out before the grid wait, it leaves only the angle and its sine and cosine after it
-    const uint32_t half = n_rot / 2, b = blockIdx.x, i = threadIdx.x;
+    const uint32_t half = n_rot / 2, b = blockIdx.x, i = threadIdx.x, t = blockIdx.y;
     const double freq = i < half ? forge__rope_freq(freq_base, i, n_rot) : 0.0;
     const double factor = i < half && freq_factors ? (double)freq_factors[i] : 1.0;
     FORGE__GRID_ENTER();
-    const uint32_t p = dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p;
-    const int per_element = TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16;
+    const uint32_t p = row_pos ? row_pos[t] : dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p;
+    const uint32_t id = row_seq ? row_seq[t] : 0u;
+    const int per_element = TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16, store = !(id & FORGE_HIP_ROW_NO_STORE);
+    const size_t seq_base = (size_t)(id & ~FORGE_HIP_ROW_NO_STORE) * seq_stride;
+    q += (size_t)t * n_head * head_dim, k += (size_t)t * n_head_kv * head_dim, v += (size_t)t * n_head_kv * head_dim_v;
+    cache_k += seq_base, cache_v += seq_base;
     if (b < n_head + n_head_kv) {
         float *x = b < n_head ? q + (size_t)b * head_dim : k + (size_t)(b - n_head) * head_dim;
         if (i < half) {
@@ -4281,13 +4410,14 @@ __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict_
             forge__rope_cs((double)p, freq_scale, freq, freq_factors, factor, &c, &s);
             forge__rope_pair(x0, x1, c, s, &x[a], &x[e]);
         }
-        if (b < n_head) return;
+        if (b < n_head || !store) return;
         __syncthreads(); // the rotated key row is stored below by other threads of the block
         const uint32_t h = b - n_head, items = per_element ? head_dim : head_dim / 32;
         for (uint32_t j = threadIdx.x; j < items; j += blockDim.x)
             forge__kv_put<TYPE>(x, j, cache_k + ((size_t)cell * n_head_kv + h) * row_k_bytes, head_dim);
         return;
     }
+    if (!store) return;
     const uint32_t h = b - n_head - n_head_kv, items = per_element ? head_dim_v : head_dim_v / 32;
     for (uint32_t j = threadIdx.x; j < items; j += blockDim.x)
         forge__kv_put<TYPE>(v + (size_t)h * head_dim_v, j, cache_v + ((size_t)cell * n_head_kv + h) * row_v_bytes, head_dim_v);
@@ -4329,7 +4459,38 @@ int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, u
 #define FORGE__ROPE_STORE(T)                                                                             \
     forge__launch(forge__k_rope_store<T>, dim3(n_head + 2 * n_head_kv), dim3(threads), s, q, k, v, n_head, n_head_kv, head_dim, head_dim_v, \
                   n_rot, (int)(mode == 2), pos0, dev_pos, freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, (uint8_t *)cache_v, \
-                  n_cells, row_k, row_v)
+                  n_cells, row_k, row_v, (const uint32_t *)NULL, (const uint32_t *)NULL, (size_t)0)
+    case FORGE_HIP_F32: FORGE__ROPE_STORE(FORGE_HIP_F32); break;
+    case FORGE_HIP_F16: FORGE__ROPE_STORE(FORGE_HIP_F16); break;
+    case FORGE_HIP_Q8_0: FORGE__ROPE_STORE(FORGE_HIP_Q8_0); break;
+    default: FORGE__ROPE_STORE(FORGE_HIP_Q4_0); break;
+#undef FORGE__ROPE_STORE
+    }
+    return forge__hip_launched("rope_store launch", message, message_bytes);
+}
+
+// forge_hip_rope_store for a step of several sequences (forge_hip_rope_rows of q and k, then
+// forge_hip_kv_store_rows of k and v, the same bits): token t at position row_pos[t] of sequence
+// row_seq[t], whose cache starts seq_stride bytes after the one before (cache_k / cache_v: sequence
+// 0's layer regions); a row whose id has FORGE_HIP_ROW_NO_STORE is rotated and not stored.
+int forge_hip_rope_store_rows(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_tokens, uint32_t n_head, uint32_t n_head_kv,
+                              uint32_t head_dim, uint32_t head_dim_v, uint32_t n_rot, int mode, const uint32_t *row_pos,
+                              const uint32_t *row_seq, size_t seq_stride, float freq_base, float freq_scale, const float *freq_factors,
+                              void *cache_k, void *cache_v, uint32_t n_cells, void *stream, char *message, size_t message_bytes) {
+    const size_t row_k = forge__hip_kv_row_bytes(kv_type, head_dim), row_v = forge__hip_kv_row_bytes(kv_type, head_dim_v);
+    hipStream_t s = (hipStream_t)stream;
+    if (!row_pos || !row_seq) return forge__hip_refuse(message, message_bytes, "rope_store_rows: no row positions or sequences");
+    if (!row_k || !row_v) return forge__hip_refuse(message, message_bytes, "rope_store_rows: the cache type does not suit the head size");
+    if (n_rot > head_dim || n_rot % 2 || n_rot / 2 > FORGE__ROPE_MAX_HALF || (mode != 0 && mode != 2))
+        return forge__hip_refuse(message, message_bytes, "rope_store_rows: unsupported rotary dimensions or mode");
+    if (n_tokens > 65535u) return forge__hip_refuse(message, message_bytes, "rope_store_rows: too many tokens in one launch");
+    if (n_head_kv == 0 || n_tokens == 0) return 0;
+    const uint32_t threads = n_rot / 2 > 128 ? (n_rot / 2 + 63) / 64 * 64 : 128; // a thread for each rotated pair
+    switch (kv_type) {
+#define FORGE__ROPE_STORE(T)                                                                             \
+    forge__launch(forge__k_rope_store<T>, dim3(n_head + 2 * n_head_kv, n_tokens), dim3(threads), s, q, k, v, n_head, n_head_kv, head_dim, \
+                  head_dim_v, n_rot, (int)(mode == 2), 0u, (const uint32_t *)NULL, freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, \
+                  (uint8_t *)cache_v, n_cells, row_k, row_v, row_pos, row_seq, seq_stride)
     case FORGE_HIP_F32: FORGE__ROPE_STORE(FORGE_HIP_F32); break;
     case FORGE_HIP_F16: FORGE__ROPE_STORE(FORGE_HIP_F16); break;
     case FORGE_HIP_Q8_0: FORGE__ROPE_STORE(FORGE_HIP_Q8_0); break;

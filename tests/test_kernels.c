@@ -304,6 +304,31 @@ static void test_norms(void) {
         printf("  headnorm %u tokens x %u heads x %u: err %.2e\n", rows, heads, head_dim, err);
         CHECK(err < 1e-5, "headnorm: normalized error %.3e", err);
     }
+    { /* the residual add and the norm that reads it in one launch: the same bits as the two launches */
+        const uint32_t widths[3] = {1536, 4096, 96};
+        float *r2 = (float *)xmalloc((size_t)rows * n * sizeof(float)), *x2 = (float *)xmalloc((size_t)rows * n * sizeof(float));
+        float *got2 = (float *)xmalloc((size_t)rows * n * sizeof(float));
+        size_t i;
+        for (i = 0; i < 3; i++) {
+            const size_t m = (size_t)rows * widths[i];
+            void *xa, *xb, *dr, *ya, *yb;
+            random_floats(x2, m, -2.0f, 2.0f), random_floats(r2, m, -2.0f, 2.0f);
+            xa = dev_alloc(m * sizeof(float), x2), xb = dev_alloc(m * sizeof(float), x2), dr = dev_alloc(m * sizeof(float), r2);
+            ya = dev_alloc(m * sizeof(float), NULL), yb = dev_alloc(m * sizeof(float), NULL);
+            forge_hip_add((float *)xa, (const float *)dr, m, NULL, msg, sizeof msg);
+            forge_hip_rmsnorm((const float *)xa, (const float *)dw, (float *)ya, rows, widths[i], eps, NULL, msg, sizeof msg);
+            CHECK(forge_hip_add_rmsnorm((float *)xb, (const float *)dr, (const float *)dw, (float *)yb, rows, widths[i], eps, NULL, msg, sizeof msg) == 0,
+                  "add_rmsnorm: %s", msg);
+            if (dev_fetch(ref, xa, m * sizeof(float)) && dev_fetch(got, xb, m * sizeof(float)) && dev_fetch(x2, ya, m * sizeof(float)) &&
+                dev_fetch(got2, yb, m * sizeof(float))) {
+                const int same = memcmp(ref, got, m * sizeof(float)) == 0 && memcmp(x2, got2, m * sizeof(float)) == 0;
+                printf("  add_rmsnorm %u x %u: %s add then rmsnorm\n", rows, widths[i], same ? "the same bits as" : "differs from");
+                CHECK(same, "add_rmsnorm %u x %u: not the bits of add then rmsnorm", rows, widths[i]);
+            }
+            forge_hip_arena_free(xa), forge_hip_arena_free(xb), forge_hip_arena_free(dr), forge_hip_arena_free(ya), forge_hip_arena_free(yb);
+        }
+        free(r2), free(x2), free(got2);
+    }
     forge_hip_arena_free(dx), forge_hip_arena_free(dw), forge_hip_arena_free(dy);
     free(x), free(w), free(ref), free(got);
 }
@@ -526,9 +551,54 @@ static void check_rope_store(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, u
     free(q), free(k), free(v), free(a), free(b), free(ca), free(cb);
 }
 
+/* A step of several sequences: rope of q and k and the store of k and v in one launch
+   (forge_hip_rope_store_rows), bit for bit what forge_hip_rope_rows twice and forge_hip_kv_store_rows
+   give: four rows of two sequences at their own positions (a ring where n_cells), the last a padding
+   row (FORGE_HIP_ROW_NO_STORE) that rotates and stores nothing. */
+static void check_rope_store_rows(forge_kv_type kv, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t n_rot, int mode, uint32_t n_cells) {
+    const uint32_t storage = forge__kv_storage_type(kv), n_rows = n_cells ? n_cells : 64, n_tokens = 4;
+    const uint32_t pos[4] = {40, 7, 8, 40}, seq[4] = {1, 0, 0, 1 | FORGE_HIP_ROW_NO_STORE};
+    const forge_type_traits *t = forge_type_info(storage);
+    const size_t rk = hd / t->block_elems * t->block_bytes, region = rk * n_kv * n_rows, stride = 2 * region;
+    const size_t nq = (size_t)n_tokens * n_head * hd, nk = (size_t)n_tokens * n_kv * hd;
+    float *q = (float *)xmalloc(nq * sizeof(float)), *k = (float *)xmalloc(nk * sizeof(float)), *v = (float *)xmalloc(nk * sizeof(float));
+    float *a = (float *)xmalloc((nq + nk) * sizeof(float)), *b = (float *)xmalloc((nq + nk) * sizeof(float));
+    uint8_t *ca = (uint8_t *)xmalloc(2 * stride), *cb = (uint8_t *)xmalloc(2 * stride);
+    void *dq[2], *dk[2], *dv, *dc[2], *dpos, *dseq;
+    size_t j, diff = 0;
+    int i;
+    random_floats(q, nq, -2.0f, 2.0f), random_floats(k, nk, -2.0f, 2.0f), random_floats(v, nk, -2.0f, 2.0f);
+    dv = dev_alloc(nk * sizeof(float), v);
+    dpos = dev_alloc(sizeof pos, pos), dseq = dev_alloc(sizeof seq, seq);
+    memset(ca, 0x5A, 2 * stride);
+    for (i = 0; i < 2; i++) dq[i] = dev_alloc(nq * sizeof(float), q), dk[i] = dev_alloc(nk * sizeof(float), k), dc[i] = dev_alloc(2 * stride, ca);
+    forge_hip_rope_rows((float *)dq[0], n_tokens, n_head, hd, n_rot, mode, (const uint32_t *)dpos, 10000.0f, 1.0f, NULL, NULL, msg, sizeof msg);
+    forge_hip_rope_rows((float *)dk[0], n_tokens, n_kv, hd, n_rot, mode, (const uint32_t *)dpos, 10000.0f, 1.0f, NULL, NULL, msg, sizeof msg);
+    forge_hip_kv_store_rows(storage, (const float *)dk[0], (const float *)dv, dc[0], (uint8_t *)dc[0] + region, n_tokens, n_kv, hd, hd,
+                            (const uint32_t *)dpos, (const uint32_t *)dseq, stride, n_cells, NULL, msg, sizeof msg);
+    CHECK(forge_hip_rope_store_rows(storage, (float *)dq[1], (float *)dk[1], (const float *)dv, n_tokens, n_head, n_kv, hd, hd, n_rot, mode,
+                                    (const uint32_t *)dpos, (const uint32_t *)dseq, stride, 10000.0f, 1.0f, NULL, dc[1],
+                                    (uint8_t *)dc[1] + region, n_cells, NULL, msg, sizeof msg) == 0,
+          "rope_store_rows: %s", msg);
+    if (dev_fetch(a, dq[0], nq * sizeof(float)) && dev_fetch(a + nq, dk[0], nk * sizeof(float)) && dev_fetch(b, dq[1], nq * sizeof(float)) &&
+        dev_fetch(b + nq, dk[1], nk * sizeof(float)) && dev_fetch(ca, dc[0], 2 * stride) && dev_fetch(cb, dc[1], 2 * stride)) {
+        size_t stored = 0;
+        for (j = 0; j < 2 * stride; j++) diff += ca[j] != cb[j], stored += cb[j] != 0x5A;
+        CHECK(memcmp(a, b, (nq + nk) * sizeof(float)) == 0 && diff == 0 && stored > 0, "rope_store_rows %s %s: q/k %s, %zu cache bytes differ",
+              t->name, mode == 2 ? "NEOX" : "NORM", memcmp(a, b, (nq + nk) * sizeof(float)) ? "differ" : "equal", diff);
+    }
+    for (i = 0; i < 2; i++) forge_hip_arena_free(dq[i]), forge_hip_arena_free(dk[i]), forge_hip_arena_free(dc[i]);
+    forge_hip_arena_free(dv), forge_hip_arena_free(dpos), forge_hip_arena_free(dseq);
+    free(q), free(k), free(v), free(a), free(b), free(ca), free(cb);
+}
+
 static void test_rope_store(void) {
     size_t i;
     TEST_CASE("decode rope + KV store in one launch");
+    for (i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++) {
+        check_rope_store_rows(kv_types[i], 32, 8, 128, 128, 0, 0);
+        check_rope_store_rows(kv_types[i], 14, 2, 64, 48, 2, 16); /* partial NEOX, a ring */
+    }
     for (i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++) {
         check_rope_store(kv_types[i], 32, 8, 128, 128, 0, 1234, 0, 0);
         check_rope_store(kv_types[i], 32, 8, 128, 128, 0, 1234, 0, 1);
@@ -1541,6 +1611,75 @@ static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint3
     free(w), free(wf), free(x), free(dq), free(bias), free(y), free(q), free(ref), free(ref32);
 }
 
+/* Up to three products of one input through forge_hip_matmul_rows_q8_group (q, k, v; gate, up):
+   each output against the same product alone through forge_hip_matmul_rows_q8 (1e-5: a launch of more
+   blocks may give a block more warps, and so another order of the warps' shares) and against a
+   double product of the dequantized weights and the f32 activations (1e-3 for Q4_K of 8 tokens or
+   more, on the f16 matrix units; 2e-2 else, 8-bit activations). */
+static void check_matmul_rows_group(uint32_t n, const uint32_t *types, const uint32_t *rows, uint32_t n_cols, uint32_t n_tokens) {
+    const size_t nx = (size_t)n_tokens * n_cols;
+    float *x = (float *)xmalloc(nx * sizeof(float)), *wf[3], *bias[3];
+    void *dx, *dws, *dw[3], *db[3], *dy[3], *dy1[3];
+    forge_hip_product p[3];
+    uint32_t i, r, c, k, most = 0;
+    int form = 0;
+    size_t ws_bytes;
+    random_floats(x, nx, -1.0f, 1.0f);
+    for (i = 0; i < n; i++) most = rows[i] > most ? rows[i] : most;
+    ws_bytes = forge_hip_matmul_split_bytes(most, n_tokens) > forge_hip_rows_bytes((uint32_t)nx) ? forge_hip_matmul_split_bytes(most, n_tokens)
+                                                                                                : forge_hip_rows_bytes((uint32_t)nx);
+    dx = dev_alloc(nx * sizeof(float), x), dws = dev_alloc(ws_bytes, NULL);
+    for (i = 0; i < n; i++) {
+        const forge_type_traits *t = forge_type_info(types[i]);
+        const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, ny = (size_t)n_tokens * rows[i];
+        uint8_t *w = (uint8_t *)xmalloc(row_bytes * rows[i]);
+        wf[i] = (float *)xmalloc((size_t)rows[i] * n_cols * sizeof(float)), bias[i] = (float *)xmalloc(rows[i] * sizeof(float));
+        random_blocks(types[i], w, (uint64_t)rows[i] * (n_cols / t->block_elems));
+        forge_dequantize(types[i], w, wf[i], (uint64_t)rows[i] * n_cols);
+        random_floats(bias[i], rows[i], -1.0f, 1.0f);
+        dw[i] = dev_weights(types[i], n_cols, row_bytes * rows[i], w), db[i] = dev_alloc(rows[i] * sizeof(float), bias[i]);
+        dy[i] = dev_alloc(ny * sizeof(float), NULL), dy1[i] = dev_alloc(ny * sizeof(float), NULL);
+        p[i].type = types[i], p[i].w = dw[i], p[i].n_rows = rows[i], p[i].y = (float *)dy[i], p[i].bias = i == 1 ? (const float *)db[i] : NULL;
+        free(w);
+    }
+    CHECK(forge_hip_matmul_rows_q8_group(n, p, n_cols, (const float *)dx, n_tokens, dws, ws_bytes, &form, NULL, msg, sizeof msg) == 0,
+          "matmul rows group: %s", msg);
+    for (i = 0; i < n; i++)
+        CHECK(forge_hip_matmul_rows_q8(types[i], dw[i], rows[i], n_cols, (const float *)dx, (float *)dy1[i], n_tokens, p[i].bias, dws, ws_bytes,
+                                       NULL, msg, sizeof msg) == 0,
+              "matmul rows alone: %s", msg);
+    for (i = 0; i < n; i++) {
+        const forge_type_traits *t = forge_type_info(types[i]);
+        const size_t ny = (size_t)n_tokens * rows[i];
+        const double bound = types[i] == FORGE_TYPE_Q4_K && n_tokens >= 8 ? 1e-3 : 2e-2;
+        float *y = (float *)xmalloc(ny * sizeof(float)), *y1 = (float *)xmalloc(ny * sizeof(float));
+        double *ref = (double *)xmalloc(ny * sizeof(double)), *alone = (double *)xmalloc(ny * sizeof(double));
+        for (k = 0; k < n_tokens; k++)
+            for (r = 0; r < rows[i]; r++) {
+                double sum = i == 1 ? bias[i][r] : 0.0;
+                for (c = 0; c < n_cols; c++) sum += (double)wf[i][(size_t)r * n_cols + c] * x[(size_t)k * n_cols + c];
+                ref[(size_t)k * rows[i] + r] = sum;
+            }
+        if (dev_fetch(y, dy[i], ny * sizeof(float)) && dev_fetch(y1, dy1[i], ny * sizeof(float))) {
+            size_t e;
+            double err, err32;
+            for (e = 0; e < ny; e++) alone[e] = y1[e];
+            err = norm_error_d(y, alone, ny), err32 = norm_error_d(y, ref, ny);
+            printf("  matmul rows group %u of %u: %-5s %5u x %5u, %2u tokens: err %.2e against alone, %.2e against f32 activations\n", i + 1, n,
+                   t->name, rows[i], n_cols, n_tokens, err, err32);
+            CHECK(err < 1e-5 && err32 < bound, "matmul rows group %u of %u (%s %ux%u, %u tokens): normalized error %.3e against alone, %.3e against f32",
+                  i + 1, n, t->name, rows[i], n_cols, n_tokens, err, err32);
+        }
+        free(y), free(y1), free(ref), free(alone);
+    }
+    for (i = 0; i < n; i++) {
+        forge_hip_arena_free(dw[i]), forge_hip_arena_free(db[i]), forge_hip_arena_free(dy[i]), forge_hip_arena_free(dy1[i]);
+        free(wf[i]), free(bias[i]);
+    }
+    forge_hip_arena_free(dx), forge_hip_arena_free(dws);
+    free(x);
+}
+
 static void test_matmul_rows_q8(void) {
     static const uint32_t types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
     size_t i;
@@ -1588,6 +1727,18 @@ static void test_matmul_rows_q8(void) {
     }
     check_matmul_rows_q8(0, FORGE_TYPE_Q5_K, 200, 1024, 4, 1, ROWS_SPLIT); /* no rows reader */
     check_matmul_rows_q8(0, FORGE_TYPE_F16, 200, 1024, 4, 0, ROWS_SPLIT);
+    { /* products of one input in one launch (forge_hip_matmul_rows_q8_group) */
+        static const uint32_t qkv[3] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K}, qk_v6[3] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
+        static const uint32_t odd[3] = {40, 1536, 256}, llama[3] = {4096, 1024, 1024}, ffn[2] = {8960, 8960};
+        check_matmul_rows_group(3, qkv, odd, 1536, 12);   /* 40 rows (not whole blocks) go last */
+        check_matmul_rows_group(3, qk_v6, odd, 1536, 16); /* v Q6_K alone after q and k */
+        check_matmul_rows_group(3, qkv, llama, 4096, 9);
+        check_matmul_rows_group(3, qkv, llama, 4096, 24); /* q on the staged kernel, k and v together */
+        check_matmul_rows_group(3, qk_v6, llama, 4096, 32);
+        check_matmul_rows_group(2, qkv, ffn, 1536, 16);
+        check_matmul_rows_group(3, qkv, llama, 4096, 5); /* dp4a: each alone */
+        check_matmul_rows_group(1, qkv, ffn, 1536, 13);
+    }
 }
 
 /* h = act(gate x) * (up x) in one launch, and h rounded into a second quantized vector */
