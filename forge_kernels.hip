@@ -3063,13 +3063,16 @@ __device__ __forceinline__ void forge__tf32_split(float s, uint32_t &hi, uint32_
 
 // Up to FORGE__MH_GROUP products of one input (q, k and v; gate and up) in one launch of
 // forge__k_mmh_rows: product i takes the blocks from first[i] on, FORGE__MH_ROWS rows a block (each
-// product but the last has a multiple of them); first[i] is UINT32_MAX past the last product.
+// product but the last has a multiple of them); first[i] is UINT32_MAX past the last product. parts
+// (one product, grid y above 1): the pieces split over grid y, each share's sums written to parts
+// (share z of token t at (z nt + t) n_rows) for forge__k_split_sum.
 #define FORGE__MH_GROUP 3
 struct forge__mh_group {
     const uint8_t *w[FORGE__MH_GROUP];
     float *y[FORGE__MH_GROUP];
     const float *bias[FORGE__MH_GROUP];
     uint32_t n_rows[FORGE__MH_GROUP], first[FORGE__MH_GROUP];
+    float *parts;
 };
 
 // PU: units of 64 columns a piece (4: a whole super-block, 2: half of one, for short rows); NTILE:
@@ -3107,7 +3110,8 @@ forge__k_mmh_rows(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, 
         for (int i = 0; i < NTILE; i++)
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[m][i][k] = 0.0f;
-    for (uint32_t piece = warp; piece < n_pieces; piece += sets) {
+    const uint32_t share = (n_pieces + gridDim.y - 1) / gridDim.y, p_end = min(n_pieces, (blockIdx.y + 1) * share);
+    for (uint32_t piece = blockIdx.y * share + warp; piece < p_end; piece += sets) {
         const uint32_t sb = piece / (4 / PU), u0 = (piece % (4 / PU)) * PU; // super-block; its first unit in the piece
         uint4 head[4]; // d, dmin, the 12 bytes of scales and minimums
         uint32_t wq[4][PU][2];
@@ -3194,7 +3198,10 @@ forge__k_mmh_rows(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, 
         const uint32_t row = r0 + 16 * m + 8 * (k / 2) + l / 4, t = 8 * i + 2 * (l % 4) + k % 2;
         float total = part[0][o][l];
         for (uint32_t s2 = 1; s2 < sets; s2++) total += part[s2][o][l];
-        if (t < nt && row < n_rows) y[(size_t)t * n_rows + row] = bias ? total + bias[row] : total;
+        if (t < nt && row < n_rows) {
+            if (gridDim.y > 1) grp.parts[((size_t)blockIdx.y * nt + t) * n_rows + row] = total;
+            else y[(size_t)t * n_rows + row] = bias ? total + bias[row] : total;
+        }
     }
 }
 
@@ -3214,20 +3221,27 @@ static int forge__mmh_rows_plain(uint32_t n_rows, uint32_t n_tokens) {
 }
 
 // The first n products of grp (its first[] set here) in one launch; xh: forge__k_mh_prep's form of
-// the n_tokens x n_cols activations they all read.
+// the n_tokens x n_cols activations they all read. One product of long rows (FORGE__MH_SPLIT_SB
+// super-blocks or more) whose blocks would leave most multiprocessors idle has its super-blocks split
+// over grid y, at least 8 a share, while the grid fits one wave of two blocks a multiprocessor and
+// parts_floats (the workspace at parts) holds the shares' sums, added by forge__k_split_sum.
+#define FORGE__MH_SPLIT_SB 32
 static void forge__mmh_rows_group(forge__mh_group grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
-                                  hipStream_t s) {
-    uint32_t blocks = 0, i;
+                                  float *parts, size_t parts_floats, hipStream_t s) {
+    uint32_t blocks = 0, i, split = 1;
     for (i = 0; i < FORGE__MH_GROUP; i++) {
         grp.first[i] = i < n ? blocks : UINT32_MAX;
         if (i < n) blocks += (grp.n_rows[i] + FORGE__MH_ROWS - 1) / FORGE__MH_ROWS;
     }
-    const uint32_t n_sb = n_cols / 256;
+    const uint32_t n_sb = n_cols / 256, sms = (uint32_t)forge__hip_sm_count();
+    if (n == 1 && parts && n_sb >= FORGE__MH_SPLIT_SB && blocks < sms)
+        while (2 * split * blocks <= 2 * sms && 2 * split * 8 <= n_sb && (size_t)2 * split * n_tokens * grp.n_rows[0] <= parts_floats) split *= 2;
+    grp.parts = parts;
     // four warps a block, eight where the blocks would not cover the machine twice; whole super-blocks
     // a piece where each warp gets two, else halves
-    const uint32_t warps = blocks < 2u * (uint32_t)forge__hip_sm_count() ? 8 : 4;
-    const int whole = n_sb >= 2 * warps;
-    const dim3 grid(blocks), block(32 * warps);
+    const uint32_t warps = blocks * split < 2u * sms ? 8 : 4;
+    const int whole = n_sb / split >= 2 * warps;
+    const dim3 grid(blocks, split), block(32 * warps);
     if (n_tokens <= 16) {
         if (whole) forge__k_mmh_rows<4, 2><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
         else forge__k_mmh_rows<2, 2><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
@@ -3235,14 +3249,18 @@ static void forge__mmh_rows_group(forge__mh_group grp, uint32_t n, size_t row_by
         if (whole) forge__k_mmh_rows<4, 4><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
         else forge__k_mmh_rows<2, 4><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
     }
+    if (split > 1) {
+        const size_t total = (size_t)n_tokens * grp.n_rows[0];
+        forge__k_split_sum<<<forge__hip_blocks(total, 256), 256, 0, s>>>(parts, split, total, grp.n_rows[0], grp.bias[0], grp.y[0]);
+    }
 }
 
 static void forge__mmh_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
-                            float *y, const float *bias, hipStream_t s) {
+                            float *y, const float *bias, float *parts, size_t parts_floats, hipStream_t s) {
     forge__mh_group grp;
     memset(&grp, 0, sizeof grp);
     grp.w[0] = w, grp.y[0] = y, grp.bias[0] = bias, grp.n_rows[0] = n_rows;
-    forge__mmh_rows_group(grp, 1, row_bytes, n_cols, xh, n_tokens, s);
+    forge__mmh_rows_group(grp, 1, row_bytes, n_cols, xh, n_tokens, parts, parts_floats, s);
 }
 
 // Q6_K products of a few tokens on the f16 matrix units (forge__k_mmh6_rows). A Q6_K weight is d s
@@ -3686,7 +3704,7 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
                                       forge__mmh4_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, parts, parts_floats, s);
         if (staged) return forge__hip_launched("matmul rows launch", message, message_bytes);
         if (mmh && n_tokens <= FORGE__MH_TOKENS) {
-            forge__mmh_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, s);
+            forge__mmh_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, parts, parts_floats, s);
             return forge__hip_launched("matmul rows launch", message, message_bytes);
         }
     }
@@ -3833,7 +3851,7 @@ int forge_hip_matmul_rows_q8_group(uint32_t n, const forge_hip_product *p, uint3
             uint8_t *xh = (uint8_t *)workspace;
             if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((elems / 4 + 255) / 256), dim3(256), s, x, elems, xh);
             if (form) *form = FORGE_HIP_FORM_F16;
-            forge__mmh_rows_group(grp, together, row_bytes, n_cols, xh, n_tokens, s);
+            forge__mmh_rows_group(grp, together, row_bytes, n_cols, xh, n_tokens, NULL, 0, s);
             if (forge__hip_launched("matmul group launch", message, message_bytes)) return -1;
         } else {
             taken[0] = taken[1] = taken[2] = 0;
