@@ -8191,6 +8191,9 @@ int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint
 int forge_hip_matmul_rows_q8_form(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                                   uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, int *form, void *stream,
                                   char *message, size_t message_bytes);
+/* the forms of a product's input in its workspace (forge_hip_matmul_rows_q8_form's *form) */
+#define FORGE_HIP_FORM_Q8 1
+#define FORGE_HIP_FORM_F16 2
 /* one product of forge_hip_matmul_rows_q8_group: y = w x (+ bias), n_rows rows of GGUF type `type` */
 typedef struct forge_hip_product {
     uint32_t type;
@@ -8213,8 +8216,9 @@ int forge_hip_rope_rows(float *x, uint32_t n_tokens, uint32_t n_heads, uint32_t 
 int forge_hip_kv_store_rows(uint32_t kv_type, const float *k, const float *v, void *cache_k, void *cache_v, uint32_t n_tokens,
                             uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, const uint32_t *row_pos, const uint32_t *row_seq,
                             size_t seq_stride, uint32_t n_cells, void *stream, char *message, size_t message_bytes);
-int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *stream,
-                          char *message, size_t message_bytes);
+int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *form,
+                          void *stream, char *message, size_t message_bytes);
+int forge_hip_matmul_rows_q8_group_form(uint32_t n, const forge_hip_product *p, uint32_t n_cols, uint32_t n_tokens, size_t workspace_bytes);
 int forge_hip_rope_store_rows(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_tokens, uint32_t n_head, uint32_t n_head_kv,
                               uint32_t head_dim, uint32_t head_dim_v, uint32_t n_rot, int mode, const uint32_t *row_pos,
                               const uint32_t *row_seq, size_t seq_stride, float freq_base, float freq_scale, const float *freq_factors,
@@ -9855,6 +9859,32 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
 /* Launches the schedule's ops for n tokens whose ids are at dev_tokens (device memory). dev_pos
    NULL: the positions start at ctx->pos, passed as arguments; else they start at the uint32 at
    dev_pos, read when the kernels run: the form a graph records once and replays at any position. */
+/* The products from op k on that read op k's input, at most three in a row (q, k, v; gate, up), as
+   forge_hip_matmul_rows_q8_group takes them; how many. */
+static uint32_t forge__gpu_rows_group(forge_context *ctx, uint32_t k, forge_hip_product group[3]) {
+    const forge__op *op = &ctx->sched.ops[k];
+    uint32_t g = 0;
+    while (g < 3 && k + g < ctx->op_end) {
+        const forge__op *o = &ctx->sched.ops[k + g];
+        if (o->kind != FORGE__OP_MATMUL || o->src != op->src || o->w->ne[0] != op->w->ne[0] || o->dst == op->src) break;
+        group[g].type = o->w->type, group[g].w = forge__dev_w(ctx, o->w), group[g].n_rows = o->n;
+        group[g].y = forge__dev_val(ctx, o->dst), group[g].bias = forge__dev_f32(ctx, o->bias);
+        g++;
+    }
+    return g;
+}
+
+/* Whether a norm of n rows into value v is followed, at op k, by products of v that would make v's
+   f16 form first (the norm then writes it: forge_hip_add_rmsnorm). */
+static int forge__gpu_rows_norm_form(forge_context *ctx, uint32_t k, int32_t v, uint32_t n) {
+    forge_hip_product group[3];
+    uint32_t g;
+    if (k >= ctx->op_end || ctx->sched.ops[k].kind != FORGE__OP_MATMUL || ctx->sched.ops[k].src != v) return 0;
+    g = forge__gpu_rows_group(ctx, k, group);
+    return forge_hip_matmul_rows_q8_group_form(g, group, (uint32_t)ctx->sched.ops[k].w->ne[0], n, (size_t)ctx->dev_split_bytes) ==
+           FORGE_HIP_FORM_F16;
+}
+
 static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const int32_t *dev_tokens, const uint32_t *dev_pos,
                                           forge_error *error) {
     const forge_config *c = ctx->c;
@@ -9885,6 +9915,13 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                        c->embd_scale, forge__dev_val(ctx, op->dst), ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_RMSNORM:
+            if (ctx->rows && ctx->use_q8 && op->dst != op->src && forge__gpu_rows_norm_form(ctx, k + 1, op->dst, n)) {
+                /* a step of several sequences: the norm also writes the f16 form the products after it read */
+                FORGE__HIP(forge_hip_add_rmsnorm(forge__dev_val(ctx, op->src), NULL, forge__dev_f32(ctx, op->w), forge__dev_val(ctx, op->dst), n,
+                                                 op->n, c->rms_eps, ctx->dev + ctx->dev_split, ctx->stream, FORGE__MSG));
+                rows_src = op->dst, rows_form = FORGE_HIP_FORM_F16;
+                break;
+            }
             FORGE__HIP(forge_hip_rmsnorm(forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op->w), forge__dev_val(ctx, op->dst),
                                          n, op->n, c->rms_eps, ctx->stream, FORGE__MSG));
             break;
@@ -9893,14 +9930,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                                the products after it that read the same input take the form it left,
                                                and up to three in a row of one input (q, k, v; gate, up) go together */
                 forge_hip_product group[3];
-                uint32_t g = 0;
-                while (g < 3 && k + g < ctx->op_end) {
-                    const forge__op *o = &ctx->sched.ops[k + g];
-                    if (o->kind != FORGE__OP_MATMUL || o->src != op->src || o->w->ne[0] != op->w->ne[0] || o->dst == op->src) break;
-                    group[g].type = o->w->type, group[g].w = forge__dev_w(ctx, o->w), group[g].n_rows = o->n;
-                    group[g].y = forge__dev_val(ctx, o->dst), group[g].bias = forge__dev_f32(ctx, o->bias);
-                    g++;
-                }
+                const uint32_t g = forge__gpu_rows_group(ctx, k, group);
                 if (rows_src != op->src) rows_form = 0;
                 FORGE__HIP(forge_hip_matmul_rows_q8_group(g, group, (uint32_t)op->w->ne[0], forge__dev_val(ctx, op->src), n,
                                                           ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes, &rows_form, ctx->stream,
@@ -9980,9 +10010,13 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
         }
         case FORGE__OP_ADD:
             if (ctx->rows && k + 1 < ctx->op_end && op[1].kind == FORGE__OP_RMSNORM && op[1].src == op->dst && op[1].n == op->n) {
-                /* a step of several sequences: the residual add and the norm that reads it, one launch */
+                /* a step of several sequences: the residual add and the norm that reads it, one launch, with
+                   the f16 form of the norm's rows where the products after it take that */
+                const int form = ctx->use_q8 && op[1].dst != op->dst && forge__gpu_rows_norm_form(ctx, k + 2, op[1].dst, n);
                 FORGE__HIP(forge_hip_add_rmsnorm(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op[1].w),
-                                                 forge__dev_val(ctx, op[1].dst), n, op->n, c->rms_eps, ctx->stream, FORGE__MSG));
+                                                 forge__dev_val(ctx, op[1].dst), n, op->n, c->rms_eps, form ? ctx->dev + ctx->dev_split : NULL,
+                                                 ctx->stream, FORGE__MSG));
+                if (form) rows_src = op[1].dst, rows_form = FORGE_HIP_FORM_F16;
                 k++;
                 break;
             }

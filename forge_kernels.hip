@@ -3865,6 +3865,25 @@ int forge_hip_matmul_rows_q8_group(uint32_t n, const forge_hip_product *p, uint3
     return 0;
 }
 
+// FORGE_HIP_FORM_F16 where forge_hip_matmul_rows_q8_group would first make x's f16 form for these
+// products (the form a norm before them can write instead, forge_hip_add_rmsnorm), else 0.
+int forge_hip_matmul_rows_q8_group_form(uint32_t n, const forge_hip_product *p, uint32_t n_cols, uint32_t n_tokens, size_t workspace_bytes) {
+#ifdef FORGE__MMA
+    uint32_t i, plain = 0;
+    if (!p || n == 0 || n > FORGE__MH_GROUP || FORGE__MH_BYTES((size_t)n_tokens * n_cols) > workspace_bytes) return 0;
+    for (i = 0; i < n; i++)
+        plain += n_tokens >= FORGE__MH_MIN && forge__mmh_rows_ok(p[i].type, p[i].n_rows, n_cols, n_tokens) &&
+                 forge__mmh_rows_plain(p[i].n_rows, n_tokens);
+    if (n >= 2 && plain >= 2) return FORGE_HIP_FORM_F16; // the products together, on the f16 form
+    if ((n_tokens >= FORGE__MH_MIN && forge__mmh_rows_ok(p[0].type, p[0].n_rows, n_cols, n_tokens)) ||
+        (n_tokens >= FORGE__M6_MIN && forge__mmh6_rows_ok(p[0].type, n_cols, n_tokens)))
+        return FORGE_HIP_FORM_F16;
+#else
+    (void)n, (void)p, (void)n_cols, (void)n_tokens, (void)workspace_bytes;
+#endif
+    return 0;
+}
+
 // forge_hip_matmul_rows_q8 on one path, for measuring and testing them: 2 dp4a (forge__k_mvq_rows), 3
 // the f16 matrix units (forge__k_mmh_rows, forge__k_mmh4_rows, forge__k_mmh6_rows) from one token;
 // anything the path does not take runs as forge_hip_matmul_split.
@@ -3917,21 +3936,41 @@ __global__ void forge__k_rmsnorm(const float *x, const float *__restrict__ w, fl
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = row[i] * scale * w[i];
 }
 
-// x += r, then y = rmsnorm(x) * w: forge__k_add and forge__k_rmsnorm in one launch, the same
-// arithmetic in the same order (the same bits), one block per row.
-__global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, const float *__restrict__ w, float *y, uint32_t n, float eps) {
+// x += r (r not NULL), then y = rmsnorm(x) * w: forge__k_add and forge__k_rmsnorm in one launch, the
+// same arithmetic in the same order (the same bits), one block per row. xh (not NULL, n a multiple
+// of 32): y's f16 form for the products that read it, as forge__k_mh_prep makes it from y (the
+// same bytes; n_rows rows in all), after y is written.
+__global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, const float *__restrict__ w, float *y, uint32_t n, float eps,
+                                     uint8_t *__restrict__ xh, uint32_t n_rows) {
     float *row = x + (size_t)blockIdx.x * n;
-    const float *add = r + (size_t)blockIdx.x * n;
+    const float *add = r ? r + (size_t)blockIdx.x * n : NULL;
     float *out = y + (size_t)blockIdx.x * n;
     float sum = 0.0f;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = row[i] + add[i];
-        row[i] = v;
+        const float v = add ? row[i] + add[i] : row[i];
+        if (add) row[i] = v;
         sum += v * v;
     }
     sum = forge__block_sum(sum);
     const float scale = (float)(1.0 / sqrt((double)sum / n + (double)eps));
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = row[i] * scale * w[i];
+    if (!xh) return;
+    __syncthreads(); // the quads below read what other threads of the block wrote
+    const size_t all = (size_t)n_rows * n, first = (size_t)blockIdx.x * (n / 4);
+    for (uint32_t base = 0; base < n / 4; base += blockDim.x) { // whole warps: a group's 8 lanes share its sum
+        const uint32_t qd = base + threadIdx.x;
+        const float4 v = qd < n / 4 ? *(const float4 *)(out + 4 * qd) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const uint32_t h02 = forge__h2_pack(v.x, v.z), h13 = forge__h2_pack(v.y, v.w);
+        float s = (forge__f16(h02 & 0xffffu) + forge__f16(h13 & 0xffffu)) + (forge__f16(h02 >> 16) + forge__f16(h13 >> 16));
+        s += FORGE_SHFL_XOR(s, 1);
+        s += FORGE_SHFL_XOR(s, 2);
+        s += FORGE_SHFL_XOR(s, 4);
+        if (qd < n / 4) {
+            const size_t q = first + qd;
+            *(uint2 *)(xh + 8 * q) = make_uint2(h02, h13);
+            if (q % 8 == 0) ((float *)(xh + FORGE__MH_SUMS(all)))[q / 8] = s;
+        }
+    }
 }
 
 // Rotary embedding in place over x [n_tokens][n_heads][head_dim], the first n_rot dims of each head.
@@ -4121,13 +4160,17 @@ int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows,
 }
 
 // forge_hip_add(x, r, n_rows * n) then forge_hip_rmsnorm(x, w, y, n_rows, n, eps) in one launch, the
-// same bits (the residual add and the norm that reads it; y may equal x).
-int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *stream,
-                          char *message, size_t message_bytes) {
+// same bits (the residual add and the norm that reads it; y may equal x); r NULL: the norm alone.
+// form (not NULL): also y's f16 form there, the bytes forge_hip_matmul_rows_q8_form would make of y
+// before a product on the f16 matrix units (it then finds FORGE_HIP_FORM_F16 made); n a multiple of
+// 32, y not x.
+int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *form,
+                          void *stream, char *message, size_t message_bytes) {
     if (n_rows == 0 || n == 0) return 0;
     if (n_rows > 2147483647u) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: too many rows");
+    if (form && (n % 32 || y == x)) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: an f16 form needs rows of 32s, y apart");
     const uint32_t threads = n <= 128 ? 64 : n <= 1024 ? 256 : n <= 2048 ? 512 : 1024; // forge_hip_rmsnorm's
-    forge__k_add_rmsnorm<<<n_rows, threads, 0, (hipStream_t)stream>>>(x, r, w, y, n, eps);
+    forge__k_add_rmsnorm<<<n_rows, threads, 0, (hipStream_t)stream>>>(x, r, w, y, n, eps, (uint8_t *)form, n_rows);
     return forge__hip_launched("add_rmsnorm launch", message, message_bytes);
 }
 
