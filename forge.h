@@ -1025,8 +1025,11 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    and Q8_0, 12 of Q6_K (8 where the matrix units take it), 7 of Q4_K; Q4_K products of 8 to 64
    rows (to 32 where the matrix has fewer than 4096 rows) and Q6_K products of 9 to 32 rows (rows of
    a multiple of 2048 columns) read each weight once on f16 activations instead, on the matrix units
-   (Q4_K's weights exact, Q6_K's rounded once past 2048: about 2e-4 from f32). Larger steps and
-   prompt batches keep f32 activations (f16 operands on the matrix units). desc.gpu_no_q8 keeps
+   (Q4_K's weights exact, Q6_K's rounded once past 2048: about 2e-4 from f32); the products of one
+   input that the same kernel takes (q, k and v; gate and up) run as one launch, the norm before them
+   writes their f16 input, and a step's rope, cache store, residual adds and norms are fused launches
+   (the same bits as the separate ones). Larger steps and prompt batches keep f32 activations (f16
+   operands on the matrix units). desc.gpu_no_q8 keeps
    decode and those steps on f32 activations (slower: see README, Performance). A
    product that adds into the residual stream also prepares the RMS norm after it where that is
    faster (the residual times the norm weight rounded as above, the norm's factor applied to the

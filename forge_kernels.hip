@@ -114,6 +114,7 @@ typedef struct forge_hip_product {
     float *y;
     const float *bias;
 } forge_hip_product;
+#define FORGE__MH_GROUP 3 // products of forge_hip_matmul_rows_q8_group, at most
 
 // ---- launcher plumbing ----
 
@@ -3066,7 +3067,6 @@ __device__ __forceinline__ void forge__tf32_split(float s, uint32_t &hi, uint32_
 // product but the last has a multiple of them); first[i] is UINT32_MAX past the last product. parts
 // (one product, grid y above 1): the pieces split over grid y, each share's sums written to parts
 // (share z of token t at (z nt + t) n_rows) for forge__k_split_sum.
-#define FORGE__MH_GROUP 3
 struct forge__mh_group {
     const uint8_t *w[FORGE__MH_GROUP];
     float *y[FORGE__MH_GROUP];
@@ -3954,6 +3954,7 @@ __global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, cons
     sum = forge__block_sum(sum);
     const float scale = (float)(1.0 / sqrt((double)sum / n + (double)eps));
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = row[i] * scale * w[i];
+#ifdef FORGE__MMA
     if (!xh) return;
     __syncthreads(); // the quads below read what other threads of the block wrote
     const size_t all = (size_t)n_rows * n, first = (size_t)blockIdx.x * (n / 4);
@@ -3971,6 +3972,9 @@ __global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, cons
             if (q % 8 == 0) ((float *)(xh + FORGE__MH_SUMS(all)))[q / 8] = s;
         }
     }
+#else
+    (void)xh, (void)n_rows; // no f16 form without the matrix-unit kernels (forge_hip_add_rmsnorm refuses one)
+#endif
 }
 
 // Rotary embedding in place over x [n_tokens][n_heads][head_dim], the first n_rot dims of each head.
@@ -4169,6 +4173,9 @@ int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, ui
     if (n_rows == 0 || n == 0) return 0;
     if (n_rows > 2147483647u) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: too many rows");
     if (form && (n % 32 || y == x)) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: an f16 form needs rows of 32s, y apart");
+#ifndef FORGE__MMA
+    if (form) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: this build has no f16 form (no matrix-unit kernels)");
+#endif
     const uint32_t threads = n <= 128 ? 64 : n <= 1024 ? 256 : n <= 2048 ? 512 : 1024; // forge_hip_rmsnorm's
     forge__k_add_rmsnorm<<<n_rows, threads, 0, (hipStream_t)stream>>>(x, r, w, y, n, eps, (uint8_t *)form, n_rows);
     return forge__hip_launched("add_rmsnorm launch", message, message_bytes);
