@@ -992,12 +992,12 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    fewer query heads while the context is short) and each step replays its position's. A context
    of several sequences also records forge_eval_batch's step of rows that each keep their logits (a
    decode step of that many sequences) at 2 to 8, 12, 16, 24, 32, 48 and 64 rows and at the largest
-   such step it takes (n_seq or n_batch rows, at most 64), one graph per row count and band (one band
-   up to 8192 positions); such a step of a count between them runs padded to the next (the extra rows
-   repeat the first row's token, position and sequence, store nothing in its cache, and their
-   logits are dropped), recorded or not, so that a replay and plain launches give the same bits.
-   The driver's device memory for those graphs (about 1.6 MB each on an H100) is outside the plan.
-   desc.gpu_no_graph gives plain launches instead of the graphs (sized by the same bands). On NVIDIA
+   such step it takes (n_seq or n_batch rows, at most 64), one graph per row count and band (one
+   band up to 8192 positions); such a step of another count (one row too) runs padded to the next
+   (the extra rows repeat the first row's token, position and sequence, store nothing in its cache,
+   and their logits are dropped), recorded or not, so that a replay and plain launches give the
+   same bits. The driver's device memory for those graphs (about 1.6 MB each on an H100) is outside
+   the plan. desc.gpu_no_graph gives plain launches instead of the graphs (sized by the same bands). On NVIDIA
    compute capability 9.0 and newer (kernels built for it), the decode kernels are launched so that
    each may be placed on the device while the one before it finishes (programmatic dependent
    launch; each waits for the previous kernel's results before it reads any of them, a product
@@ -9859,9 +9859,6 @@ static forge_result forge__gpu_decode_fused(forge_context *ctx, uint32_t k, cons
     return FORGE_OK;
 }
 
-/* Launches the schedule's ops for n tokens whose ids are at dev_tokens (device memory). dev_pos
-   NULL: the positions start at ctx->pos, passed as arguments; else they start at the uint32 at
-   dev_pos, read when the kernels run: the form a graph records once and replays at any position. */
 /* The products from op k on that read op k's input, at most three in a row (q, k, v; gate, up), as
    forge_hip_matmul_rows_q8_group takes them; how many. */
 static uint32_t forge__gpu_rows_group(forge_context *ctx, uint32_t k, forge_hip_product group[3]) {
@@ -9888,6 +9885,9 @@ static int forge__gpu_rows_norm_form(forge_context *ctx, uint32_t k, int32_t v, 
            FORGE_HIP_FORM_F16;
 }
 
+/* Launches the schedule's ops for n tokens whose ids are at dev_tokens (device memory). dev_pos
+   NULL: the positions start at ctx->pos, passed as arguments; else they start at the uint32 at
+   dev_pos, read when the kernels run: the form a graph records once and replays at any position. */
 static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const int32_t *dev_tokens, const uint32_t *dev_pos,
                                           forge_error *error) {
     const forge_config *c = ctx->c;
