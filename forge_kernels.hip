@@ -104,6 +104,14 @@ enum {
 // A bit of a step's row sequence id (forge.h sets it on the rows that pad a step to a recorded row
 // count): the row reads its sequence's cache as any row does and stores nothing into it.
 #define FORGE_HIP_ROW_NO_STORE 0x80000000u
+// Where row t's sequence's cache starts, in bytes after sequence 0's (0 without row sequences)
+__device__ __forceinline__ size_t forge__row_seq_base(const uint32_t *row_seq, uint32_t t, size_t seq_stride) {
+    return row_seq ? (size_t)(row_seq[t] & ~FORGE_HIP_ROW_NO_STORE) * seq_stride : 0;
+}
+// Whether row t stores its keys and values (a padding row does not)
+__device__ __forceinline__ bool forge__row_stores(const uint32_t *row_seq, uint32_t t) {
+    return !row_seq || !(row_seq[t] & FORGE_HIP_ROW_NO_STORE);
+}
 
 // One product of forge_hip_matmul_rows_q8_group (forge.h declares the same): y = w x (+ bias), n_rows
 // rows of GGUF type `type`.
@@ -2984,19 +2992,27 @@ static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, 
 #define FORGE__MH_STAGED_TOKENS 64 // ... up to this many
 #define FORGE__MH_STAGED_ROWS 4096 // ... of a matrix of this many rows or more
 
-__global__ void forge__k_mh_prep(const float *__restrict__ x, uint32_t n, uint8_t *__restrict__ out) {
-    FORGE__GRID_ENTER();
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; // a quad; 8 lanes a group
-    const float4 v = q * 4 < n ? *(const float4 *)(x + 4 * q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+// Quad q (columns 4q .. 4q + 3 of the n values) of the f16 form at out: its halves, and, from the
+// lane of a group's first quad, the group's sum. Called by whole warps, a group's 8 quads on 8
+// consecutive lanes (the sum is exchanged among them); `in` false: a lane past the end (v zeros),
+// storing nothing.
+__device__ __forceinline__ void forge__mh_quad(float4 v, bool in, size_t q, size_t n, uint8_t *__restrict__ out) {
     const uint32_t h02 = forge__h2_pack(v.x, v.z), h13 = forge__h2_pack(v.y, v.w);
     float s = (forge__f16(h02 & 0xffffu) + forge__f16(h13 & 0xffffu)) + (forge__f16(h02 >> 16) + forge__f16(h13 >> 16));
     s += FORGE_SHFL_XOR(s, 1);
     s += FORGE_SHFL_XOR(s, 2);
     s += FORGE_SHFL_XOR(s, 4);
-    if (q * 4 < n) {
+    if (in) {
         *(uint2 *)(out + 8 * q) = make_uint2(h02, h13);
         if (q % 8 == 0) ((float *)(out + FORGE__MH_SUMS(n)))[q / 8] = s;
     }
+}
+
+__global__ void forge__k_mh_prep(const float *__restrict__ x, uint32_t n, uint8_t *__restrict__ out) {
+    FORGE__GRID_ENTER();
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; // a quad; 8 lanes a group
+    const bool in = q * 4 < n;
+    forge__mh_quad(in ? *(const float4 *)(x + 4 * q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f), in, q, n, out);
 }
 
 // a b + c on f16x2 bits, one rounding (exact for the small integers it is used on)
@@ -3595,6 +3611,36 @@ static int forge__mmh6_rows_ok(uint32_t type, uint32_t n_cols, uint32_t n_tokens
     return type == FORGE_HIP_Q6_K && forge__q6_k_layout(n_cols) == 16 && n_tokens <= 32 && forge__mma_available();
 }
 
+// Which f16 matrix-unit path forge__hip_matmul gives a product (q8_rows as there: 1 the faster for the
+// shape, 2 dp4a, 3 the matrix units from one token): 1 Q4_K (forge__k_mmh_rows, forge__k_mmh4_rows),
+// 2 Q6_K (forge__k_mmh6_rows), 0 none.
+static int forge__mh_path(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int q8_rows) {
+    if (!q8_rows || q8_rows == 2) return 0;
+    if (forge__mmh_rows_ok(type, n_rows, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__MH_MIN)) return 1;
+    if (forge__mmh6_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__M6_MIN)) return 2;
+    return 0;
+}
+
+// The products of p that forge_hip_matmul_rows_q8_group runs together on forge__k_mmh_rows: each that
+// would run alone there, those of whole 32-row blocks first, then at most one that is not (it goes
+// last), in order[]; taken[i] set for each. How many; fewer than two go together as none (taken all 0).
+static uint32_t forge__mh_group_pick(uint32_t n, const forge_hip_product *p, uint32_t n_cols, uint32_t n_tokens, uint32_t order[FORGE__MH_GROUP],
+                                     int taken[FORGE__MH_GROUP]) {
+    uint32_t together = 0, odd = 0, pass, i;
+    for (i = 0; i < FORGE__MH_GROUP; i++) taken[i] = 0;
+    for (pass = 0; pass < 2; pass++) /* the products of whole blocks first, then one that is not */
+        for (i = 0; i < n; i++) {
+            const int whole = p[i].n_rows % FORGE__MH_ROWS == 0;
+            if (taken[i] || (pass == 0) != whole || (!whole && odd) || p[i].n_rows == 0 ||
+                forge__mh_path(p[i].type, p[i].n_rows, n_cols, n_tokens, 1) != 1 || !forge__mmh_rows_plain(p[i].n_rows, n_tokens))
+                continue;
+            odd |= !whole;
+            order[together++] = i, taken[i] = 1;
+        }
+    if (together < 2) together = 0, taken[0] = taken[1] = taken[2] = 0;
+    return together;
+}
+
 // xh: forge__k_mh_prep's form of the n_tokens x n_cols activations; parts: parts_floats floats of the
 // workspace past it for the split super-blocks' sums. 0 when the kernel cannot run here (its shared
 // memory refused), the product then left to another path.
@@ -3688,9 +3734,7 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
 #ifdef FORGE__MMA
     // Q4_K and Q6_K on the f16 matrix units: the activations' f16 form at the start of the workspace,
     // the parts of split super-blocks after it
-    const int units = q8_rows && q8_rows != 2;
-    const int mmh = units && forge__mmh_rows_ok(type, n_rows, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__MH_MIN);
-    const int mmh6 = units && forge__mmh6_rows_ok(type, n_cols, n_tokens) && (q8_rows == 3 || n_tokens >= FORGE__M6_MIN);
+    const int path = forge__mh_path(type, n_rows, n_cols, n_tokens, q8_rows), mmh = path == 1, mmh6 = path == 2;
     if ((mmh || mmh6) && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {
         const uint32_t n = n_tokens * n_cols;
         uint8_t *xh = (uint8_t *)partial;
@@ -3828,34 +3872,24 @@ int forge_hip_matmul_rows_q8_group(uint32_t n, const forge_hip_product *p, uint3
     uint32_t i;
     if (!p || n == 0 || n > FORGE__MH_GROUP) return forge__hip_refuse(message, message_bytes, "matmul group: 1 to 3 products");
 #ifdef FORGE__MMA
-    if (n >= 2 && workspace && n_tokens >= FORGE__MH_MIN && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= workspace_bytes) {
+    uint32_t order[FORGE__MH_GROUP], together;
+    if (n >= 2 && workspace && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= workspace_bytes &&
+        (together = forge__mh_group_pick(n, p, n_cols, n_tokens, order, taken)) >= 2) {
         forge__mh_group grp;
-        uint32_t together = 0, odd = 0, pass;
         size_t row_bytes = 0;
+        const uint32_t elems = n_tokens * n_cols;
+        uint8_t *xh = (uint8_t *)workspace;
         hipStream_t s = (hipStream_t)stream;
         memset(&grp, 0, sizeof grp);
-        for (pass = 0; pass < 2; pass++) /* the products of whole blocks first, then one that is not */
-            for (i = 0; i < n; i++) {
-                const int whole = p[i].n_rows % FORGE__MH_ROWS == 0;
-                if (taken[i] || (pass == 0) != whole || (!whole && odd) || p[i].n_rows == 0 ||
-                    !forge__mmh_rows_ok(p[i].type, p[i].n_rows, n_cols, n_tokens) || !forge__mmh_rows_plain(p[i].n_rows, n_tokens))
-                    continue;
-                if (forge__hip_weights(p[i].type, n_cols, p[i].w, &row_bytes, "matmul", message, message_bytes)) return -1;
-                odd |= !whole;
-                grp.w[together] = (const uint8_t *)p[i].w, grp.y[together] = p[i].y, grp.bias[together] = p[i].bias;
-                grp.n_rows[together++] = p[i].n_rows;
-                taken[i] = 1;
-            }
-        if (together >= 2) {
-            const uint32_t elems = n_tokens * n_cols;
-            uint8_t *xh = (uint8_t *)workspace;
-            if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((elems / 4 + 255) / 256), dim3(256), s, x, elems, xh);
-            if (form) *form = FORGE_HIP_FORM_F16;
-            forge__mmh_rows_group(grp, together, row_bytes, n_cols, xh, n_tokens, NULL, 0, s);
-            if (forge__hip_launched("matmul group launch", message, message_bytes)) return -1;
-        } else {
-            taken[0] = taken[1] = taken[2] = 0;
+        for (i = 0; i < together; i++) {
+            const forge_hip_product *one = &p[order[i]];
+            if (forge__hip_weights(one->type, n_cols, one->w, &row_bytes, "matmul", message, message_bytes)) return -1;
+            grp.w[i] = (const uint8_t *)one->w, grp.y[i] = one->y, grp.bias[i] = one->bias, grp.n_rows[i] = one->n_rows;
         }
+        if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((elems / 4 + 255) / 256), dim3(256), s, x, elems, xh);
+        if (form) *form = FORGE_HIP_FORM_F16;
+        forge__mmh_rows_group(grp, together, row_bytes, n_cols, xh, n_tokens, NULL, 0, s);
+        if (forge__hip_launched("matmul group launch", message, message_bytes)) return -1;
     }
 #endif
     for (i = 0; i < n; i++)
@@ -3869,14 +3903,11 @@ int forge_hip_matmul_rows_q8_group(uint32_t n, const forge_hip_product *p, uint3
 // products (the form a norm before them can write instead, forge_hip_add_rmsnorm), else 0.
 int forge_hip_matmul_rows_q8_group_form(uint32_t n, const forge_hip_product *p, uint32_t n_cols, uint32_t n_tokens, size_t workspace_bytes) {
 #ifdef FORGE__MMA
-    uint32_t i, plain = 0;
+    uint32_t order[FORGE__MH_GROUP];
+    int taken[FORGE__MH_GROUP];
     if (!p || n == 0 || n > FORGE__MH_GROUP || FORGE__MH_BYTES((size_t)n_tokens * n_cols) > workspace_bytes) return 0;
-    for (i = 0; i < n; i++)
-        plain += n_tokens >= FORGE__MH_MIN && forge__mmh_rows_ok(p[i].type, p[i].n_rows, n_cols, n_tokens) &&
-                 forge__mmh_rows_plain(p[i].n_rows, n_tokens);
-    if (n >= 2 && plain >= 2) return FORGE_HIP_FORM_F16; // the products together, on the f16 form
-    if ((n_tokens >= FORGE__MH_MIN && forge__mmh_rows_ok(p[0].type, p[0].n_rows, n_cols, n_tokens)) ||
-        (n_tokens >= FORGE__M6_MIN && forge__mmh6_rows_ok(p[0].type, n_cols, n_tokens)))
+    // the products together first, else the first one alone, as forge_hip_matmul_rows_q8_group runs them
+    if ((n >= 2 && forge__mh_group_pick(n, p, n_cols, n_tokens, order, taken) >= 2) || forge__mh_path(p[0].type, p[0].n_rows, n_cols, n_tokens, 1))
         return FORGE_HIP_FORM_F16;
 #else
     (void)n, (void)p, (void)n_cols, (void)n_tokens, (void)workspace_bytes;
@@ -3960,17 +3991,8 @@ __global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, cons
     const size_t all = (size_t)n_rows * n, first = (size_t)blockIdx.x * (n / 4);
     for (uint32_t base = 0; base < n / 4; base += blockDim.x) { // whole warps: a group's 8 lanes share its sum
         const uint32_t qd = base + threadIdx.x;
-        const float4 v = qd < n / 4 ? *(const float4 *)(out + 4 * qd) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        const uint32_t h02 = forge__h2_pack(v.x, v.z), h13 = forge__h2_pack(v.y, v.w);
-        float s = (forge__f16(h02 & 0xffffu) + forge__f16(h13 & 0xffffu)) + (forge__f16(h02 >> 16) + forge__f16(h13 >> 16));
-        s += FORGE_SHFL_XOR(s, 1);
-        s += FORGE_SHFL_XOR(s, 2);
-        s += FORGE_SHFL_XOR(s, 4);
-        if (qd < n / 4) {
-            const size_t q = first + qd;
-            *(uint2 *)(xh + 8 * q) = make_uint2(h02, h13);
-            if (q % 8 == 0) ((float *)(xh + FORGE__MH_SUMS(all)))[q / 8] = s;
-        }
+        const bool in = qd < n / 4;
+        forge__mh_quad(in ? *(const float4 *)(out + 4 * qd) : make_float4(0.0f, 0.0f, 0.0f, 0.0f), in, first + qd, all, xh);
     }
 #else
     (void)xh, (void)n_rows; // no f16 form without the matrix-unit kernels (forge_hip_add_rmsnorm refuses one)
@@ -4150,16 +4172,18 @@ int forge_hip_embed(uint32_t type, const void *table, uint32_t n_vocab, uint32_t
     return forge__hip_launched("embed launch", message, message_bytes);
 }
 
+// The threads of a norm's block, one block a row, by the row's length (the step of a few sequences
+// runs few rows of 2048 or more: 256 threads took 9.5 us for 16 rows of 4096 on an H100, each thread
+// 16 loads in turn). forge_hip_rmsnorm and forge_hip_add_rmsnorm both take it: the same sums.
+static uint32_t forge__norm_threads(uint32_t n) { return n <= 128 ? 64 : n <= 1024 ? 256 : n <= 2048 ? 512 : 1024; }
+
 // y[r] = rmsnorm(x[r]) * w for n_rows rows of n floats; y may equal x. Per-head norm (Q/K norm) is
 // the same op over n_tokens * n_heads rows of head_dim: see forge_hip_headnorm.
 int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *stream,
                       char *message, size_t message_bytes) {
     if (n_rows == 0 || n == 0) return 0;
     if (n_rows > 2147483647u) return forge__hip_refuse(message, message_bytes, "rmsnorm: too many rows");
-    // a block a row, its threads by the row's length (the step of a few sequences runs few rows of
-    // 2048 or more: 256 threads took 9.5 us for 16 rows of 4096 on an H100, each thread 16 loads in turn)
-    const uint32_t threads = n <= 128 ? 64 : n <= 1024 ? 256 : n <= 2048 ? 512 : 1024;
-    forge__k_rmsnorm<<<n_rows, threads, 0, (hipStream_t)stream>>>(x, w, y, n, eps);
+    forge__k_rmsnorm<<<n_rows, forge__norm_threads(n), 0, (hipStream_t)stream>>>(x, w, y, n, eps);
     return forge__hip_launched("rmsnorm launch", message, message_bytes);
 }
 
@@ -4176,8 +4200,7 @@ int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, ui
 #ifndef FORGE__MMA
     if (form) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: this build has no f16 form (no matrix-unit kernels)");
 #endif
-    const uint32_t threads = n <= 128 ? 64 : n <= 1024 ? 256 : n <= 2048 ? 512 : 1024; // forge_hip_rmsnorm's
-    forge__k_add_rmsnorm<<<n_rows, threads, 0, (hipStream_t)stream>>>(x, r, w, y, n, eps, (uint8_t *)form, n_rows);
+    forge__k_add_rmsnorm<<<n_rows, forge__norm_threads(n), 0, (hipStream_t)stream>>>(x, r, w, y, n, eps, (uint8_t *)form, n_rows);
     return forge__hip_launched("add_rmsnorm launch", message, message_bytes);
 }
 
@@ -4409,10 +4432,10 @@ __global__ void forge__k_kv_store(const float *__restrict__ src, uint8_t *__rest
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t row = i / per_row; // token * n_head_kv + head
         const uint32_t item = (uint32_t)(i % per_row), t = (uint32_t)(row / n_head_kv), h = (uint32_t)(row % n_head_kv);
-        if (row_seq && (row_seq[t] & FORGE_HIP_ROW_NO_STORE)) continue; // a padded row: stores nothing
+        if (!forge__row_stores(row_seq, t)) continue;
         const float *x = src + row * dim;
         const uint32_t pos = row_pos ? row_pos[t] : first_pos + t, cell = n_cells ? pos % n_cells : pos;
-        uint8_t *dst = cache + (row_seq ? (size_t)row_seq[t] * seq_stride : 0) + ((size_t)cell * n_head_kv + h) * row_bytes;
+        uint8_t *dst = cache + forge__row_seq_base(row_seq, t, seq_stride) + ((size_t)cell * n_head_kv + h) * row_bytes;
         forge__kv_put<TYPE>(x, item, dst, dim);
     }
 }
@@ -4464,9 +4487,8 @@ __global__ void forge__k_rope_store(float *q, float *k, const float *__restrict_
     const double factor = i < half && freq_factors ? (double)freq_factors[i] : 1.0;
     FORGE__GRID_ENTER();
     const uint32_t p = row_pos ? row_pos[t] : dev_pos ? *dev_pos : pos0, cell = n_cells ? p % n_cells : p;
-    const uint32_t id = row_seq ? row_seq[t] : 0u;
-    const int per_element = TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16, store = !(id & FORGE_HIP_ROW_NO_STORE);
-    const size_t seq_base = (size_t)(id & ~FORGE_HIP_ROW_NO_STORE) * seq_stride;
+    const int per_element = TYPE == FORGE_HIP_F32 || TYPE == FORGE_HIP_F16, store = forge__row_stores(row_seq, t);
+    const size_t seq_base = forge__row_seq_base(row_seq, t, seq_stride);
     q += (size_t)t * n_head * head_dim, k += (size_t)t * n_head_kv * head_dim, v += (size_t)t * n_head_kv * head_dim_v;
     cache_k += seq_base, cache_v += seq_base;
     if (b < n_head + n_head_kv) {
@@ -4509,25 +4531,32 @@ __global__ void forge__k_rope_angles(float *angles, const double *__restrict__ f
 
 extern "C" {
 
-// One decode token: forge_hip_rope over q (n_head heads) and k (n_head_kv heads), then
-// forge_hip_kv_store of k and v, in one launch. dev_pos: the position read from device memory when
-// the kernel runs (a graph's), else pos0.
-int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                         uint32_t head_dim_v, uint32_t n_rot, int mode, uint32_t pos0, const uint32_t *dev_pos, float freq_base,
-                         float freq_scale, const float *freq_factors, void *cache_k, void *cache_v, uint32_t n_cells, void *stream,
-                         char *message, size_t message_bytes) {
+// forge__k_rope_store over n_tokens tokens: one decode token at pos0 or *dev_pos (row_pos NULL), or a
+// step's rows at row_pos[t] of sequence row_seq[t]; who names the caller in a refusal.
+static int forge__hip_rope_store(const char *who, uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_tokens, uint32_t n_head,
+                                 uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, uint32_t n_rot, int mode, uint32_t pos0,
+                                 const uint32_t *dev_pos, const uint32_t *row_pos, const uint32_t *row_seq, size_t seq_stride, float freq_base,
+                                 float freq_scale, const float *freq_factors, void *cache_k, void *cache_v, uint32_t n_cells, void *stream,
+                                 char *message, size_t message_bytes) {
     const size_t row_k = forge__hip_kv_row_bytes(kv_type, head_dim), row_v = forge__hip_kv_row_bytes(kv_type, head_dim_v);
     hipStream_t s = (hipStream_t)stream;
-    if (!row_k || !row_v) return forge__hip_refuse(message, message_bytes, "rope_store: the cache type does not suit the head size");
-    if (n_rot > head_dim || n_rot % 2 || n_rot / 2 > FORGE__ROPE_MAX_HALF || (mode != 0 && mode != 2))
-        return forge__hip_refuse(message, message_bytes, "rope_store: unsupported rotary dimensions or mode");
-    if (n_head_kv == 0) return 0;
+    const char *refusal = NULL;
+    char why[160];
+    if (!row_k || !row_v) refusal = "the cache type does not suit the head size";
+    else if (n_rot > head_dim || n_rot % 2 || n_rot / 2 > FORGE__ROPE_MAX_HALF || (mode != 0 && mode != 2))
+        refusal = "unsupported rotary dimensions or mode";
+    else if (n_tokens > 65535u) refusal = "too many tokens in one launch";
+    if (refusal) {
+        snprintf(why, sizeof why, "%s: %s", who, refusal);
+        return forge__hip_refuse(message, message_bytes, why);
+    }
+    if (n_head_kv == 0 || n_tokens == 0) return 0;
     const uint32_t threads = n_rot / 2 > 128 ? (n_rot / 2 + 63) / 64 * 64 : 128; // a thread for each rotated pair
     switch (kv_type) {
 #define FORGE__ROPE_STORE(T)                                                                             \
-    forge__launch(forge__k_rope_store<T>, dim3(n_head + 2 * n_head_kv), dim3(threads), s, q, k, v, n_head, n_head_kv, head_dim, head_dim_v, \
-                  n_rot, (int)(mode == 2), pos0, dev_pos, freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, (uint8_t *)cache_v, \
-                  n_cells, row_k, row_v, (const uint32_t *)NULL, (const uint32_t *)NULL, (size_t)0)
+    forge__launch(forge__k_rope_store<T>, dim3(n_head + 2 * n_head_kv, n_tokens), dim3(threads), s, q, k, v, n_head, n_head_kv, head_dim, \
+                  head_dim_v, n_rot, (int)(mode == 2), pos0, dev_pos, freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, \
+                  (uint8_t *)cache_v, n_cells, row_k, row_v, row_pos, row_seq, seq_stride)
     case FORGE_HIP_F32: FORGE__ROPE_STORE(FORGE_HIP_F32); break;
     case FORGE_HIP_F16: FORGE__ROPE_STORE(FORGE_HIP_F16); break;
     case FORGE_HIP_Q8_0: FORGE__ROPE_STORE(FORGE_HIP_Q8_0); break;
@@ -4535,6 +4564,17 @@ int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, u
 #undef FORGE__ROPE_STORE
     }
     return forge__hip_launched("rope_store launch", message, message_bytes);
+}
+
+// One decode token: forge_hip_rope over q (n_head heads) and k (n_head_kv heads), then
+// forge_hip_kv_store of k and v, in one launch. dev_pos: the position read from device memory when
+// the kernel runs (a graph's), else pos0.
+int forge_hip_rope_store(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                         uint32_t head_dim_v, uint32_t n_rot, int mode, uint32_t pos0, const uint32_t *dev_pos, float freq_base,
+                         float freq_scale, const float *freq_factors, void *cache_k, void *cache_v, uint32_t n_cells, void *stream,
+                         char *message, size_t message_bytes) {
+    return forge__hip_rope_store("rope_store", kv_type, q, k, v, 1, n_head, n_head_kv, head_dim, head_dim_v, n_rot, mode, pos0, dev_pos, NULL,
+                                 NULL, 0, freq_base, freq_scale, freq_factors, cache_k, cache_v, n_cells, stream, message, message_bytes);
 }
 
 // forge_hip_rope_store for a step of several sequences (forge_hip_rope_rows of q and k, then
@@ -4545,27 +4585,10 @@ int forge_hip_rope_store_rows(uint32_t kv_type, float *q, float *k, const float 
                               uint32_t head_dim, uint32_t head_dim_v, uint32_t n_rot, int mode, const uint32_t *row_pos,
                               const uint32_t *row_seq, size_t seq_stride, float freq_base, float freq_scale, const float *freq_factors,
                               void *cache_k, void *cache_v, uint32_t n_cells, void *stream, char *message, size_t message_bytes) {
-    const size_t row_k = forge__hip_kv_row_bytes(kv_type, head_dim), row_v = forge__hip_kv_row_bytes(kv_type, head_dim_v);
-    hipStream_t s = (hipStream_t)stream;
     if (!row_pos || !row_seq) return forge__hip_refuse(message, message_bytes, "rope_store_rows: no row positions or sequences");
-    if (!row_k || !row_v) return forge__hip_refuse(message, message_bytes, "rope_store_rows: the cache type does not suit the head size");
-    if (n_rot > head_dim || n_rot % 2 || n_rot / 2 > FORGE__ROPE_MAX_HALF || (mode != 0 && mode != 2))
-        return forge__hip_refuse(message, message_bytes, "rope_store_rows: unsupported rotary dimensions or mode");
-    if (n_tokens > 65535u) return forge__hip_refuse(message, message_bytes, "rope_store_rows: too many tokens in one launch");
-    if (n_head_kv == 0 || n_tokens == 0) return 0;
-    const uint32_t threads = n_rot / 2 > 128 ? (n_rot / 2 + 63) / 64 * 64 : 128; // a thread for each rotated pair
-    switch (kv_type) {
-#define FORGE__ROPE_STORE(T)                                                                             \
-    forge__launch(forge__k_rope_store<T>, dim3(n_head + 2 * n_head_kv, n_tokens), dim3(threads), s, q, k, v, n_head, n_head_kv, head_dim, \
-                  head_dim_v, n_rot, (int)(mode == 2), 0u, (const uint32_t *)NULL, freq_base, freq_scale, freq_factors, (uint8_t *)cache_k, \
-                  (uint8_t *)cache_v, n_cells, row_k, row_v, row_pos, row_seq, seq_stride)
-    case FORGE_HIP_F32: FORGE__ROPE_STORE(FORGE_HIP_F32); break;
-    case FORGE_HIP_F16: FORGE__ROPE_STORE(FORGE_HIP_F16); break;
-    case FORGE_HIP_Q8_0: FORGE__ROPE_STORE(FORGE_HIP_Q8_0); break;
-    default: FORGE__ROPE_STORE(FORGE_HIP_Q4_0); break;
-#undef FORGE__ROPE_STORE
-    }
-    return forge__hip_launched("rope_store launch", message, message_bytes);
+    return forge__hip_rope_store("rope_store_rows", kv_type, q, k, v, n_tokens, n_head, n_head_kv, head_dim, head_dim_v, n_rot, mode, 0, NULL,
+                                 row_pos, row_seq, seq_stride, freq_base, freq_scale, freq_factors, cache_k, cache_v, n_cells, stream, message,
+                                 message_bytes);
 }
 
 }  // extern "C"
@@ -4692,7 +4715,7 @@ forge__k_attention(forge_hip_attention_args a, size_t row_k_bytes, size_t row_v_
     }
     const uint32_t begin = first + split * chunk, end = begin + chunk < kv_len ? begin + chunk : kv_len;
     const float *q = a.q + ((size_t)t * a.n_head + h) * hd;
-    const size_t seq_base = a.row_seq ? (size_t)(a.row_seq[t] & ~FORGE_HIP_ROW_NO_STORE) * a.seq_stride : 0;
+    const size_t seq_base = forge__row_seq_base(a.row_seq, t, a.seq_stride);
     const uint8_t *ck = (const uint8_t *)a.cache_k + seq_base, *cv = (const uint8_t *)a.cache_v + seq_base;
 
     float qv[FORGE__ATT_PER_LANE], o[FORGE__ATT_PER_LANE];
@@ -5882,7 +5905,7 @@ forge__k_attention_decode(forge_hip_attention_args a, size_t row_k_bytes, size_t
     forge__attd_block b;
     if (!forge__attd_block_of(a, n_split, per_block, dev_pos, partial, b)) return;
     const uint32_t kv_head = b.kv_head, t = b.t, h0 = b.h0, cnt = b.cnt, begin = b.begin, end = b.end;
-    const size_t seq_base = a.row_seq ? (size_t)(a.row_seq[t] & ~FORGE_HIP_ROW_NO_STORE) * a.seq_stride : 0; // row t's sequence's cache
+    const size_t seq_base = forge__row_seq_base(a.row_seq, t, a.seq_stride); // row t's sequence's cache
     const uint8_t *ck = (const uint8_t *)a.cache_k + seq_base, *cv = (const uint8_t *)a.cache_v + seq_base;
     const uint32_t d0 = sub * 8, shift = d0 % 32 < 16 ? 0 : 4;
 
@@ -6094,7 +6117,7 @@ forge__k_attention_tile(forge_hip_attention_args a, size_t row_k_bytes, size_t r
     forge__attd_block b;
     if (!forge__attd_block_of(a, n_split, per_block, dev_pos, partial, b)) return;
     const uint32_t kv_head = b.kv_head, t = b.t, h0 = b.h0, cnt = b.cnt, begin = b.begin, end = b.end;
-    const size_t seq_base = a.row_seq ? (size_t)(a.row_seq[t] & ~FORGE_HIP_ROW_NO_STORE) * a.seq_stride : 0; // row t's sequence's cache
+    const size_t seq_base = forge__row_seq_base(a.row_seq, t, a.seq_stride); // row t's sequence's cache
     const uint8_t *ck = (const uint8_t *)a.cache_k + seq_base, *cv = (const uint8_t *)a.cache_v + seq_base;
     if (!rk.k) {
         for (uint32_t i = threadIdx.x; i < G * HD; i += blockDim.x) {
@@ -6898,7 +6921,7 @@ forge__k_attn_pattern(forge_hip_attention_args a, const uint32_t *__restrict__ d
     const uint32_t kv_head = h / (a.n_head / a.n_head_kv);
     const uint32_t pos = a.row_pos ? a.row_pos[t] : (dev_pos ? *dev_pos : a.pos0) + t;
     const uint32_t first = a.window && pos >= a.window ? pos - a.window + 1 : 0;
-    const uint8_t *cache = (const uint8_t *)a.cache_k + (a.row_seq ? (size_t)(a.row_seq[t] & ~FORGE_HIP_ROW_NO_STORE) * a.seq_stride : 0);
+    const uint8_t *cache = (const uint8_t *)a.cache_k + forge__row_seq_base(a.row_seq, t, a.seq_stride);
     const float *q = a.q + ((size_t)t * a.n_head + h) * a.head_dim;
     const float none = -__int_as_float(0x7f800000); // -inf: no key yet
     float m = none, l = 0.0f;
