@@ -7808,6 +7808,12 @@ static int32_t forge__sched_matmul(forge__schedule *s, uint32_t layer, int32_t s
     return dst;
 }
 
+/* Whether product o reads what product op reads, after it in a row of such products (q, k, v; gate,
+   up): the same source and width, o not writing that source. */
+static int forge__op_same_input(const forge__op *op, const forge__op *o) {
+    return o->kind == FORGE__OP_MATMUL && o->src == op->src && o->w->ne[0] == op->w->ne[0] && o->dst != op->src;
+}
+
 static const forge_gguf_tensor *forge__layer_tensor(const forge_gguf *g, uint32_t layer, const char *name) {
     char full[96];
     snprintf(full, sizeof full, "blk.%u.%s", layer, name);
@@ -9866,7 +9872,7 @@ static uint32_t forge__gpu_rows_group(forge_context *ctx, uint32_t k, forge_hip_
     uint32_t g = 0;
     while (g < 3 && k + g < ctx->op_end) {
         const forge__op *o = &ctx->sched.ops[k + g];
-        if (o->kind != FORGE__OP_MATMUL || o->src != op->src || o->w->ne[0] != op->w->ne[0] || o->dst == op->src) break;
+        if (!forge__op_same_input(op, o)) break;
         group[g].type = o->w->type, group[g].w = forge__dev_w(ctx, o->w), group[g].n_rows = o->n;
         group[g].y = forge__dev_val(ctx, o->dst), group[g].bias = forge__dev_f32(ctx, o->bias);
         g++;
@@ -11357,7 +11363,7 @@ static uint32_t forge__cpu_products_fused(const forge_context *ctx, uint32_t k) 
     if (!ctx->cpu_q8) return 1;
     while (n < FORGE__Q8_MAX_PARTS && k + n < ctx->sched.n_ops && (n == 0 || k + n != ctx->op_end)) {
         const forge__op *o = &ctx->sched.ops[k + n];
-        if (o->kind != FORGE__OP_MATMUL || o->src != op->src || o->w->ne[0] != op->w->ne[0] || o->dst == op->src) break;
+        if (!forge__op_same_input(op, o)) break;
         parts[n].type = o->w->type, parts[n].w = NULL, parts[n].row_bytes = 0, parts[n].n_rows = o->n, parts[n].y = NULL;
         if (!forge__matmul_q8_parts_supported(parts, n + 1, (uint32_t)op->w->ne[0])) break;
         n++;
