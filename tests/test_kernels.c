@@ -109,6 +109,13 @@ static void *dev_weights(uint32_t type, uint32_t n_cols, size_t bytes, const voi
 }
 
 /* Waits for the stream and copies back; returns 0 and records a failure when either step fails. */
+/* The workspace a step's products of n_rows rows and n_tokens tokens of n_cols columns take, as a
+   context sizes it: room for the split path's parts and for the rows paths' forms. */
+static size_t rows_workspace_bytes(uint32_t n_rows, uint32_t n_tokens, uint32_t n_cols) {
+    const size_t split = forge_hip_matmul_split_bytes(n_rows, n_tokens), forms = forge_hip_rows_bytes(n_tokens * n_cols);
+    return split > forms ? split : forms;
+}
+
 static int dev_fetch(void *host, const void *d, size_t bytes) {
     if (forge_hip_stream_sync(NULL, msg, sizeof msg) || forge_hip_copy_from_device(host, d, bytes, NULL, msg, sizeof msg) ||
         forge_hip_stream_sync(NULL, msg, sizeof msg)) {
@@ -1333,8 +1340,7 @@ static void bench_rows(uint32_t only_rows, uint32_t only_tokens) {
             const forge_type_traits *t = forge_type_info(types[i]);
             const uint32_t n_rows = shapes[j][0], n_cols = shapes[j][1], max_tokens = 64;
             const size_t bytes = (size_t)n_cols / t->block_elems * t->block_bytes * n_rows;
-            const size_t ws = forge_hip_matmul_split_bytes(n_rows, max_tokens) > forge_hip_rows_bytes(max_tokens * n_cols)
-                                  ? forge_hip_matmul_split_bytes(n_rows, max_tokens) : forge_hip_rows_bytes(max_tokens * n_cols);
+            const size_t ws = rows_workspace_bytes(n_rows, max_tokens, n_cols);
             uint8_t *w = (uint8_t *)xmalloc(bytes);
             float *x = (float *)xmalloc((size_t)max_tokens * n_cols * sizeof(float));
             void *dw, *dx, *dy, *dws;
@@ -1563,8 +1569,7 @@ static void check_matmul_rows_q8(int path, uint32_t type, uint32_t n_rows, uint3
     float *wr = expect == ROWS_F16 && type == FORGE_TYPE_Q6_K ? (float *)xmalloc((size_t)n_rows * n_cols * sizeof(float)) : wf;
     int8_t *q = (int8_t *)xmalloc(nx);
     double *ref = (double *)xmalloc(ny * sizeof(double)), *ref32 = (double *)xmalloc(ny * sizeof(double));
-    const size_t ws_bytes = forge_hip_matmul_split_bytes(n_rows, n_tokens) > forge_hip_rows_bytes((uint32_t)nx)
-                                ? forge_hip_matmul_split_bytes(n_rows, n_tokens) : forge_hip_rows_bytes((uint32_t)nx);
+    const size_t ws_bytes = rows_workspace_bytes(n_rows, n_tokens, n_cols);
     void *dw, *dx, *dy, *db, *dws;
     uint32_t r, c, k;
     size_t e;
@@ -1627,8 +1632,7 @@ static void check_matmul_rows_group(uint32_t n, const uint32_t *types, const uin
     size_t ws_bytes;
     random_floats(x, nx, -1.0f, 1.0f);
     for (i = 0; i < n; i++) most = rows[i] > most ? rows[i] : most;
-    ws_bytes = forge_hip_matmul_split_bytes(most, n_tokens) > forge_hip_rows_bytes((uint32_t)nx) ? forge_hip_matmul_split_bytes(most, n_tokens)
-                                                                                                : forge_hip_rows_bytes((uint32_t)nx);
+    ws_bytes = rows_workspace_bytes(most, n_tokens, n_cols);
     dx = dev_alloc(nx * sizeof(float), x), dws = dev_alloc(ws_bytes, NULL);
     for (i = 0; i < n; i++) {
         const forge_type_traits *t = forge_type_info(types[i]);
@@ -1687,8 +1691,7 @@ static void check_matmul_rows_group(uint32_t n, const uint32_t *types, const uin
 static void check_norm_form(uint32_t type, uint32_t n_out, uint32_t n, uint32_t n_tokens, int with_add) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n / t->block_elems * t->block_bytes, m = (size_t)n_tokens * n, ny = (size_t)n_tokens * n_out;
-    const size_t ws_bytes = forge_hip_matmul_split_bytes(n_out, n_tokens) > forge_hip_rows_bytes((uint32_t)m) ? forge_hip_matmul_split_bytes(n_out, n_tokens)
-                                                                                                             : forge_hip_rows_bytes((uint32_t)m);
+    const size_t ws_bytes = rows_workspace_bytes(n_out, n_tokens, n);
     float *x = (float *)xmalloc(m * sizeof(float)), *r = (float *)xmalloc(m * sizeof(float)), *w = (float *)xmalloc(n * sizeof(float));
     float *ya = (float *)xmalloc(m * sizeof(float)), *yb = (float *)xmalloc(m * sizeof(float));
     float *oa = (float *)xmalloc(ny * sizeof(float)), *ob = (float *)xmalloc(ny * sizeof(float));
