@@ -8202,7 +8202,8 @@ int forge_hip_matmul_rows_q8_form(uint32_t type, const void *w, uint32_t n_rows,
                                   char *message, size_t message_bytes);
 /* the forms of a product's input in its workspace (forge_hip_matmul_rows_q8_form's *form) */
 #define FORGE_HIP_FORM_Q8 1
-#define FORGE_HIP_FORM_F16 2
+#define FORGE_HIP_FORM_F16 2      /* the f16 form of the staged kernels */
+#define FORGE_HIP_FORM_F16_ROWS 3 /* the f16 form in the order of the rows kernel (quads reordered in each 256 columns) */
 /* one product of forge_hip_matmul_rows_q8_group: y = w x (+ bias), n_rows rows of GGUF type `type` */
 typedef struct forge_hip_product {
     uint32_t type;
@@ -8226,7 +8227,7 @@ int forge_hip_kv_store_rows(uint32_t kv_type, const float *k, const float *v, vo
                             uint32_t n_head_kv, uint32_t head_dim, uint32_t head_dim_v, const uint32_t *row_pos, const uint32_t *row_seq,
                             size_t seq_stride, uint32_t n_cells, void *stream, char *message, size_t message_bytes);
 int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *form,
-                          void *stream, char *message, size_t message_bytes);
+                          int form_type, void *stream, char *message, size_t message_bytes);
 int forge_hip_matmul_rows_q8_group_form(uint32_t n, const forge_hip_product *p, uint32_t n_cols, uint32_t n_tokens, size_t workspace_bytes);
 int forge_hip_rope_store_rows(uint32_t kv_type, float *q, float *k, const float *v, uint32_t n_tokens, uint32_t n_head, uint32_t n_head_kv,
                               uint32_t head_dim, uint32_t head_dim_v, uint32_t n_rot, int mode, const uint32_t *row_pos,
@@ -9880,15 +9881,15 @@ static uint32_t forge__gpu_rows_group(forge_context *ctx, uint32_t k, forge_hip_
     return g;
 }
 
-/* Whether a norm of n rows into value v is followed, at op k, by products of v that would make v's
-   f16 form first (the norm then writes it: forge_hip_add_rmsnorm). */
+/* The f16 form (FORGE_HIP_FORM_F16 or FORGE_HIP_FORM_F16_ROWS) that the products of value v at op k
+   would make of v first, after a norm of n rows into v (the norm then writes it: forge_hip_add_rmsnorm);
+   0 none. */
 static int forge__gpu_rows_norm_form(forge_context *ctx, uint32_t k, int32_t v, uint32_t n) {
     forge_hip_product group[3];
     uint32_t g;
     if (k >= ctx->op_end || ctx->sched.ops[k].kind != FORGE__OP_MATMUL || ctx->sched.ops[k].src != v) return 0;
     g = forge__gpu_rows_group(ctx, k, group);
-    return forge_hip_matmul_rows_q8_group_form(g, group, (uint32_t)ctx->sched.ops[k].w->ne[0], n, (size_t)ctx->dev_split_bytes) ==
-           FORGE_HIP_FORM_F16;
+    return forge_hip_matmul_rows_q8_group_form(g, group, (uint32_t)ctx->sched.ops[k].w->ne[0], n, (size_t)ctx->dev_split_bytes);
 }
 
 /* Launches the schedule's ops for n tokens whose ids are at dev_tokens (device memory). dev_pos
@@ -9902,6 +9903,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
     forge_result r;
     int32_t rows_src = -1; /* a step of several rows: the value whose form the split workspace holds, */
     int rows_form = 0;     /* and which form (forge_hip_matmul_rows_q8_form) */
+    int form;
     q8.value = -1;
     q8.slot = 0;
     q8.norm = 0;
@@ -9924,11 +9926,11 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                        c->embd_scale, forge__dev_val(ctx, op->dst), ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_RMSNORM:
-            if (ctx->rows && ctx->use_q8 && op->dst != op->src && forge__gpu_rows_norm_form(ctx, k + 1, op->dst, n)) {
+            if (ctx->rows && ctx->use_q8 && op->dst != op->src && (form = forge__gpu_rows_norm_form(ctx, k + 1, op->dst, n))) {
                 /* a step of several sequences: the norm also writes the f16 form the products after it read */
                 FORGE__HIP(forge_hip_add_rmsnorm(forge__dev_val(ctx, op->src), NULL, forge__dev_f32(ctx, op->w), forge__dev_val(ctx, op->dst), n,
-                                                 op->n, c->rms_eps, ctx->dev + ctx->dev_split, ctx->stream, FORGE__MSG));
-                rows_src = op->dst, rows_form = FORGE_HIP_FORM_F16;
+                                                 op->n, c->rms_eps, ctx->dev + ctx->dev_split, form, ctx->stream, FORGE__MSG));
+                rows_src = op->dst, rows_form = form;
                 break;
             }
             FORGE__HIP(forge_hip_rmsnorm(forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op->w), forge__dev_val(ctx, op->dst),
@@ -10021,11 +10023,11 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
             if (ctx->rows && k + 1 < ctx->op_end && op[1].kind == FORGE__OP_RMSNORM && op[1].src == op->dst && op[1].n == op->n) {
                 /* a step of several sequences: the residual add and the norm that reads it, one launch, with
                    the f16 form of the norm's rows where the products after it take that */
-                const int form = ctx->use_q8 && op[1].dst != op->dst && forge__gpu_rows_norm_form(ctx, k + 2, op[1].dst, n);
+                form = ctx->use_q8 && op[1].dst != op->dst ? forge__gpu_rows_norm_form(ctx, k + 2, op[1].dst, n) : 0;
                 FORGE__HIP(forge_hip_add_rmsnorm(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op[1].w),
                                                  forge__dev_val(ctx, op[1].dst), n, op->n, c->rms_eps, form ? ctx->dev + ctx->dev_split : NULL,
-                                                 ctx->stream, FORGE__MSG));
-                if (form) rows_src = op[1].dst, rows_form = FORGE_HIP_FORM_F16;
+                                                 form, ctx->stream, FORGE__MSG));
+                if (form) rows_src = op[1].dst, rows_form = form;
                 k++;
                 break;
             }

@@ -2247,8 +2247,10 @@ size_t forge_hip_q8_bytes(uint32_t n) { return FORGE__Q8_DS(n) + (size_t)(n / 32
 
 #define FORGE_HIP_FORM_Q8 1  // the forms of a product's input in its workspace (forge_hip_matmul_rows_q8_form)
 #define FORGE_HIP_FORM_F16 2
-// The f16 form of n activations (forge__k_mh_prep, read by forge__k_mmh_rows): n halves, then from
-// byte FORGE__MH_SUMS(n) an f32 sum a group of 32; FORGE__MH_BYTES(n) bytes in all.
+#define FORGE_HIP_FORM_F16_ROWS 3
+// The f16 form of n activations (forge__k_mh_prep; FORGE_HIP_FORM_F16_ROWS for forge__k_mmh_rows,
+// its quads reordered within each 256 columns, FORGE_HIP_FORM_F16 for the staged kernels): n halves,
+// then from byte FORGE__MH_SUMS(n) an f32 sum a group of 32; FORGE__MH_BYTES(n) bytes in all.
 #define FORGE__MH_SUMS(n) FORGE__Q8_DS((size_t)(n) * 2)
 #define FORGE__MH_BYTES(n) (FORGE__MH_SUMS(n) + (size_t)(n) / 32 * sizeof(float))
 
@@ -2979,7 +2981,9 @@ static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, 
 // nibbles, group 2p) and 32 + 4c.. (high nibbles, group 2p + 1); masking nibbles 0 and 2 of it under
 // the f16 exponent of 1024 gives columns (4c, 4c + 2), nibbles 1 and 3 columns (4c + 1, 4c + 3). A k16
 // step of m16n8k16 takes the first pair as its k (2c, 2c + 1) and the second as (2c + 8, 2c + 9), and
-// the B fragment of a token is then one 8-byte load of the reordered quad.
+// the B fragment of a token is then one 8-byte load of the reordered quad. That plain order is what
+// the staged kernels read (FORGE_HIP_FORM_F16); forge__k_mmh_rows reads the same quads placed as
+// forge__mh_rows_pos says (FORGE_HIP_FORM_F16_ROWS), for its 16-byte loads.
 //
 // Fragments (a lane: g = lane / 4, c = lane % 4): m16n8k16 as forge__mma16816; m16n8k8 tf32: A a0 (row
 // g, k c), a1 (row g + 8, k c), a2 (row g, k c + 4), a3 (row g + 8, k c + 4); B b0 (k c, token g), b1
@@ -2992,27 +2996,41 @@ static int forge__mma_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, 
 #define FORGE__MH_STAGED_TOKENS 64 // ... up to this many
 #define FORGE__MH_STAGED_ROWS 4096 // ... of a matrix of this many rows or more
 
+// Where forge__k_mmh_rows reads quad k (columns 4k .. 4k + 3) of a super-block's 64: a lane of it
+// loads 16 bytes of each of its rows' 64-byte halves j of the quants (units 2j, 2j + 1: lane c the
+// bytes 16c .. 16c + 15, unit 2j + c / 2, half c % 2) and takes word w of them, low nibbles (group
+// G = 0) then high (G = 1), as the k16 steps (j, w, G); lane c's quad of step (j, w, G) sits beside its
+// quad of (j, w, 1 - G), so one 16-byte load gives a token's two steps, and the four lanes' loads are
+// 64 consecutive bytes: quad k of unit u (k / 16), group G, half h, word w at (4 (u / 2) + w) 8 +
+// 2 (2 (u % 2) + h) + G.
+__host__ __device__ __forceinline__ uint32_t forge__mh_rows_pos(uint32_t k) {
+    const uint32_t u = k / 16, G = (k / 8) % 2, h = (k / 4) % 2, w = k % 4;
+    return ((u / 2) * 4 + w) * 8 + 2 * (2 * (u % 2) + h) + G;
+}
+
 // Quad q (columns 4q .. 4q + 3 of the n values) of the f16 form at out: its halves, and, from the
 // lane of a group's first quad, the group's sum. Called by whole warps, a group's 8 quads on 8
 // consecutive lanes (the sum is exchanged among them); `in` false: a lane past the end (v zeros),
-// storing nothing.
-__device__ __forceinline__ void forge__mh_quad(float4 v, bool in, size_t q, size_t n, uint8_t *__restrict__ out) {
+// storing nothing. rows: the order forge__k_mmh_rows reads (forge__mh_rows_pos within each 64
+// quads; the rows a multiple of 256 values), else quad q at q.
+__device__ __forceinline__ void forge__mh_quad(float4 v, bool in, size_t q, size_t n, uint8_t *__restrict__ out, bool rows) {
     const uint32_t h02 = forge__h2_pack(v.x, v.z), h13 = forge__h2_pack(v.y, v.w);
     float s = (forge__f16(h02 & 0xffffu) + forge__f16(h13 & 0xffffu)) + (forge__f16(h02 >> 16) + forge__f16(h13 >> 16));
     s += FORGE_SHFL_XOR(s, 1);
     s += FORGE_SHFL_XOR(s, 2);
     s += FORGE_SHFL_XOR(s, 4);
     if (in) {
-        *(uint2 *)(out + 8 * q) = make_uint2(h02, h13);
+        const size_t at = rows ? (q & ~(size_t)63) + forge__mh_rows_pos((uint32_t)q & 63u) : q;
+        *(uint2 *)(out + 8 * at) = make_uint2(h02, h13);
         if (q % 8 == 0) ((float *)(out + FORGE__MH_SUMS(n)))[q / 8] = s;
     }
 }
 
-__global__ void forge__k_mh_prep(const float *__restrict__ x, uint32_t n, uint8_t *__restrict__ out) {
+__global__ void forge__k_mh_prep(const float *__restrict__ x, uint32_t n, uint8_t *__restrict__ out, uint32_t rows) {
     FORGE__GRID_ENTER();
     const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; // a quad; 8 lanes a group
     const bool in = q * 4 < n;
-    forge__mh_quad(in ? *(const float4 *)(x + 4 * q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f), in, q, n, out);
+    forge__mh_quad(in ? *(const float4 *)(x + 4 * q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f), in, q, n, out, rows != 0);
 }
 
 // a b + c on f16x2 bits, one rounding (exact for the small integers it is used on)
@@ -3092,9 +3110,14 @@ struct forge__mh_group {
 };
 
 // PU: units of 64 columns a piece (4: a whole super-block, 2: half of one, for short rows); NTILE:
-// 8-token tiles.
-template <int PU, int NTILE>
-__global__ void __launch_bounds__(32 * FORGE__MH_MAX_WAVES)
+// 8-token tiles; MINB 2: registers held to what lets two blocks of eight warps share a
+// multiprocessor (a few spilled), for the grids that then take fewer waves. xh: the f16 form in
+// forge__mh_rows_pos's order (FORGE_HIP_FORM_F16_ROWS). Each lane loads 16 bytes of a row's quants at
+// a time and a token's quads of two k16 steps with one 16-byte load, where 4-byte loads of the quants
+// and 8-byte loads of the activations had the L1 busy 82% of the kernel's time (14336 x 4096, 16
+// tokens, H100): 1.1-1.5x faster on the shapes of tests/PERF.md "Q4_K rows loaded 16 bytes a lane".
+template <int PU, int NTILE, int MINB>
+__global__ void __launch_bounds__(32 * FORGE__MH_MAX_WAVES, MINB)
 forge__k_mmh_rows(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, const uint8_t *__restrict__ xh, uint32_t nt) {
     constexpr int OUT = 2 * NTILE * 4; // a lane's outputs: 2 row tiles x NTILE token tiles x 4
     __shared__ float part[FORGE__MH_MAX_WAVES][OUT][32];
@@ -3111,12 +3134,12 @@ forge__k_mmh_rows(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, 
     const uint8_t *rows[4]; // rows g, g + 8, 16 + g, 24 + g; past the end: the last row, never stored
 #pragma unroll
     for (int r = 0; r < 4; r++) rows[r] = w + (size_t)min(r0 + 16 * (r / 2) + 8 * (r % 2) + g, n_rows - 1) * row_bytes;
-    const uint8_t *xr[NTILE]; // token g of each tile, at its quad c; tokens past nt read the last, never stored
+    const uint8_t *xr[NTILE]; // token g of each tile, at its quads 2c, 2c + 1; tokens past nt read the last, never stored
     const float *sr[NTILE];
 #pragma unroll
     for (int i = 0; i < NTILE; i++) {
         const uint32_t t = min(8 * i + g, nt - 1);
-        xr[i] = xh + ((size_t)t * n_cols + 4 * c) * 2;
+        xr[i] = xh + ((size_t)t * n_cols + 8 * c) * 2;
         sr[i] = sums + (size_t)t * (n_cols / 32);
     }
     float acc[2][NTILE][4];
@@ -3129,15 +3152,16 @@ forge__k_mmh_rows(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, 
     const uint32_t share = (n_pieces + gridDim.y - 1) / gridDim.y, p_end = min(n_pieces, (blockIdx.y + 1) * share);
     for (uint32_t piece = blockIdx.y * share + warp; piece < p_end; piece += sets) {
         const uint32_t sb = piece / (4 / PU), u0 = (piece % (4 / PU)) * PU; // super-block; its first unit in the piece
-        uint4 head[4]; // d, dmin, the 12 bytes of scales and minimums
-        uint32_t wq[4][PU][2];
+        constexpr int NJ = PU / 2;      // 64-byte halves of the quants in the piece
+        const uint32_t j0 = u0 / 2;
+        uint4 head[4];  // d, dmin, the 12 bytes of scales and minimums
+        uint4 wv[4][NJ]; // a row's bytes 16c .. 16c + 15 of each half (forge__mh_rows_pos)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const uint8_t *b = rows[r] + (size_t)sb * 144;
             head[r] = forge__ld128(b);
 #pragma unroll
-            for (int p = 0; p < PU; p++)
-                wq[r][p][0] = forge__ld32(b + 16 + 32 * (u0 + p) + 4 * c), wq[r][p][1] = forge__ld32(b + 32 + 32 * (u0 + p) + 4 * c);
+            for (int jj = 0; jj < NJ; jj++) wv[r][jj] = forge__ld128(b + 16 + 64 * (j0 + jj) + 16 * c);
         }
         float C[2][NTILE][4];
 #pragma unroll
@@ -3147,23 +3171,27 @@ forge__k_mmh_rows(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, 
 #pragma unroll
                 for (int k = 0; k < 4; k++) C[m][i][k] = 0.0f;
 #pragma unroll
-        for (int p = 0; p < PU; p++) {
-            const uint32_t unit = u0 + p; // groups 2 unit (low nibbles) and 2 unit + 1 (high)
-            uint32_t s2[4][2], n2[4][2];  // a row's scale s of each group as f16x2 (s, s), and (-1024 s, -1024 s)
+        for (int jj = 0; jj < NJ; jj++) {
+            const uint32_t unit = 2 * (j0 + jj) + c / 2; // this lane's unit: groups 2 unit (low nibbles), 2 unit + 1
+            uint32_t s2[4][2], n2[4][2];                 // a row's scale s of each group as f16x2 (s, s), and (-1024 s, -1024 s)
 #pragma unroll
             for (int r = 0; r < 4; r++) forge__q4k_scales(head[r], unit, s2[r], n2[r]);
 #pragma unroll
-            for (int h = 0; h < 2; h++)
+            for (int wd = 0; wd < 4; wd++) {
+                uint4 xb[NTILE]; // token g of each tile: this lane's quads of steps (j, wd, 0) and (j, wd, 1)
+#pragma unroll
+                for (int i = 0; i < NTILE; i++) xb[i] = *(const uint4 *)(xr[i] + 2 * (256 * (size_t)sb + 32 * (4 * (j0 + jj) + wd)));
 #pragma unroll
                 for (int G = 0; G < 2; G++) {
                     uint32_t lo[4], hi[4]; // a row's k (2c, 2c + 1) and (2c + 8, 2c + 9) of this k16 step: s q, exact
 #pragma unroll
-                    for (int r = 0; r < 4; r++) forge__q4k_sq(wq[r][p][h] >> (4 * G), s2[r][G], n2[r][G], lo[r], hi[r]);
-                    const size_t col = 256 * (size_t)sb + 64 * unit + 32 * G + 16 * h;
+                    for (int r = 0; r < 4; r++) {
+                        const uint32_t word = wd == 0 ? wv[r][jj].x : wd == 1 ? wv[r][jj].y : wd == 2 ? wv[r][jj].z : wv[r][jj].w;
+                        forge__q4k_sq(word >> (4 * G), s2[r][G], n2[r][G], lo[r], hi[r]);
+                    }
 #pragma unroll
                     for (int i = 0; i < NTILE; i++) {
-                        const uint2 b = *(const uint2 *)(xr[i] + 2 * col);
-                        const uint32_t bf[2] = {b.x, b.y};
+                        const uint32_t bf[2] = {G ? xb[i].z : xb[i].x, G ? xb[i].w : xb[i].y};
 #pragma unroll
                         for (int m = 0; m < 2; m++) {
                             const uint32_t af[4] = {lo[2 * m], lo[2 * m + 1], hi[2 * m], hi[2 * m + 1]};
@@ -3171,6 +3199,7 @@ forge__k_mmh_rows(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, 
                         }
                     }
                 }
+            }
         }
         // the minimums of the piece's groups (c and c + 4 of the super-block, zero outside the piece)
         uint32_t am[4][2];
@@ -3236,8 +3265,34 @@ static int forge__mmh_rows_plain(uint32_t n_rows, uint32_t n_tokens) {
     return n_tokens <= FORGE__MH_TOKENS && !(n_tokens > FORGE__MH_STAGED_FROM && n_rows >= FORGE__MH_STAGED_ROWS);
 }
 
-// The first n products of grp (its first[] set here) in one launch; xh: forge__k_mh_prep's form of
-// the n_tokens x n_cols activations they all read. One product of long rows (FORGE__MH_SPLIT_SB
+// Blocks of `threads` threads of a kernel that fit a multiprocessor of the current device (0 where the
+// runtime cannot say), asked once a device; known[d] holds device d's answer plus one.
+template <typename... KArgs> static uint32_t forge__fit_blocks(void (*kernel)(KArgs...), uint32_t threads, std::atomic<uint32_t> (&known)[64]) {
+    int device = 0, fit = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return (void)cudaGetLastError(), 0u;
+    const uint32_t k = device >= 0 && device < 64 ? known[device].load(std::memory_order_relaxed) : 0u;
+    if (k) return k - 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, (int)threads, 0) != cudaSuccess || fit < 0) (void)cudaGetLastError(), fit = 0;
+    if (device >= 0 && device < 64) known[device].store((uint32_t)fit + 1, std::memory_order_relaxed);
+    return (uint32_t)fit;
+}
+
+// forge__k_mmh_rows<PU, NTILE> on the grid: the register-held build (MINB 2) where it takes fewer
+// waves of blocks than the other (which spills nothing), measured faster only then (tests/PERF.md).
+template <int PU, int NTILE>
+static void forge__mmh_rows_launch(dim3 grid, dim3 block, hipStream_t s, const forge__mh_group &grp, size_t row_bytes, uint32_t n_cols,
+                                   const uint8_t *xh, uint32_t n_tokens) {
+    static std::atomic<uint32_t> known[2][2][64]; // [MINB 2][eight warps][device]
+    const uint32_t sms = (uint32_t)forge__hip_sm_count(), all = grid.x * grid.y, eight = block.x > 128;
+    const uint32_t fit1 = forge__fit_blocks(forge__k_mmh_rows<PU, NTILE, 1>, block.x, known[0][eight]);
+    const uint32_t fit2 = forge__fit_blocks(forge__k_mmh_rows<PU, NTILE, 2>, block.x, known[1][eight]);
+    const uint32_t waves1 = fit1 ? (all + fit1 * sms - 1) / (fit1 * sms) : UINT32_MAX, waves2 = fit2 ? (all + fit2 * sms - 1) / (fit2 * sms) : UINT32_MAX;
+    if (waves2 < waves1) forge__k_mmh_rows<PU, NTILE, 2><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
+    else forge__k_mmh_rows<PU, NTILE, 1><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
+}
+
+// The first n products of grp (its first[] set here) in one launch; xh: the rows form
+// (FORGE_HIP_FORM_F16_ROWS) of the n_tokens x n_cols activations they all read. One product of long rows (FORGE__MH_SPLIT_SB
 // super-blocks or more) whose blocks would leave most multiprocessors idle has its super-blocks split
 // over grid y, at least 8 a share, while the grid fits one wave of two blocks a multiprocessor and
 // parts_floats (the workspace at parts) holds the shares' sums, added by forge__k_split_sum.
@@ -3258,12 +3313,15 @@ static void forge__mmh_rows_group(forge__mh_group grp, uint32_t n, size_t row_by
     const uint32_t warps = blocks * split < 2u * sms ? 8 : 4;
     const int whole = n_sb / split >= 2 * warps;
     const dim3 grid(blocks, split), block(32 * warps);
-    if (n_tokens <= 16) {
-        if (whole) forge__k_mmh_rows<4, 2><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
-        else forge__k_mmh_rows<2, 2><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
+    if (n_tokens <= 8) {
+        if (whole) forge__mmh_rows_launch<4, 1>(grid, block, s, grp, row_bytes, n_cols, xh, n_tokens);
+        else forge__mmh_rows_launch<2, 1>(grid, block, s, grp, row_bytes, n_cols, xh, n_tokens);
+    } else if (n_tokens <= 16) {
+        if (whole) forge__mmh_rows_launch<4, 2>(grid, block, s, grp, row_bytes, n_cols, xh, n_tokens);
+        else forge__mmh_rows_launch<2, 2>(grid, block, s, grp, row_bytes, n_cols, xh, n_tokens);
     } else {
-        if (whole) forge__k_mmh_rows<4, 4><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
-        else forge__k_mmh_rows<2, 4><<<grid, block, 0, s>>>(grp, row_bytes, n_cols, xh, n_tokens);
+        if (whole) forge__mmh_rows_launch<4, 4>(grid, block, s, grp, row_bytes, n_cols, xh, n_tokens);
+        else forge__mmh_rows_launch<2, 4>(grid, block, s, grp, row_bytes, n_cols, xh, n_tokens);
     }
     if (split > 1) {
         const size_t total = (size_t)n_tokens * grp.n_rows[0];
@@ -3621,6 +3679,16 @@ static int forge__mh_path(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint3
     return 0;
 }
 
+// The f16 form a product on path (forge__mh_path's 1 or 2) reads: the plain one for the staged
+// kernels (forge__k_mmh6_rows, forge__k_mmh4_rows), the rows order for forge__k_mmh_rows.
+static int forge__mh_form(int path, uint32_t n_rows, uint32_t n_tokens) {
+    return path == 2 || (n_tokens > FORGE__MH_STAGED_FROM && n_rows >= FORGE__MH_STAGED_ROWS) ? FORGE_HIP_FORM_F16 : FORGE_HIP_FORM_F16_ROWS;
+}
+// forge__k_mh_prep of the n values at x into xh, in the order of form
+static void forge__mh_make(const float *x, uint32_t n, uint8_t *xh, int form, hipStream_t s) {
+    forge__launch(forge__k_mh_prep, dim3((n / 4 + 255) / 256), dim3(256), s, x, n, xh, (uint32_t)(form == FORGE_HIP_FORM_F16_ROWS));
+}
+
 // The products of p that forge_hip_matmul_rows_q8_group runs together on forge__k_mmh_rows: each that
 // would run alone there, those of whole 32-row blocks first, then at most one that is not (it goes
 // last), in order[]; taken[i] set for each. How many; fewer than two go together as none (taken all 0).
@@ -3738,16 +3806,18 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
     if ((mmh || mmh6) && partial && FORGE__MH_BYTES((size_t)n_tokens * n_cols) <= partial_floats * sizeof(float)) {
         const uint32_t n = n_tokens * n_cols;
         uint8_t *xh = (uint8_t *)partial;
-        if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((n / 4 + 255) / 256), dim3(256), s, x, n, xh);
-        if (form) *form = FORGE_HIP_FORM_F16;
+        const int want = forge__mh_form(path, n_rows, n_tokens); // the staged kernels read the plain form
+        if (!form || *form != want) forge__mh_make(x, n, xh, want, s);
+        if (form) *form = want;
         const size_t used = (FORGE__MH_BYTES((size_t)n) + 255) & ~(size_t)255;
         const size_t parts_floats = used <= partial_floats * sizeof(float) ? (partial_floats * sizeof(float) - used) / sizeof(float) : 0;
         float *parts = (float *)(xh + used);
-        const int staged = mmh6 ? forge__mmh6_rows(wb, n_rows, n_cols, xh, n_tokens, y, bias, parts, parts_floats, s)
-                                : n_tokens > FORGE__MH_STAGED_FROM && n_rows >= FORGE__MH_STAGED_ROWS &&
-                                      forge__mmh4_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, parts, parts_floats, s);
+        const int staged = want == FORGE_HIP_FORM_F16 && (mmh6 ? forge__mmh6_rows(wb, n_rows, n_cols, xh, n_tokens, y, bias, parts, parts_floats, s)
+                                                                : forge__mmh4_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, parts, parts_floats, s));
         if (staged) return forge__hip_launched("matmul rows launch", message, message_bytes);
-        if (mmh && n_tokens <= FORGE__MH_TOKENS) {
+        if (mmh && n_tokens <= FORGE__MH_TOKENS) { // also where the staged kernel could not run here
+            if (want != FORGE_HIP_FORM_F16_ROWS) forge__mh_make(x, n, xh, FORGE_HIP_FORM_F16_ROWS, s);
+            if (form) *form = FORGE_HIP_FORM_F16_ROWS;
             forge__mmh_rows(wb, row_bytes, n_rows, n_cols, xh, n_tokens, y, bias, parts, parts_floats, s);
             return forge__hip_launched("matmul rows launch", message, message_bytes);
         }
@@ -3886,8 +3956,8 @@ int forge_hip_matmul_rows_q8_group(uint32_t n, const forge_hip_product *p, uint3
             if (forge__hip_weights(one->type, n_cols, one->w, &row_bytes, "matmul", message, message_bytes)) return -1;
             grp.w[i] = (const uint8_t *)one->w, grp.y[i] = one->y, grp.bias[i] = one->bias, grp.n_rows[i] = one->n_rows;
         }
-        if (!form || *form != FORGE_HIP_FORM_F16) forge__launch(forge__k_mh_prep, dim3((elems / 4 + 255) / 256), dim3(256), s, x, elems, xh);
-        if (form) *form = FORGE_HIP_FORM_F16;
+        if (!form || *form != FORGE_HIP_FORM_F16_ROWS) forge__mh_make(x, elems, xh, FORGE_HIP_FORM_F16_ROWS, s);
+        if (form) *form = FORGE_HIP_FORM_F16_ROWS;
         forge__mmh_rows_group(grp, together, row_bytes, n_cols, xh, n_tokens, NULL, 0, s);
         if (forge__hip_launched("matmul group launch", message, message_bytes)) return -1;
     }
@@ -3899,16 +3969,18 @@ int forge_hip_matmul_rows_q8_group(uint32_t n, const forge_hip_product *p, uint3
     return 0;
 }
 
-// FORGE_HIP_FORM_F16 where forge_hip_matmul_rows_q8_group would first make x's f16 form for these
-// products (the form a norm before them can write instead, forge_hip_add_rmsnorm), else 0.
+// The f16 form (FORGE_HIP_FORM_F16_ROWS or FORGE_HIP_FORM_F16) that forge_hip_matmul_rows_q8_group
+// would first make of x for these products (the form a norm before them can write instead,
+// forge_hip_add_rmsnorm), else 0.
 int forge_hip_matmul_rows_q8_group_form(uint32_t n, const forge_hip_product *p, uint32_t n_cols, uint32_t n_tokens, size_t workspace_bytes) {
 #ifdef FORGE__MMA
     uint32_t order[FORGE__MH_GROUP];
     int taken[FORGE__MH_GROUP];
     if (!p || n == 0 || n > FORGE__MH_GROUP || FORGE__MH_BYTES((size_t)n_tokens * n_cols) > workspace_bytes) return 0;
     // the products together first, else the first one alone, as forge_hip_matmul_rows_q8_group runs them
-    if ((n >= 2 && forge__mh_group_pick(n, p, n_cols, n_tokens, order, taken) >= 2) || forge__mh_path(p[0].type, p[0].n_rows, n_cols, n_tokens, 1))
-        return FORGE_HIP_FORM_F16;
+    if (n >= 2 && forge__mh_group_pick(n, p, n_cols, n_tokens, order, taken) >= 2) return FORGE_HIP_FORM_F16_ROWS;
+    const int path = forge__mh_path(p[0].type, p[0].n_rows, n_cols, n_tokens, 1);
+    if (path) return forge__mh_form(path, p[0].n_rows, n_tokens);
 #else
     (void)n, (void)p, (void)n_cols, (void)n_tokens, (void)workspace_bytes;
 #endif
@@ -3972,7 +4044,7 @@ __global__ void forge__k_rmsnorm(const float *x, const float *__restrict__ w, fl
 // of 32): y's f16 form for the products that read it, as forge__k_mh_prep makes it from y (the
 // same bytes; n_rows rows in all), after y is written.
 __global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, const float *__restrict__ w, float *y, uint32_t n, float eps,
-                                     uint8_t *__restrict__ xh, uint32_t n_rows) {
+                                     uint8_t *__restrict__ xh, uint32_t n_rows, uint32_t rows_order) {
     float *row = x + (size_t)blockIdx.x * n;
     const float *add = r ? r + (size_t)blockIdx.x * n : NULL;
     float *out = y + (size_t)blockIdx.x * n;
@@ -3992,10 +4064,10 @@ __global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, cons
     for (uint32_t base = 0; base < n / 4; base += blockDim.x) { // whole warps: a group's 8 lanes share its sum
         const uint32_t qd = base + threadIdx.x;
         const bool in = qd < n / 4;
-        forge__mh_quad(in ? *(const float4 *)(out + 4 * qd) : make_float4(0.0f, 0.0f, 0.0f, 0.0f), in, first + qd, all, xh);
+        forge__mh_quad(in ? *(const float4 *)(out + 4 * qd) : make_float4(0.0f, 0.0f, 0.0f, 0.0f), in, first + qd, all, xh, rows_order != 0);
     }
 #else
-    (void)xh, (void)n_rows; // no f16 form without the matrix-unit kernels (forge_hip_add_rmsnorm refuses one)
+    (void)xh, (void)n_rows, (void)rows_order; // no f16 form without the matrix-unit kernels (forge_hip_add_rmsnorm refuses one)
 #endif
 }
 
@@ -4189,18 +4261,22 @@ int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows,
 
 // forge_hip_add(x, r, n_rows * n) then forge_hip_rmsnorm(x, w, y, n_rows, n, eps) in one launch, the
 // same bits (the residual add and the norm that reads it; y may equal x); r NULL: the norm alone.
-// form (not NULL): also y's f16 form there, the bytes forge_hip_matmul_rows_q8_form would make of y
-// before a product on the f16 matrix units (it then finds FORGE_HIP_FORM_F16 made); n a multiple of
-// 32, y not x.
+// form (not NULL): also y's f16 form there, of type form_type (FORGE_HIP_FORM_F16, or
+// FORGE_HIP_FORM_F16_ROWS: n then a multiple of 256), the bytes forge_hip_matmul_rows_q8_form would
+// make of y before a product on the f16 matrix units that reads that form (it then finds it made);
+// n a multiple of 32, y not x.
 int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *form,
-                          void *stream, char *message, size_t message_bytes) {
+                          int form_type, void *stream, char *message, size_t message_bytes) {
     if (n_rows == 0 || n == 0) return 0;
     if (n_rows > 2147483647u) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: too many rows");
     if (form && (n % 32 || y == x)) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: an f16 form needs rows of 32s, y apart");
+    if (form && form_type != FORGE_HIP_FORM_F16 && !(form_type == FORGE_HIP_FORM_F16_ROWS && n % 256 == 0))
+        return forge__hip_refuse(message, message_bytes, "add_rmsnorm: the form is FORGE_HIP_FORM_F16, or FORGE_HIP_FORM_F16_ROWS of rows of 256s");
 #ifndef FORGE__MMA
     if (form) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: this build has no f16 form (no matrix-unit kernels)");
 #endif
-    forge__k_add_rmsnorm<<<n_rows, forge__norm_threads(n), 0, (hipStream_t)stream>>>(x, r, w, y, n, eps, (uint8_t *)form, n_rows);
+    forge__k_add_rmsnorm<<<n_rows, forge__norm_threads(n), 0, (hipStream_t)stream>>>(x, r, w, y, n, eps, (uint8_t *)form, n_rows,
+                                                                                     (uint32_t)(form_type == FORGE_HIP_FORM_F16_ROWS));
     return forge__hip_launched("add_rmsnorm launch", message, message_bytes);
 }
 

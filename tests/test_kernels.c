@@ -324,7 +324,7 @@ static void test_norms(void) {
             ya = dev_alloc(m * sizeof(float), NULL), yb = dev_alloc(m * sizeof(float), NULL);
             forge_hip_add((float *)xa, (const float *)dr, m, NULL, msg, sizeof msg);
             forge_hip_rmsnorm((const float *)xa, (const float *)dw, (float *)ya, rows, widths[i], eps, NULL, msg, sizeof msg);
-            CHECK(forge_hip_add_rmsnorm((float *)xb, (const float *)dr, (const float *)dw, (float *)yb, rows, widths[i], eps, NULL, NULL, msg,
+            CHECK(forge_hip_add_rmsnorm((float *)xb, (const float *)dr, (const float *)dw, (float *)yb, rows, widths[i], eps, NULL, 0, NULL, msg,
                                         sizeof msg) == 0,
                   "add_rmsnorm: %s", msg);
             if (dev_fetch(ref, xa, m * sizeof(float)) && dev_fetch(got, xb, m * sizeof(float)) && dev_fetch(x2, ya, m * sizeof(float)) &&
@@ -1686,9 +1686,11 @@ static void check_matmul_rows_group(uint32_t n, const uint32_t *types, const uin
 }
 
 /* A norm that also writes the f16 form of its rows (forge_hip_add_rmsnorm with a workspace): a Q4_K
-   or Q6_K product that finds the form there (FORGE_HIP_FORM_F16) gives the same bits as the add, the
-   norm and the product that makes its own form; with the residual add and without. */
-static void check_norm_form(uint32_t type, uint32_t n_out, uint32_t n, uint32_t n_tokens, int with_add) {
+   or Q6_K product that finds the form there gives the same bits as the add, the norm and the product
+   that makes its own form; with the residual add and without. want: the form the product asks for
+   (forge_hip_matmul_rows_q8_group_form); other: the norm writes the other f16 form instead, which the
+   product must not take for its own (it makes its form over it: the same bits still). */
+static void check_norm_form(uint32_t type, uint32_t n_out, uint32_t n, uint32_t n_tokens, int with_add, int want, int other) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n / t->block_elems * t->block_bytes, m = (size_t)n_tokens * n, ny = (size_t)n_tokens * n_out;
     const size_t ws_bytes = rows_workspace_bytes(n_out, n_tokens, n);
@@ -1697,7 +1699,8 @@ static void check_norm_form(uint32_t type, uint32_t n_out, uint32_t n, uint32_t 
     float *oa = (float *)xmalloc(ny * sizeof(float)), *ob = (float *)xmalloc(ny * sizeof(float));
     uint8_t *wq = (uint8_t *)xmalloc(row_bytes * n_out);
     void *xa, *xb, *dr, *dw, *dya, *dyb, *dwq, *wsa, *wsb, *doa, *dob;
-    int form = FORGE_HIP_FORM_F16;
+    forge_hip_product one;
+    int form, written;
     random_floats(x, m, -2.0f, 2.0f), random_floats(r, m, -2.0f, 2.0f), random_floats(w, n, 0.5f, 1.5f);
     random_blocks(type, wq, (uint64_t)n_out * (n / t->block_elems));
     xa = dev_alloc(m * sizeof(float), x), xb = dev_alloc(m * sizeof(float), x), dr = dev_alloc(m * sizeof(float), r);
@@ -1705,9 +1708,15 @@ static void check_norm_form(uint32_t type, uint32_t n_out, uint32_t n, uint32_t 
     dwq = dev_weights(type, n, row_bytes * n_out, wq), wsa = dev_alloc(ws_bytes, NULL), wsb = dev_alloc(ws_bytes, NULL);
     doa = dev_alloc(ny * sizeof(float), NULL), dob = dev_alloc(ny * sizeof(float), NULL);
     CHECK(forge_hip_matmul_rows_q8_group_form(1, NULL, n, n_tokens, ws_bytes) == 0, "no products: no form");
-    CHECK(forge_hip_add_rmsnorm((float *)xa, with_add ? (const float *)dr : NULL, (const float *)dw, (float *)dya, n_tokens, n, 1e-5f, wsa, NULL, msg,
-                                sizeof msg) == 0,
+    memset(&one, 0, sizeof one);
+    one.type = type, one.w = dwq, one.n_rows = n_out, one.y = (float *)doa;
+    form = forge_hip_matmul_rows_q8_group_form(1, &one, n, n_tokens, ws_bytes);
+    CHECK(form == want, "%s %ux%u, %u tokens: the product asks for form %d, expected %d", t->name, n_out, n, n_tokens, form, want);
+    written = other ? (want == FORGE_HIP_FORM_F16 ? FORGE_HIP_FORM_F16_ROWS : FORGE_HIP_FORM_F16) : want;
+    CHECK(forge_hip_add_rmsnorm((float *)xa, with_add ? (const float *)dr : NULL, (const float *)dw, (float *)dya, n_tokens, n, 1e-5f, wsa, written,
+                                NULL, msg, sizeof msg) == 0,
           "add_rmsnorm with the form: %s", msg);
+    form = written;
     CHECK(forge_hip_matmul_rows_q8_form(type, dwq, n_out, n, (const float *)dya, (float *)doa, n_tokens, NULL, wsa, ws_bytes, &form, NULL, msg,
                                         sizeof msg) == 0,
           "product on the norm's form: %s", msg);
@@ -1718,8 +1727,8 @@ static void check_norm_form(uint32_t type, uint32_t n_out, uint32_t n, uint32_t 
     if (dev_fetch(ya, dya, m * sizeof(float)) && dev_fetch(yb, dyb, m * sizeof(float)) && dev_fetch(oa, doa, ny * sizeof(float)) &&
         dev_fetch(ob, dob, ny * sizeof(float))) {
         const int same = memcmp(ya, yb, m * sizeof(float)) == 0 && memcmp(oa, ob, ny * sizeof(float)) == 0;
-        printf("  norm with the f16 form%s, %s %u x %u, %u tokens: %s\n", with_add ? " (and the add)" : "", t->name, n_out, n, n_tokens,
-               same ? "the same bits as the product making its form" : "differs");
+        printf("  norm with the f16 form %d%s, %s %u x %u, %u tokens: %s\n", written, with_add ? " (and the add)" : "", t->name, n_out, n,
+               n_tokens, same ? "the same bits as the product making its form" : "differs");
         CHECK(same, "norm with the f16 form, %s %ux%u, %u tokens: not the same bits", t->name, n_out, n, n_tokens);
     }
     forge_hip_arena_free(xa), forge_hip_arena_free(xb), forge_hip_arena_free(dr), forge_hip_arena_free(dw), forge_hip_arena_free(dya);
@@ -1790,15 +1799,28 @@ static void test_matmul_rows_q8(void) {
             forge_hip_product three[3];
             memset(three, 0, sizeof three);
             three[0].type = three[1].type = three[2].type = FORGE_TYPE_Q4_K, three[0].n_rows = 1536, three[1].n_rows = three[2].n_rows = 256;
-            CHECK(forge_hip_matmul_rows_q8_group_form(3, three, 1536, 12, 1 << 20) == FORGE_HIP_FORM_F16 &&
+            CHECK(forge_hip_matmul_rows_q8_group_form(3, three, 1536, 12, 1 << 20) == FORGE_HIP_FORM_F16_ROWS &&
                       forge_hip_matmul_rows_q8_group_form(3, three, 1536, 5, 1 << 20) == 0,
                   "the f16 form is made first for Q4_K of 12 tokens, not of 5 (dp4a)");
         }
     }
-    check_norm_form(FORGE_TYPE_Q4_K, 1536, 1536, 12, 1);
-    check_norm_form(FORGE_TYPE_Q4_K, 8960, 1536, 16, 0);
-    check_norm_form(FORGE_TYPE_Q4_K, 4096, 4096, 24, 1); /* the staged kernel */
-    check_norm_form(FORGE_TYPE_Q6_K, 1024, 4096, 16, 1); /* Q6_K on the f16 units */
+    check_norm_form(FORGE_TYPE_Q4_K, 1536, 1536, 12, 1, FORGE_HIP_FORM_F16_ROWS, 0);
+    check_norm_form(FORGE_TYPE_Q4_K, 8960, 1536, 16, 0, FORGE_HIP_FORM_F16_ROWS, 0);
+    check_norm_form(FORGE_TYPE_Q4_K, 1536, 1536, 8, 1, FORGE_HIP_FORM_F16_ROWS, 1); /* the other form there: made again */
+    check_norm_form(FORGE_TYPE_Q4_K, 4096, 4096, 24, 1, FORGE_HIP_FORM_F16, 0);     /* the staged kernel */
+    check_norm_form(FORGE_TYPE_Q4_K, 4096, 4096, 24, 0, FORGE_HIP_FORM_F16, 1);
+    check_norm_form(FORGE_TYPE_Q6_K, 1024, 4096, 16, 1, FORGE_HIP_FORM_F16, 0);     /* Q6_K on the f16 units */
+    check_norm_form(FORGE_TYPE_Q6_K, 1024, 4096, 12, 0, FORGE_HIP_FORM_F16, 1);
+    { /* a rows-order form of rows that are not 256s wide is refused, nothing written */
+        void *dx = dev_alloc(4 * 96 * sizeof(float), NULL), *dy = dev_alloc(4 * 96 * sizeof(float), NULL), *dw = dev_alloc(96 * sizeof(float), NULL);
+        void *ws = dev_alloc(1 << 16, NULL);
+        CHECK(forge_hip_add_rmsnorm((float *)dx, NULL, (const float *)dw, (float *)dy, 4, 96, 1e-5f, ws, FORGE_HIP_FORM_F16_ROWS, NULL, msg,
+                                    sizeof msg) != 0 && strstr(msg, "256") != NULL,
+              "add_rmsnorm: the rows form of 96 columns refused (%s)", msg);
+        CHECK(forge_hip_add_rmsnorm((float *)dx, NULL, (const float *)dw, (float *)dy, 4, 96, 1e-5f, ws, 7, NULL, msg, sizeof msg) != 0,
+              "add_rmsnorm: an unknown form refused");
+        forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(dw), forge_hip_arena_free(ws);
+    }
 }
 
 /* h = act(gate x) * (up x) in one launch, and h rounded into a second quantized vector */
