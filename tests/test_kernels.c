@@ -1787,6 +1787,7 @@ static void test_matmul_rows_q8(void) {
     { /* products of one input in one launch (forge_hip_matmul_rows_q8_group) */
         static const uint32_t qkv[3] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K}, qk_v6[3] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
         static const uint32_t odd[3] = {40, 1536, 256}, llama[3] = {4096, 1024, 1024}, ffn[2] = {8960, 8960};
+        static const uint32_t staged2[2] = {4096, 4096}, staged3[3] = {4100, 4096, 4096};
         check_matmul_rows_group(3, qkv, odd, 1536, 12);   /* 40 rows (not whole blocks) go last */
         check_matmul_rows_group(3, qk_v6, odd, 1536, 16); /* v Q6_K alone after q and k */
         check_matmul_rows_group(3, qkv, llama, 4096, 9);
@@ -1795,6 +1796,9 @@ static void test_matmul_rows_q8(void) {
         check_matmul_rows_group(2, qkv, ffn, 1536, 16);
         check_matmul_rows_group(3, qkv, llama, 4096, 5); /* dp4a: each alone */
         check_matmul_rows_group(1, qkv, ffn, 1536, 13);
+        check_matmul_rows_group(2, qkv, staged2, 1024, 24); /* on the staged kernel together (no split) */
+        check_matmul_rows_group(3, qkv, staged3, 1024, 40); /* 4100 rows (not whole 128-row blocks) go last; eight token tiles */
+        check_matmul_rows_group(3, qk_v6, staged3, 1024, 64); /* the Q6_K one alone */
         {
             forge_hip_product three[3];
             memset(three, 0, sizeof three);
@@ -1802,6 +1806,10 @@ static void test_matmul_rows_q8(void) {
             CHECK(forge_hip_matmul_rows_q8_group_form(3, three, 1536, 12, 1 << 20) == FORGE_HIP_FORM_F16_ROWS &&
                       forge_hip_matmul_rows_q8_group_form(3, three, 1536, 5, 1 << 20) == 0,
                   "the f16 form is made first for Q4_K of 12 tokens, not of 5 (dp4a)");
+            three[0].n_rows = three[1].n_rows = 4096;
+            CHECK(forge_hip_matmul_rows_q8_group_form(2, three, 1024, 24, 1 << 22) == FORGE_HIP_FORM_F16 &&
+                      forge_hip_matmul_rows_q8_group_form(2, three, 1024, 12, 1 << 22) == FORGE_HIP_FORM_F16_ROWS,
+                  "two products of 4096 rows: the staged kernel's form at 24 tokens, the rows kernel's at 12");
         }
     }
     check_norm_form(FORGE_TYPE_Q4_K, 1536, 1536, 12, 1, FORGE_HIP_FORM_F16_ROWS, 0);
