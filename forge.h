@@ -998,8 +998,9 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    and their logits are dropped), recorded or not, so that a replay and plain launches give the
    same bits. The driver's device memory for those graphs (about 1.6 MB each on an H100) is outside
    the plan. desc.gpu_no_graph gives plain launches instead of the graphs (sized by the same bands). On NVIDIA
-   compute capability 9.0 and newer (kernels built for it), the decode kernels are launched so that
-   each may be placed on the device while the one before it finishes (programmatic dependent
+   compute capability 9.0 and newer (kernels built for it), the decode kernels (and the kernels of a
+   step of several sequences) are launched so that each may be placed on the device while the one
+   before it finishes (programmatic dependent
    launch; each waits for the previous kernel's results before it reads any of them, a product
    loading its first weights, which no kernel writes, before it waits); desc.gpu_no_pdl turns that
    off. Where a product's lanes would walk its rows in more than one round of loads and its blocks'
