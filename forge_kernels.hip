@@ -3268,14 +3268,16 @@ static int forge__mmh_rows_plain(uint32_t n_rows, uint32_t n_tokens) {
     return n_tokens <= FORGE__MH_TOKENS && !(n_tokens > FORGE__MH_STAGED_FROM && n_rows >= FORGE__MH_STAGED_ROWS);
 }
 
-// Blocks of `threads` threads of a kernel that fit a multiprocessor of the current device (0 where the
-// runtime cannot say), asked once a device; known[d] holds device d's answer plus one.
-template <typename... KArgs> static uint32_t forge__fit_blocks(void (*kernel)(KArgs...), uint32_t threads, std::atomic<uint32_t> (&known)[64]) {
+// Blocks of `threads` threads (and smem bytes of dynamic shared memory) of a kernel that fit a
+// multiprocessor of the current device (0 where the runtime cannot say), asked once a device; known[d]
+// holds device d's answer plus one.
+template <typename... KArgs>
+static uint32_t forge__fit_blocks(void (*kernel)(KArgs...), uint32_t threads, std::atomic<uint32_t> (&known)[64], size_t smem = 0) {
     int device = 0, fit = 0;
     if (cudaGetDevice(&device) != cudaSuccess) return (void)cudaGetLastError(), 0u;
     const uint32_t k = device >= 0 && device < 64 ? known[device].load(std::memory_order_relaxed) : 0u;
     if (k) return k - 1;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, (int)threads, 0) != cudaSuccess || fit < 0) (void)cudaGetLastError(), fit = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, (int)threads, smem) != cudaSuccess || fit < 0) (void)cudaGetLastError(), fit = 0;
     if (device >= 0 && device < 64) known[device].store((uint32_t)fit + 1, std::memory_order_relaxed);
     return (uint32_t)fit;
 }
@@ -3732,17 +3734,26 @@ static int forge__mmh6_rows(const uint8_t *w, uint32_t n_rows, uint32_t n_cols, 
                             const float *bias, float *parts, size_t parts_floats, hipStream_t s) {
 #if FORGE__STAGING
     static std::atomic<unsigned long long> known[2];
+    static std::atomic<uint32_t> fits[2][64];
     const uint32_t wide = n_tokens > 16, nb = n_cols / 256;
     const uint32_t bx = (n_rows + 32 * FORGE__M6_WAVES - 1) / (32 * FORGE__M6_WAVES);
-    const uint32_t split = forge__mh_split(bx, nb, n_tokens, n_rows, parts_floats, 2 * (uint32_t)forge__hip_sm_count());
-    const dim3 grid(bx, split), block(32 * FORGE__M6_WAVES);
+    const dim3 block(32 * FORGE__M6_WAVES);
     const size_t smem = 2 * FORGE__M6_STAGE(wide ? 4 : 2);
+    if (wide ? !forge__stage_allow(forge__k_mmh6_rows<4>, known[0]) : !forge__stage_allow(forge__k_mmh6_rows<2>, known[1])) return 0;
+    // the super-blocks split over grid y into as many parts as keep the grid within the blocks that fit
+    // the device at once (one wave): doubling past it, as before, measured slower (4096 x 14336 of 16
+    // tokens split 16 ways, 512 blocks where 396 fit, 53.7 us a launch on an H100; 12 ways 43.9 us; 8
+    // ways, about two blocks a multiprocessor, 46.4)
+    const uint32_t fit = wide ? forge__fit_blocks(forge__k_mmh6_rows<4>, block.x, fits[0], smem) : forge__fit_blocks(forge__k_mmh6_rows<2>, block.x, fits[1], smem);
+    const uint32_t sms = (uint32_t)forge__hip_sm_count(), target = fit ? fit * sms : 2 * sms;
+    uint32_t split = bx < target ? target / bx : 1;
+    if (split > nb) split = nb;
+    while (split > 1 && (size_t)split * n_tokens * n_rows > parts_floats) split--;
+    const dim3 grid(bx, split);
     float *out = split > 1 ? parts : y;
     if (wide) {
-        if (!forge__stage_allow(forge__k_mmh6_rows<4>, known[0])) return 0;
         forge__launch_smem(1, forge__k_mmh6_rows<4>, grid, block, smem, s, w, n_rows, n_cols, xh, n_tokens, out, split > 1 ? NULL : bias);
     } else {
-        if (!forge__stage_allow(forge__k_mmh6_rows<2>, known[1])) return 0;
         forge__launch_smem(1, forge__k_mmh6_rows<2>, grid, block, smem, s, w, n_rows, n_cols, xh, n_tokens, out, split > 1 ? NULL : bias);
     }
     if (split > 1) {
