@@ -3110,6 +3110,22 @@ struct forge__mh_group {
     uint32_t n_rows[FORGE__MH_GROUP], first[FORGE__MH_GROUP];
     float *parts;
 };
+// Sets first[] for the first n products of grp, block_rows rows a block; the blocks in all
+static uint32_t forge__mh_group_blocks(forge__mh_group &grp, uint32_t n, uint32_t block_rows) {
+    uint32_t blocks = 0, i;
+    for (i = 0; i < FORGE__MH_GROUP; i++) {
+        grp.first[i] = i < n ? blocks : UINT32_MAX;
+        if (i < n) blocks += (grp.n_rows[i] + block_rows - 1) / block_rows;
+    }
+    return blocks;
+}
+// A group of one product
+static forge__mh_group forge__mh_group_of(const uint8_t *w, float *y, const float *bias, uint32_t n_rows) {
+    forge__mh_group grp;
+    memset(&grp, 0, sizeof grp);
+    grp.w[0] = w, grp.y[0] = y, grp.bias[0] = bias, grp.n_rows[0] = n_rows;
+    return grp;
+}
 
 // PU: units of 64 columns a piece (4: a whole super-block, 2: half of one, for short rows); NTILE:
 // 8-token tiles; MINB 2: registers held to what lets two blocks of eight warps share a
@@ -3304,11 +3320,8 @@ static void forge__mmh_rows_launch(dim3 grid, dim3 block, hipStream_t s, const f
 #define FORGE__MH_SPLIT_SB 32
 static void forge__mmh_rows_group(forge__mh_group grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
                                   float *parts, size_t parts_floats, hipStream_t s) {
-    uint32_t blocks = 0, i, split = 1;
-    for (i = 0; i < FORGE__MH_GROUP; i++) {
-        grp.first[i] = i < n ? blocks : UINT32_MAX;
-        if (i < n) blocks += (grp.n_rows[i] + FORGE__MH_ROWS - 1) / FORGE__MH_ROWS;
-    }
+    const uint32_t blocks = forge__mh_group_blocks(grp, n, FORGE__MH_ROWS);
+    uint32_t split = 1;
     const uint32_t n_sb = n_cols / 256, sms = (uint32_t)forge__hip_sm_count();
     if (n == 1 && parts && n_sb >= FORGE__MH_SPLIT_SB && blocks < sms)
         while (2 * split * blocks <= 2 * sms && 2 * split * 8 <= n_sb && (size_t)2 * split * n_tokens * grp.n_rows[0] <= parts_floats) split *= 2;
@@ -3337,10 +3350,7 @@ static void forge__mmh_rows_group(forge__mh_group grp, uint32_t n, size_t row_by
 
 static void forge__mmh_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
                             float *y, const float *bias, float *parts, size_t parts_floats, hipStream_t s) {
-    forge__mh_group grp;
-    memset(&grp, 0, sizeof grp);
-    grp.w[0] = w, grp.y[0] = y, grp.bias[0] = bias, grp.n_rows[0] = n_rows;
-    forge__mmh_rows_group(grp, 1, row_bytes, n_cols, xh, n_tokens, parts, parts_floats, s);
+    forge__mmh_rows_group(forge__mh_group_of(w, y, bias, n_rows), 1, row_bytes, n_cols, xh, n_tokens, parts, parts_floats, s);
 }
 
 // Q6_K products of a few tokens on the f16 matrix units (forge__k_mmh6_rows). A Q6_K weight is d s
@@ -3775,11 +3785,7 @@ static int forge__mmh4_rows_group(forge__mh_group grp, uint32_t n, size_t row_by
 #if FORGE__STAGING
     static std::atomic<unsigned long long> known[2];
     const uint32_t wide = n_tokens > 32, nb = n_cols / 256;
-    uint32_t bx = 0, i;
-    for (i = 0; i < FORGE__MH_GROUP; i++) {
-        grp.first[i] = i < n ? bx : UINT32_MAX;
-        if (i < n) bx += (grp.n_rows[i] + 32 * FORGE__M6_WAVES - 1) / (32 * FORGE__M6_WAVES);
-    }
+    const uint32_t bx = forge__mh_group_blocks(grp, n, 32 * FORGE__M6_WAVES);
     // the grid doubles while it has at most one block a multiprocessor: two fit (110 KB of shared memory
     // each at 64 tokens), so it stays one wave; splitting on to two blocks a multiprocessor, as
     // forge__mmh6_rows does, measured 8-9% slower on the Llama-3-8B at 32-64 sequences (more parts
@@ -3809,10 +3815,7 @@ static int forge__mmh4_rows_group(forge__mh_group grp, uint32_t n, size_t row_by
 
 static int forge__mmh4_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint8_t *xh, uint32_t n_tokens,
                             float *y, const float *bias, float *parts, size_t parts_floats, hipStream_t s) {
-    forge__mh_group grp;
-    memset(&grp, 0, sizeof grp);
-    grp.w[0] = w, grp.y[0] = y, grp.bias[0] = bias, grp.n_rows[0] = n_rows;
-    return forge__mmh4_rows_group(grp, 1, row_bytes, n_cols, xh, n_tokens, parts, parts_floats, s);
+    return forge__mmh4_rows_group(forge__mh_group_of(w, y, bias, n_rows), 1, row_bytes, n_cols, xh, n_tokens, parts, parts_floats, s);
 }
 #endif // FORGE__MMA
 
