@@ -8192,6 +8192,7 @@ int forge_hip_moe_sum(const float *src, const float *route, uint32_t n_tokens, u
 unsigned long forge_hip_allocation_count(void);
 /* decode graphs: the position read from device memory (a uint32 at dev_pos) when the kernels run */
 size_t forge_hip_matmul_split_bytes(uint32_t max_rows, uint32_t max_tokens);
+size_t forge_hip_prompt_bytes(uint32_t max_tokens, uint32_t max_cols);
 int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                            uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                            char *message, size_t message_bytes);
@@ -8386,8 +8387,9 @@ static uint32_t forge__schedule_max_heads(const forge__schedule *s) {
 #define FORGE__GPU_ROPE_BYTES (2u * FORGE__GPU_ROPE_PAIRS * 8u)
 
 /* The GPU backend's own working memory: attention's split-KV scratch and the decode step's merge
-   counters, the batch's token ids, the decode step's slots, the rotary frequency tables, and nothing
-   that grows with the sequence. */
+   counters, the batch's token ids, the decode step's slots, the rotary frequency tables, the prompt
+   products' f16 activations (up to 512 tokens of the widest product's columns, where the batch takes
+   more than 64), and nothing that grows with the sequence. */
 static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_model *m, uint32_t n_ctx, uint32_t n_batch) {
 #ifdef FORGE_HIP
     return forge__align_gpu(forge_hip_attention_scratch_bytes(n_ctx, n_batch, forge__schedule_max_heads(s), m->config.head_dim_v)) +
@@ -8395,7 +8397,7 @@ static uint64_t forge__gpu_reserve_bytes(const forge__schedule *s, const forge_m
            forge__align_gpu(forge_hip_argmax_scratch_bytes()) +
            forge__align_gpu(forge_hip_top_k_scratch_bytes(m->config.n_vocab)) +
            forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t)) +
-           forge__align_gpu(FORGE__GPU_ROPE_BYTES);
+           forge__align_gpu(FORGE__GPU_ROPE_BYTES) + forge__align_gpu(forge_hip_prompt_bytes(n_batch, s->max_cols));
 #else
     (void)s, (void)m, (void)n_ctx;
     return forge__align_gpu((uint64_t)n_batch * sizeof(int32_t)) + forge__align_gpu(FORGE__GPU_STEP_WORDS * sizeof(uint32_t));
@@ -9247,7 +9249,8 @@ typedef struct forge__part {
     void *stream, *done;         /* GPU: its stream, and the event its boundary copy records */
     uint64_t *dev_weight;
     uint64_t dev_scratch, dev_logits, dev_attn, dev_attn_bytes, dev_tokens, dev_kv, dev_capture, dev_step, dev_q8[2], dev_argmax,
-        dev_att_count, dev_rope_freq, dev_sample, dev_rows, dev_split, dev_split_bytes, dev_rows_attn, dev_rows_attn_bytes;
+        dev_att_count, dev_rope_freq, dev_sample, dev_rows, dev_split, dev_split_bytes, dev_rows_attn, dev_rows_attn_bytes,
+        dev_prompt, dev_prompt_bytes;
     const float *dev_rope_factors;
     int rope_freq_ok;
     void *graph[FORGE__GPU_GRAPHS]; /* GPU, a split: the part's decode step recorded, one graph per band */
@@ -9293,6 +9296,7 @@ struct forge_context {
     int rows;
     uint64_t dev_rows;      /* GPU, n_seq > 1: row_pos then row_seq of a batch step, n_batch each, then the split parts */
     uint64_t dev_split, dev_split_bytes; /* GPU, n_seq > 1: the parts of split products (forge_hip_matmul_split) */
+    uint64_t dev_prompt, dev_prompt_bytes; /* GPU: the prompt products' f16 activations (forge_hip_prompt_bytes) */
     uint64_t dev_rows_attn, dev_rows_attn_bytes; /* GPU, n_seq > 1: the records of a batch step's split attention */
     /* GPU backend: one device arena (weights | scratch | logits | attention scratch | token ids | KV cache) */
     uint8_t *dev;
@@ -9352,6 +9356,7 @@ struct forge_context {
     X(dev_scratch) X(dev_logits) X(dev_attn) X(dev_attn_bytes) X(dev_tokens) X(dev_kv) X(dev_capture)     \
     X(dev_step) X(dev_q8[0]) X(dev_q8[1]) X(dev_argmax) X(dev_att_count) X(dev_rope_freq) X(dev_sample)  \
     X(dev_rows) X(dev_split) X(dev_split_bytes) X(dev_rows_attn) X(dev_rows_attn_bytes)                  \
+    X(dev_prompt) X(dev_prompt_bytes)                                                                    \
     X(dev_rope_factors) X(rope_freq_ok)
 
 /* Makes part p the one the backends work on (on the GPU, its device current for the calling thread). */
@@ -9954,10 +9959,11 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                                   forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
                                                   forge__dev_f32(ctx, op->bias), ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes,
                                                   ctx->stream, FORGE__MSG));
-            else
-                FORGE__HIP(forge_hip_matmul(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
-                                            forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
-                                            forge__dev_f32(ctx, op->bias), ctx->stream, FORGE__MSG));
+            else /* a prompt: past 64 tokens its activations staged as f16 (the same results), fewer as before */
+                FORGE__HIP(forge_hip_matmul_split(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
+                                                  forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
+                                                  forge__dev_f32(ctx, op->bias), n > FORGE__GPU_SPLIT_TOKENS && ctx->dev_prompt_bytes ? ctx->dev + ctx->dev_prompt : NULL,
+                                                  (size_t)ctx->dev_prompt_bytes, ctx->stream, FORGE__MSG));
             break;
         case FORGE__OP_HEADNORM:
             FORGE__HIP(forge_hip_headnorm(forge__dev_val(ctx, op->dst), forge__dev_f32(ctx, op->w), n, op->n, c->head_dim,
@@ -10370,7 +10376,7 @@ static FORGE__MAYBE_UNUSED forge_result forge__gpu_part_init(forge_context *ctx,
     forge_result r;
     uint32_t il;
 
-    /* the arena: weights | scratch | logits | attention scratch | token ids | step slots | rope tables | q8 | capture | KV cache */
+    /* the arena: weights | scratch | logits | attention scratch | token ids | step slots | rope tables | q8 | prompt f16 | rows | capture | KV cache */
     if ((r = forge__gpu_upload(ctx, desc, &offset, error))) return r;
     ctx->dev_scratch = offset;
     offset += pp->scratch_bytes;
@@ -10396,6 +10402,9 @@ static FORGE__MAYBE_UNUSED forge_result forge__gpu_part_init(forge_context *ctx,
     offset += forge__align_gpu(forge_hip_argmax_scratch_bytes());
     ctx->dev_sample = offset;
     offset += forge__align_gpu(forge_hip_top_k_scratch_bytes(c->n_vocab));
+    ctx->dev_prompt = offset;
+    ctx->dev_prompt_bytes = forge_hip_prompt_bytes(ctx->r.n_batch, ctx->sched.max_cols);
+    offset += forge__align_gpu(ctx->dev_prompt_bytes);
     ctx->dev_rows = offset;
     if (ctx->r.n_seq > 1) { /* the rows' region: positions, sequences, attention records, product parts */
         ctx->dev_rows_attn = offset + 2 * forge__align_gpu((uint64_t)ctx->r.n_batch * sizeof(uint32_t));

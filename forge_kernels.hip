@@ -3817,6 +3817,228 @@ static int forge__mmh4_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows,
                             float *y, const float *bias, float *parts, size_t parts_floats, hipStream_t s) {
     return forge__mmh4_rows_group(forge__mh_group_of(w, y, bias, n_rows), 1, row_bytes, n_cols, xh, n_tokens, parts, parts_floats, s);
 }
+
+// ---- prompt products with the activations staged as f16 (forge_hip_matmul_split, more than 64 tokens) ----
+//
+// forge__k_matmul_mma reads the f32 activations through registers and converts them in every block,
+// and its lanes load their weights from 16 or 32 rows at once in 4-byte pieces: on the Llama-3-8B's
+// gate (14336 x 4096, 512 tokens, Q4_0) Nsight Compute finds it held by L1 (93% busy; 44% of the
+// global load sectors excess, the shared stores 5-way conflicted) with the tensor pipe 21% busy.
+// Here the activations are rounded to f16 once (forge__k_f16_rows, the same rounding) into the
+// workspace and each block copies its tokens' slices of 32 KU columns with cp.async into a ring of S
+// stages, holding no registers; the weights are read with the same readers, but the KU lanes next to
+// each other take the KU units of one row (KU 18-byte Q4_0 units: contiguous bytes), each a whole
+// unit, converted to f16 into the same ring one step behind their loads. Warps of 64 rows by 8 NT
+// tokens. The sums run in the order of forge__k_matmul_mma's: the same bits. Measured on an H100
+// (tests/PERF.md "Prompt products with staged f16 activations"), 512 tokens: Q4_0 and Q8_0 1.3-1.7x
+// forge__k_matmul_mma, Q4_K 1.4-1.6x.
+#define FORGE__MMS_MIN_TOKENS 65 // fewer tokens keep forge__k_matmul_mma (its smaller tiles and split columns)
+#define FORGE__MMS_CHUNK 512     // tokens a workspace holds at most (forge_hip_prompt_bytes): longer batches go in chunks
+#define FORGE__MMS_SMEM(BM, BN, KU, S) ((size_t)(S) * ((BM) + (BN)) * (32 * (KU) + 8) * 2)
+template <class H> struct forge__mms_is_q4_k { static const int value = 0; };
+template <> struct forge__mms_is_q4_k<forge__h_q4_k> { static const int value = 1; };
+
+// f32 rows -> f16 rows (round to nearest even, as forge__h2_pack), n2 pairs
+__global__ void forge__k_f16_rows(const float *__restrict__ x, uint32_t *__restrict__ out, size_t n2) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n2; i += (size_t)gridDim.x * blockDim.x) {
+        const float2 v = ((const float2 *)x)[i];
+        out[i] = forge__h2_pack(v.x, v.y);
+    }
+}
+
+// y = W x (+ bias) for the block's 64 WM rows and 8 NT WN tokens; xh: the tokens' f16 rows; n_cols a
+// multiple of 32 KU. Dynamic shared memory: FORGE__MMS_SMEM(64 WM, 8 NT WN, KU, S); a row of a stage
+// is 32 KU + 8 halves (ldmatrix's 8 rows on distinct banks).
+template <class H, int WM, int WN, int NT, int KU, int S>
+__global__ void __launch_bounds__(32 * WM * WN, 2)
+forge__k_matmul_staged(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint16_t *__restrict__ xh,
+                       float *__restrict__ y, uint32_t n_tokens, const float *__restrict__ bias) {
+#ifdef FORGE__MMA_DEVICE
+    constexpr int BM = 64 * WM, BN = 8 * NT * WN, THREADS = 32 * WM * WN, KC = 32 * KU, LD = KC + 8;
+    constexpr int TASKS = KU * BM / THREADS, CHUNKS = BN * KC / 8 / THREADS; // units and 16-byte activation pieces a thread a step
+    static_assert(TASKS * THREADS == KU * BM && CHUNKS * THREADS == BN * KC / 8 && S >= 2, "whole tasks a thread");
+    extern __shared__ __align__(16) uint16_t forge__mms_smem[];
+    uint16_t *w_ring = forge__mms_smem, *x_ring = forge__mms_smem + S * BM * LD;
+    const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warp_m = warp % WM, warp_n = warp / WM;
+    const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM, n_steps = n_cols / KC;
+    // task = tid + i THREADS: row task / KU, unit task % KU of the step; out-of-range rows and tokens
+    // read the last valid one, never stored
+    const uint8_t *rows[TASKS];
+    uint16_t *w_dst[TASKS];
+#pragma unroll
+    for (int i = 0; i < TASKS; i++) {
+        const uint32_t task = tid + i * THREADS;
+        rows[i] = w + (size_t)min(row0 + task / KU, n_rows - 1) * row_bytes;
+        w_dst[i] = w_ring + (task / KU) * LD + 32 * (task % KU);
+    }
+    const uint16_t *x_src[CHUNKS]; // 16-byte pieces: token c / (KC / 8), columns 8 (c % (KC / 8)) of a step
+    uint16_t *x_dst[CHUNKS];
+#pragma unroll
+    for (int i = 0; i < CHUNKS; i++) {
+        const uint32_t c = tid + i * THREADS, t = c / (KC / 8), k8 = c % (KC / 8);
+        x_src[i] = xh + (size_t)min(tok0 + t, n_tokens - 1) * n_cols + 8 * k8;
+        x_dst[i] = x_ring + t * LD + 8 * k8;
+    }
+    typename H::raw raw[TASKS][2];
+    float acc[4][NT][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[i][j][k] = 0.0f;
+    // the activations of steps 0 .. S-2 in flight, the weights of step 0 in registers
+#pragma unroll
+    for (int p = 0; p < S - 1; p++) {
+        if (p < (int)n_steps)
+#pragma unroll
+            for (int i = 0; i < CHUNKS; i++) forge__copy16_async(x_dst[i] + p * BN * LD, x_src[i] + KC * p);
+        forge__copy_commit();
+    }
+#pragma unroll
+    for (int i = 0; i < TASKS; i++) {
+        const uint32_t u = (tid + i * THREADS) % KU;
+        H::load(rows[i], u, 0, n_cols, raw[i][0]), H::load(rows[i], u, 1, n_cols, raw[i][1]);
+    }
+    for (uint32_t step = 0; step < n_steps; step++) {
+        const uint32_t slot = step % S;
+        // this step's weights into its slot: its last readers were step - S's products, which every
+        // thread finished before the barrier of step - S + 1
+#pragma unroll
+        for (int i = 0; i < TASKS; i++) {
+            const uint32_t u = KU * step + (tid + i * THREADS) % KU;
+            uint32_t v[8];
+            uint4 *dst = (uint4 *)(w_dst[i] + slot * BM * LD);
+            H::convert(raw[i][0], u, 0, v);
+            dst[0] = make_uint4(v[0], v[1], v[2], v[3]), dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
+            H::convert(raw[i][1], u, 1, v);
+            dst[2] = make_uint4(v[0], v[1], v[2], v[3]), dst[3] = make_uint4(v[4], v[5], v[6], v[7]);
+        }
+        forge__copy_keep<S - 2>(); // this thread's copies of this step have landed
+        __syncthreads();           // everyone's have, and step - 1's slot is free
+        const uint32_t ahead = step + S - 1;
+        if (ahead < n_steps)
+#pragma unroll
+            for (int i = 0; i < CHUNKS; i++) forge__copy16_async(x_dst[i] + (ahead % S) * BN * LD, x_src[i] + (size_t)KC * ahead);
+        forge__copy_commit(); // an empty group past the end keeps the count
+        if (step + 1 < n_steps)
+#pragma unroll
+            for (int i = 0; i < TASKS; i++) {
+                const uint32_t u = KU * (step + 1) + (tid + i * THREADS) % KU;
+                H::load(rows[i], u, 0, n_cols, raw[i][0]), H::load(rows[i], u, 1, n_cols, raw[i][1]);
+            }
+        const uint32_t w_base = (uint32_t)__cvta_generic_to_shared(w_ring + slot * BM * LD);
+        const uint32_t x_base = (uint32_t)__cvta_generic_to_shared(x_ring + slot * BN * LD);
+#pragma unroll
+        for (int ks = 0; ks < 2 * KU; ks++) {
+            uint32_t a[4][4], b[NT][2];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) // rows 16mt + lane%16, columns 8 (lane/16)
+                forge__ldsm4(a[mt], w_base + 2 * ((warp_m * 64 + mt * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8));
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) { // tokens 16np + lane%8 + 8 (lane/16), columns 8 ((lane/8)%2)
+                uint32_t t[4];
+                forge__ldsm4(t, x_base + 2 * ((warp_n * 8 * NT + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + ks * 16 +
+                                              ((lane >> 3) & 1) * 8));
+                b[2 * np][0] = t[0], b[2 * np][1] = t[1], b[2 * np + 1][0] = t[2], b[2 * np + 1][1] = t[3];
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) forge__mma16816(acc[mt][nt], a[mt], b[nt]);
+        }
+    }
+    // accumulator element k of tile (mt, nt): row 16mt + lane/4 + 8 (k/2), token 8nt + 2 (lane%4) + k%2
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int k2 = 0; k2 < 2; k2++) {
+            const uint32_t r = row0 + warp_m * 64 + mt * 16 + lane / 4 + 8 * k2;
+            if (r >= n_rows) continue;
+            const float add = bias ? bias[r] : 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int k1 = 0; k1 < 2; k1++) {
+                    const uint32_t t = tok0 + warp_n * 8 * NT + nt * 8 + 2 * (lane % 4) + k1;
+                    if (t < n_tokens) y[(size_t)t * n_rows + r] = acc[mt][nt][2 * k2 + k1] + add;
+                }
+        }
+#else
+    (void)w, (void)row_bytes, (void)n_rows, (void)n_cols, (void)xh, (void)y, (void)n_tokens, (void)bias;
+#endif
+}
+
+// One tile's launch; with w NULL, only whether the kernel may take its shared memory on this device
+// (asked once a device).
+template <class H, int WM, int WN, int NT, int KU, int S>
+static int forge__mms_run(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint16_t *xh, float *y,
+                          uint32_t n_tokens, const float *bias, hipStream_t s) {
+    static std::atomic<unsigned long long> known;
+    constexpr int BM = 64 * WM, BN = 8 * NT * WN;
+    if (!w) return forge__stage_allow(forge__k_matmul_staged<H, WM, WN, NT, KU, S>, known);
+    const dim3 grid((n_tokens + BN - 1) / BN, (n_rows + BM - 1) / BM);
+    forge__launch_smem(0, forge__k_matmul_staged<H, WM, WN, NT, KU, S>, grid, dim3(32 * WM * WN), FORGE__MMS_SMEM(BM, BN, KU, S), s, w,
+                       row_bytes, n_rows, n_cols, xh, y, n_tokens, bias);
+    return 1;
+}
+
+// The tiles, measured at 512 tokens on an H100 (tests/PERF.md): 64 rows x 128 tokens a block, 128
+// columns a step, two stages; 64 tokens where those blocks would not fill the multiprocessors (the
+// 1024-row k and v: 1.6-1.8x instead of 1.35-1.5x); Q4_K with 8192 rows or more 128 x 128 in 2 x 2
+// warps, 64 columns a step, three stages (gate and up: 1.51x instead of 1.23x).
+enum { FORGE__MMS_TILE = 0, FORGE__MMS_NARROW = 1, FORGE__MMS_WIDE = 2 };
+template <class H> static int forge__mms_tile(uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens) {
+    if (forge__mms_is_q4_k<H>::value && n_rows >= 8192 && n_cols % 64 == 0) return FORGE__MMS_WIDE;
+    if (n_cols % 128 != 0) return -1;
+    return (uint64_t)((n_rows + 63) / 64) * ((n_tokens + 127) / 128) < (uint64_t)forge__hip_sm_count() ? FORGE__MMS_NARROW : FORGE__MMS_TILE;
+}
+template <class H>
+static int forge__mms_tile_run(int tile, const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint16_t *xh, float *y,
+                               uint32_t n_tokens, const float *bias, hipStream_t s) {
+    switch (tile) {
+    case FORGE__MMS_WIDE: return forge__mms_run<H, 2, 2, 8, 2, 3>(w, row_bytes, n_rows, n_cols, xh, y, n_tokens, bias, s);
+    case FORGE__MMS_NARROW: return forge__mms_run<H, 1, 4, 2, 4, 2>(w, row_bytes, n_rows, n_cols, xh, y, n_tokens, bias, s);
+    default: return forge__mms_run<H, 1, 4, 4, 4, 2>(w, row_bytes, n_rows, n_cols, xh, y, n_tokens, bias, s);
+    }
+}
+
+// The prompt product through forge__k_matmul_staged with ws (ws_bytes, 16-byte aligned) for the f16
+// activations, in chunks of as many tokens as it holds; 0 (nothing launched) where it does not apply.
+template <class H>
+static int forge__mms_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                             uint32_t n_tokens, const float *bias, void *ws, size_t ws_bytes, hipStream_t s) {
+    const size_t fit = ws_bytes / ((size_t)n_cols * 2);
+    const uint32_t chunk = fit < FORGE__MMS_CHUNK ? (uint32_t)fit : FORGE__MMS_CHUNK;
+    if (n_tokens < FORGE__MMS_MIN_TOKENS || chunk < FORGE__MMS_MIN_TOKENS || ((uintptr_t)ws & 15) != 0 || !forge__mma_available()) return 0;
+    const int tile = forge__mms_tile<H>(n_rows, n_cols, chunk < n_tokens ? chunk : n_tokens);
+    if (tile < 0 || !forge__mms_tile_run<H>(tile, NULL, 0, 0, 0, NULL, NULL, 0, NULL, s)) return 0;
+    for (uint32_t t0 = 0; t0 < n_tokens; t0 += chunk) {
+        const uint32_t c = n_tokens - t0 < chunk ? n_tokens - t0 : chunk;
+        const size_t n2 = (size_t)c * n_cols / 2;
+        forge__k_f16_rows<<<forge__hip_blocks(n2, 256), 256, 0, s>>>(x + (size_t)t0 * n_cols, (uint32_t *)ws, n2);
+        forge__mms_tile_run<H>(tile, w, row_bytes, n_rows, n_cols, (const uint16_t *)ws, y + (size_t)t0 * n_rows, c, bias, s);
+    }
+    return 1;
+}
+
+// The types the staged kernel takes (the common ones with their own readers)
+#define FORGE__MMS_TYPES(X)                                                                              \
+    X(FORGE_HIP_Q4_0, forge__h_q4_0) X(FORGE_HIP_Q8_0, forge__h_q8_0) X(FORGE_HIP_Q4_K, forge__h_q4_k)    \
+    X(FORGE_HIP_Q6_K, forge__h_q6_k) X(FORGE__HIP_Q6_K_PACKED, forge__h_q6_k_packed)                      \
+    X(FORGE__HIP_Q6_K_PACKED4, forge__h_q6_k_packed4)
+
+static int forge__mms_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
+                             uint32_t n_tokens, const float *bias, void *ws, size_t ws_bytes, hipStream_t s) {
+    if (!ws) return 0;
+    switch (forge__hip_kind(type, n_cols)) {
+#define FORGE__MMS_CASE(id, H) \
+    case id: return forge__mms_launch<H>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, ws, ws_bytes, s);
+        FORGE__MMS_TYPES(FORGE__MMS_CASE)
+#undef FORGE__MMS_CASE
+    default: return 0;
+    }
+}
 #endif // FORGE__MMA
 
 
@@ -3904,6 +4126,9 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
         return forge__hip_launched("matvec launch", message, message_bytes);
     }
 #ifdef FORGE__MMA
+    // a prompt with a workspace: its activations staged as f16 (forge__k_matmul_staged)
+    if (forge__mms_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, partial, partial_floats * sizeof(float), s))
+        return forge__hip_launched("matmul launch", message, message_bytes);
     if (forge__mma_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s, partial, partial_floats))
         return forge__hip_launched("matmul launch", message, message_bytes);
 #else
@@ -3936,10 +4161,27 @@ size_t forge_hip_matmul_split_bytes(uint32_t max_rows, uint32_t max_tokens) {
 #endif
 }
 
+// Device bytes of the workspace with which forge_hip_matmul_split runs prompts of up to max_tokens
+// tokens and max_cols columns with their activations staged as f16 (more than 64 tokens: one copy of
+// up to 512 tokens' activations in f16; longer prompts go through it in chunks); 0 where that path
+// does not exist (AMD, builds without the matrix-unit path) or max_tokens is 64 or fewer.
+size_t forge_hip_prompt_bytes(uint32_t max_tokens, uint32_t max_cols) {
+#ifdef FORGE__MMA
+    if (max_tokens < FORGE__MMS_MIN_TOKENS) return 0;
+    return (size_t)(max_tokens < FORGE__MMS_CHUNK ? max_tokens : FORGE__MMS_CHUNK) * max_cols * 2;
+#else
+    (void)max_tokens, (void)max_cols;
+    return 0;
+#endif
+}
+
 // forge_hip_matmul with a workspace (device memory, at least 4-byte aligned): where the matrix-unit
 // grid would leave the device mostly idle (few tokens), the columns are split among several blocks,
 // their parts written there and summed in a fixed order (the same result on every run; not the same
-// rounding as the unsplit sum). A smaller workspace splits less; none, not at all.
+// rounding as the unsplit sum). A smaller workspace splits less; none, not at all. More than 64
+// tokens (a prompt) with a 16-byte aligned workspace of at least 65 tokens' activations in f16
+// (forge_hip_prompt_bytes) stage the activations there as f16 (the same results as without it, faster:
+// Q4_0, Q8_0, Q4_K, Q6_K with columns a multiple of 128, Q4_K of 8192 rows or more of 64).
 int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                            uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                            char *message, size_t message_bytes) {
