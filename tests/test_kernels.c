@@ -153,31 +153,44 @@ static void random_floats(float *x, size_t n, float lo, float hi) {
 
 /* ---- matmul ---- */
 
+/* Random weights of `type` (*w), activations (*x) and a bias (*bias) for a product of n_rows x n_cols by
+   n_tokens tokens, and its double reference [n_tokens][n_rows] (the bias added where with_bias); the
+   caller frees all four. */
+static double *matmul_reference(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_bias, uint8_t **w, float **x,
+                                float **bias) {
+    const forge_type_traits *t = forge_type_info(type);
+    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes;
+    float *wf = (float *)xmalloc((size_t)n_rows * n_cols * sizeof(float));
+    double *ref = (double *)xmalloc((size_t)n_tokens * n_rows * sizeof(double));
+    uint32_t r, c, k;
+    *w = (uint8_t *)xmalloc(row_bytes * n_rows);
+    *x = (float *)xmalloc((size_t)n_tokens * n_cols * sizeof(float));
+    *bias = (float *)xmalloc(n_rows * sizeof(float));
+    random_blocks(type, *w, (uint64_t)n_rows * (n_cols / t->block_elems));
+    forge_dequantize(type, *w, wf, (uint64_t)n_rows * n_cols);
+    random_floats(*x, (size_t)n_tokens * n_cols, -1.0f, 1.0f);
+    random_floats(*bias, n_rows, -1.0f, 1.0f);
+    for (k = 0; k < n_tokens; k++)
+        for (r = 0; r < n_rows; r++) {
+            double sum = with_bias ? (*bias)[r] : 0.0;
+            for (c = 0; c < n_cols; c++) sum += (double)wf[(size_t)r * n_cols + c] * (*x)[(size_t)k * n_cols + c];
+            ref[(size_t)k * n_rows + r] = sum;
+        }
+    free(wf);
+    return ref;
+}
+
 static void check_matmul(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_bias) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes;
-    uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
-    float *wf = (float *)xmalloc((size_t)n_rows * n_cols * sizeof(float));
-    float *x = (float *)xmalloc((size_t)n_tokens * n_cols * sizeof(float));
-    float *bias = (float *)xmalloc(n_rows * sizeof(float));
-    float *y = (float *)xmalloc((size_t)n_tokens * n_rows * sizeof(float));
-    double *ref = (double *)xmalloc((size_t)n_tokens * n_rows * sizeof(double));
+    uint8_t *w;
+    float *x, *bias, *y = (float *)xmalloc((size_t)n_tokens * n_rows * sizeof(float));
+    double *ref = matmul_reference(type, n_rows, n_cols, n_tokens, with_bias, &w, &x, &bias);
     /* prompt batches may run on the matrix units: f16 operands, about 3e-4 (F32 and BF16 stay f32) */
     const double tolerance = n_tokens > 1 && type != FORGE_TYPE_F32 && type != FORGE_TYPE_BF16 ? 1e-3 : 1e-5;
     void *dw, *dx, *dy, *db;
-    uint32_t r, c, k;
     double err;
     int rc;
-    random_blocks(type, w, (uint64_t)n_rows * (n_cols / t->block_elems));
-    forge_dequantize(type, w, wf, (uint64_t)n_rows * n_cols);
-    random_floats(x, (size_t)n_tokens * n_cols, -1.0f, 1.0f);
-    random_floats(bias, n_rows, -1.0f, 1.0f);
-    for (k = 0; k < n_tokens; k++)
-        for (r = 0; r < n_rows; r++) {
-            double s = with_bias ? bias[r] : 0.0;
-            for (c = 0; c < n_cols; c++) s += (double)wf[(size_t)r * n_cols + c] * x[(size_t)k * n_cols + c];
-            ref[(size_t)k * n_rows + r] = s;
-        }
     dw = dev_weights(type, n_cols, row_bytes * n_rows, w);
     dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
     db = dev_alloc(n_rows * sizeof(float), bias);
@@ -196,7 +209,7 @@ static void check_matmul(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32
         CHECK(err < tolerance, "matmul %s %ux%u tokens %u: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err);
     }
     forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(db);
-    free(w), free(wf), free(x), free(bias), free(y), free(ref);
+    free(w), free(x), free(bias), free(y), free(ref);
 }
 
 /* A prompt product with a workspace for its activations in f16 (forge_hip_matmul_split past 64 tokens):
@@ -208,25 +221,11 @@ static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols,
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, n_out = (size_t)n_tokens * n_rows;
     const size_t ws_bytes = ws_tokens ? forge_hip_prompt_bytes(ws_tokens, n_cols) : 0;
-    uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
-    float *wf = (float *)xmalloc((size_t)n_rows * n_cols * sizeof(float));
-    float *x = (float *)xmalloc((size_t)n_tokens * n_cols * sizeof(float));
-    float *bias = (float *)xmalloc(n_rows * sizeof(float));
-    float *y = (float *)xmalloc(n_out * sizeof(float)), *y0 = (float *)xmalloc(n_out * sizeof(float));
-    double *ref = (double *)xmalloc(n_out * sizeof(double));
+    uint8_t *w;
+    float *x, *bias, *y = (float *)xmalloc(n_out * sizeof(float)), *y0 = (float *)xmalloc(n_out * sizeof(float));
+    double *ref = matmul_reference(type, n_rows, n_cols, n_tokens, with_bias, &w, &x, &bias);
     void *dw, *dx, *dy, *dy0, *db, *dws;
-    uint32_t r, c, k;
     size_t i, same = 0;
-    random_blocks(type, w, (uint64_t)n_rows * (n_cols / t->block_elems));
-    forge_dequantize(type, w, wf, (uint64_t)n_rows * n_cols);
-    random_floats(x, (size_t)n_tokens * n_cols, -1.0f, 1.0f);
-    random_floats(bias, n_rows, -1.0f, 1.0f);
-    for (k = 0; k < n_tokens; k++)
-        for (r = 0; r < n_rows; r++) {
-            double sum = with_bias ? bias[r] : 0.0;
-            for (c = 0; c < n_cols; c++) sum += (double)wf[(size_t)r * n_cols + c] * x[(size_t)k * n_cols + c];
-            ref[(size_t)k * n_rows + r] = sum;
-        }
     dw = dev_weights(type, n_cols, row_bytes * n_rows, w);
     dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
     db = dev_alloc(n_rows * sizeof(float), bias);
@@ -247,7 +246,7 @@ static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols,
     }
     forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(dy0), forge_hip_arena_free(db);
     if (dws) forge_hip_arena_free(dws);
-    free(w), free(wf), free(x), free(bias), free(y), free(y0), free(ref);
+    free(w), free(x), free(bias), free(y), free(y0), free(ref);
 }
 
 static void test_matmul_prompt(void) {
