@@ -3830,8 +3830,8 @@ static int forge__mmh4_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows,
 // each other take the KU units of one row (KU 18-byte Q4_0 units: contiguous bytes), each a whole
 // unit, converted to f16 into the same ring one step behind their loads. Warps of 64 rows by 8 NT
 // tokens. The sums run in the order of forge__k_matmul_mma's: the same bits. Measured on an H100
-// (tests/PERF.md "Prompt products with staged f16 activations"), 512 tokens: Q4_0 and Q8_0 1.3-1.7x
-// forge__k_matmul_mma, Q4_K 1.4-1.6x.
+// (tests/PERF.md "Prompt products with staged f16 activations"), 512 tokens, the Llama-3-8B's shapes
+// against forge__k_matmul_mma: Q4_0 1.4-1.6x, Q8_0 1.3-1.6x, Q4_K 1.2-1.7x, Q6_K 1.1-1.3x.
 #define FORGE__MMS_MIN_TOKENS 65 // fewer tokens keep forge__k_matmul_mma (its smaller tiles and split columns)
 #define FORGE__MMS_CHUNK 512     // tokens a workspace holds at most (forge_hip_prompt_bytes): longer batches go in chunks
 #define FORGE__MMS_SMEM(BM, BN, KU, S) ((size_t)(S) * ((BM) + (BN)) * (32 * (KU) + 8) * 2)
