@@ -9959,11 +9959,14 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                                   forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
                                                   forge__dev_f32(ctx, op->bias), ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes,
                                                   ctx->stream, FORGE__MSG));
-            else /* a prompt: past 64 tokens its activations staged as f16 (the same results), fewer as before */
+            else { /* a prompt: past 64 tokens with the prompt workspace (its activations staged as f16 for the
+                      types the staged kernel takes), fewer without it, as before */
+                uint8_t *ws = n > FORGE__GPU_SPLIT_TOKENS && ctx->dev_prompt_bytes ? ctx->dev + ctx->dev_prompt : NULL;
                 FORGE__HIP(forge_hip_matmul_split(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
                                                   forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
-                                                  forge__dev_f32(ctx, op->bias), n > FORGE__GPU_SPLIT_TOKENS && ctx->dev_prompt_bytes ? ctx->dev + ctx->dev_prompt : NULL,
-                                                  (size_t)ctx->dev_prompt_bytes, ctx->stream, FORGE__MSG));
+                                                  forge__dev_f32(ctx, op->bias), ws, ws ? (size_t)ctx->dev_prompt_bytes : 0,
+                                                  ctx->stream, FORGE__MSG));
+            }
             break;
         case FORGE__OP_HEADNORM:
             FORGE__HIP(forge_hip_headnorm(forge__dev_val(ctx, op->dst), forge__dev_f32(ctx, op->w), n, op->n, c->head_dim,
