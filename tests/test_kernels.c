@@ -1372,6 +1372,21 @@ static void bench_matvec(void) {
 }
 
 /* Prompt matmul: the Llama-3-8B projections over a batch of 512 tokens (a warm-up, then 10 launches). */
+/* Seconds a launch of the product takes over `reps` launches after a warm-up; ws NULL runs it as
+   forge_hip_matmul does, a prompt workspace stages its activations as f16. */
+static double time_matmul(uint32_t type, const void *dw, uint32_t n_rows, uint32_t n_cols, const void *dx, void *dy, uint32_t n_tokens,
+                          void *ws, size_t ws_bytes, uint32_t reps) {
+    double t0;
+    uint32_t k;
+    forge_hip_matmul_split(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, NULL, ws, ws_bytes, NULL, msg, sizeof msg);
+    forge_hip_stream_sync(NULL, msg, sizeof msg);
+    t0 = now_s();
+    for (k = 0; k < reps; k++)
+        forge_hip_matmul_split(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, NULL, ws, ws_bytes, NULL, msg, sizeof msg);
+    forge_hip_stream_sync(NULL, msg, sizeof msg);
+    return (now_s() - t0) / reps;
+}
+
 static void bench_matmul(void) {
     static const uint32_t types[] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K, FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0, FORGE_TYPE_F16, FORGE_TYPE_Q5_K};
     static const uint32_t shapes[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}};
@@ -1382,40 +1397,21 @@ static void bench_matmul(void) {
         for (j = 0; j < sizeof shapes / sizeof shapes[0]; j++) {
             const forge_type_traits *t = forge_type_info(types[i]);
             const uint32_t n_rows = shapes[j][0], n_cols = shapes[j][1];
-            const size_t bytes = (size_t)n_cols / t->block_elems * t->block_bytes * n_rows;
+            const size_t bytes = (size_t)n_cols / t->block_elems * t->block_bytes * n_rows, ws_bytes = forge_hip_prompt_bytes(n_tokens, n_cols);
+            const double flop = 2.0 * n_rows * n_cols * n_tokens;
             uint8_t *w = (uint8_t *)xmalloc(bytes);
             float *x = (float *)xmalloc((size_t)n_tokens * n_cols * sizeof(float));
-            void *dw, *dx, *dy;
-            uint32_t k;
-            double t0, t1;
+            void *dw, *dx, *dy, *dws;
+            double plain, staged;
             random_blocks(types[i], w, (uint64_t)n_rows * (n_cols / t->block_elems));
             random_floats(x, (size_t)n_tokens * n_cols, -1.0f, 1.0f);
             dw = dev_weights(types[i], n_cols, bytes, w), dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
-            dy = dev_alloc((size_t)n_tokens * n_rows * sizeof(float), NULL);
-            forge_hip_matmul(types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, NULL, NULL, msg, sizeof msg);
-            forge_hip_stream_sync(NULL, msg, sizeof msg);
-            t0 = now_s();
-            for (k = 0; k < reps; k++)
-                forge_hip_matmul(types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, NULL, NULL, msg, sizeof msg);
-            forge_hip_stream_sync(NULL, msg, sizeof msg);
-            t1 = now_s();
-            printf("  %-6s %5u x %5u  %8.1f us  %6.1f TFLOP/s", t->name, n_rows, n_cols, (t1 - t0) / reps * 1e6,
-                   2.0 * n_rows * n_cols * n_tokens * reps / (t1 - t0) / 1e12);
-            { /* with the prompt workspace: the activations staged as f16 where the kernel takes the type */
-                const size_t ws_bytes = forge_hip_prompt_bytes(n_tokens, n_cols);
-                void *dws = dev_alloc(ws_bytes, NULL);
-                forge_hip_matmul_split(types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, NULL, dws, ws_bytes, NULL, msg, sizeof msg);
-                forge_hip_stream_sync(NULL, msg, sizeof msg);
-                t0 = now_s();
-                for (k = 0; k < reps; k++)
-                    forge_hip_matmul_split(types[i], dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, NULL, dws, ws_bytes, NULL, msg,
-                                           sizeof msg);
-                forge_hip_stream_sync(NULL, msg, sizeof msg);
-                t1 = now_s();
-                printf("   staged %8.1f us  %6.1f TFLOP/s\n", (t1 - t0) / reps * 1e6, 2.0 * n_rows * n_cols * n_tokens * reps / (t1 - t0) / 1e12);
-                forge_hip_arena_free(dws);
-            }
-            forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy);
+            dy = dev_alloc((size_t)n_tokens * n_rows * sizeof(float), NULL), dws = dev_alloc(ws_bytes, NULL);
+            plain = time_matmul(types[i], dw, n_rows, n_cols, dx, dy, n_tokens, NULL, 0, reps);
+            staged = time_matmul(types[i], dw, n_rows, n_cols, dx, dy, n_tokens, dws, ws_bytes, reps);
+            printf("  %-6s %5u x %5u  %8.1f us  %6.1f TFLOP/s   staged %8.1f us  %6.1f TFLOP/s\n", t->name, n_rows, n_cols, plain * 1e6,
+                   flop / plain / 1e12, staged * 1e6, flop / staged / 1e12);
+            forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(dws);
             free(w), free(x);
         }
 }
