@@ -8196,6 +8196,10 @@ size_t forge_hip_prompt_bytes(uint32_t max_tokens, uint32_t max_cols);
 int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                            uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                            char *message, size_t message_bytes);
+int forge_hip_matmul_prompt(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y, uint32_t n_tokens,
+                            const float *bias, void *workspace, size_t workspace_bytes, int *form, void *stream, char *message,
+                            size_t message_bytes);
+int forge_hip_prompt_form_ok(uint32_t n_tokens, uint32_t n_cols, size_t workspace_bytes);
 int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                              char *message, size_t message_bytes);
@@ -8206,6 +8210,7 @@ int forge_hip_matmul_rows_q8_form(uint32_t type, const void *w, uint32_t n_rows,
 #define FORGE_HIP_FORM_Q8 1
 #define FORGE_HIP_FORM_F16 2      /* the f16 form of the staged kernels */
 #define FORGE_HIP_FORM_F16_ROWS 3 /* the f16 form in the order of the rows kernel (quads reordered in each 256 columns) */
+#define FORGE_HIP_FORM_F16_PROMPT 4 /* a prompt's rows in f16 alone (forge_hip_matmul_prompt's *form) */
 /* one product of forge_hip_matmul_rows_q8_group: y = w x (+ bias), n_rows rows of GGUF type `type` */
 typedef struct forge_hip_product {
     uint32_t type;
@@ -9506,10 +9511,42 @@ static FORGE__MAYBE_UNUSED void forge__gpu_pack_q6_k(const uint8_t *src, uint8_t
     }
 }
 
+/* Q4_0 and Q8_0 matrices on the GPU whose rows are a multiple of 256 elements (nb blocks, nb a multiple
+   of 8): each row keeps its bytes and its place as two arrays, the blocks' f16 scales (2 nb bytes) and
+   then their quants (16 or 32 nb), each in file order. Every row then starts 16-aligned and so do
+   its quants: a block's 16 or 32 quant bytes are one or two 16-byte loads where the file's 2-aligned
+   18- or 34-byte blocks take five or nine 4-byte loads and byte permutes. quant_bytes: 16 (Q4_0) or
+   32 (Q8_0); n_rows rows from src to dst (not overlapping). */
+static FORGE__MAYBE_UNUSED void forge__gpu_pack_q0(const uint8_t *src, uint8_t *dst, uint64_t n_rows, uint64_t nb, uint32_t quant_bytes) {
+    const uint64_t block = 2 + quant_bytes;
+    uint64_t r, j;
+    for (r = 0; r < n_rows; r++, src += block * nb, dst += block * nb)
+        for (j = 0; j < nb; j++) {
+            memcpy(dst + 2 * j, src + block * j, 2);
+            memcpy(dst + 2 * nb + quant_bytes * j, src + block * j + 2, quant_bytes);
+        }
+}
+
 /* Bytes of one row of a matrix the upload packs (whole rows at a time), else 0: every Q6_K matrix
-   (forge_kernels.hip's forge__q6_k_layout reads them all in the device layout). */
+   (forge_kernels.hip's forge__q6_k_layout reads them all in the device layout), and Q4_0 / Q8_0
+   matrices of rows a multiple of 256 elements (forge__q0_packed there). */
 static FORGE__MAYBE_UNUSED uint64_t forge__gpu_packed_row_bytes(const forge_gguf_tensor *t, forge__use use) {
-    return use == FORGE__MATRIX && t->type == FORGE_TYPE_Q6_K && t->ne[0] % 256 == 0 && t->ne[0] <= UINT32_MAX ? t->ne[0] / 256 * 210 : 0;
+    if (use != FORGE__MATRIX || t->ne[0] % 256 != 0 || t->ne[0] > UINT32_MAX) return 0;
+    switch (t->type) {
+    case FORGE_TYPE_Q6_K: return t->ne[0] / 256 * 210;
+    case FORGE_TYPE_Q4_0: return t->ne[0] / 32 * 18;
+    case FORGE_TYPE_Q8_0: return t->ne[0] / 32 * 34;
+    default: return 0;
+    }
+}
+
+/* n_rows rows of `row` bytes of a matrix of type `type` the upload packs (forge__gpu_packed_row_bytes),
+   into the device layout; the first of them row first_row of its matrix. */
+static FORGE__MAYBE_UNUSED void forge__gpu_pack(uint32_t type, const uint8_t *src, uint8_t *dst, uint64_t first_row, uint64_t n_rows,
+                                                uint64_t row) {
+    if (type == FORGE_TYPE_Q6_K) forge__gpu_pack_q6_k(src, dst, first_row, n_rows, row / 210);
+    else if (type == FORGE_TYPE_Q4_0) forge__gpu_pack_q0(src, dst, n_rows, row / 18, 16);
+    else forge__gpu_pack_q0(src, dst, n_rows, row / 34, 32);
 }
 
 #ifdef FORGE_HIP
@@ -9543,8 +9580,8 @@ static forge_result forge__upload_room(forge__upload *u, uint64_t bytes, forge_e
 }
 
 /* One tensor to device offset `offset`, in pieces that fit the staging: a matrix as stored (Q6_K
-   rows packed into the device layout, whole rows at a time), a vector dequantized
-   to f32 a whole number of blocks at a time. */
+   rows, and Q4_0 / Q8_0 rows of 256k elements, packed into the device layout, whole rows at a time),
+   a vector dequantized to f32 a whole number of blocks at a time. */
 static forge_result forge__upload_tensor(forge__upload *u, const forge_gguf_tensor *t, forge__use use, uint64_t offset,
                                          forge_error *error) {
     const forge_type_traits *tt = forge_type_info(t->type);
@@ -9563,7 +9600,7 @@ static forge_result forge__upload_tensor(forge__upload *u, const forge_gguf_tens
             if (forge_dequantize(t->type, t->data + placed / piece * tt->block_bytes, (float *)(void *)buffer, n / sizeof(float)))
                 return forge__fail(error, FORGE_ERR_UNSUPPORTED, "cannot convert tensor '%.*s' to f32", FORGE__STR_ARGS(t->name));
         } else if (row) {
-            forge__gpu_pack_q6_k(t->data + placed, buffer, placed / row, n / row, row / 210);
+            forge__gpu_pack(t->type, t->data + placed, buffer, placed / row, n / row, row);
         } else {
             memcpy(buffer, t->data + placed, (size_t)n);
         }
@@ -9898,6 +9935,17 @@ static int forge__gpu_rows_norm_form(forge_context *ctx, uint32_t k, int32_t v, 
     return forge_hip_matmul_rows_q8_group_form(g, group, (uint32_t)ctx->sched.ops[k].w->ne[0], n, (size_t)ctx->dev_split_bytes);
 }
 
+/* A prompt of n tokens (one context, past 64 tokens): whether the norm writing value v (from src) should
+   also write its f16 rows into the prompt workspace, op k being the product that reads them next (the
+   staged products take them there in one piece, forge_hip_prompt_form_ok). */
+static int forge__gpu_prompt_form(forge_context *ctx, uint32_t k, int32_t v, int32_t src, uint32_t n) {
+    const forge__op *op;
+    if (ctx->rows || n <= FORGE__GPU_SPLIT_TOKENS || !ctx->dev_prompt_bytes || v == src || k >= ctx->op_end) return 0;
+    op = &ctx->sched.ops[k];
+    return op->kind == FORGE__OP_MATMUL && op->src == v && op->w->ne[0] % 32 == 0 &&
+           forge_hip_prompt_form_ok(n, (uint32_t)op->w->ne[0], (size_t)ctx->dev_prompt_bytes);
+}
+
 /* Launches the schedule's ops for n tokens whose ids are at dev_tokens (device memory). dev_pos
    NULL: the positions start at ctx->pos, passed as arguments; else they start at the uint32 at
    dev_pos, read when the kernels run: the form a graph records once and replays at any position. */
@@ -9939,6 +9987,14 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                 rows_src = op->dst, rows_form = form;
                 break;
             }
+            if (forge__gpu_prompt_form(ctx, k + 1, op->dst, op->src, n)) {
+                /* a prompt: the norm also writes the f16 rows the staged products after it read */
+                FORGE__HIP(forge_hip_add_rmsnorm(forge__dev_val(ctx, op->src), NULL, forge__dev_f32(ctx, op->w), forge__dev_val(ctx, op->dst), n,
+                                                 op->n, c->rms_eps, ctx->dev + ctx->dev_prompt, FORGE_HIP_FORM_F16_PROMPT, ctx->stream,
+                                                 FORGE__MSG));
+                rows_src = op->dst, rows_form = FORGE_HIP_FORM_F16_PROMPT;
+                break;
+            }
             FORGE__HIP(forge_hip_rmsnorm(forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op->w), forge__dev_val(ctx, op->dst),
                                          n, op->n, c->rms_eps, ctx->stream, FORGE__MSG));
             break;
@@ -9960,12 +10016,15 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                                   forge__dev_f32(ctx, op->bias), ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes,
                                                   ctx->stream, FORGE__MSG));
             else { /* a prompt: past 64 tokens with the prompt workspace (its activations staged as f16 for the
-                      types the staged kernel takes), fewer without it, as before */
+                      types the staged kernel takes; products of one input in a row, and a norm before them,
+                      leave the f16 rows for the next), fewer without it, as before */
                 uint8_t *ws = n > FORGE__GPU_SPLIT_TOKENS && ctx->dev_prompt_bytes ? ctx->dev + ctx->dev_prompt : NULL;
-                FORGE__HIP(forge_hip_matmul_split(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
-                                                  forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
-                                                  forge__dev_f32(ctx, op->bias), ws, ws ? (size_t)ctx->dev_prompt_bytes : 0,
-                                                  ctx->stream, FORGE__MSG));
+                if (rows_src != op->src) rows_form = 0;
+                FORGE__HIP(forge_hip_matmul_prompt(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
+                                                   forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
+                                                   forge__dev_f32(ctx, op->bias), ws, ws ? (size_t)ctx->dev_prompt_bytes : 0, &rows_form,
+                                                   ctx->stream, FORGE__MSG));
+                rows_src = rows_form ? op->src : -1;
             }
             break;
         case FORGE__OP_HEADNORM:
@@ -10030,13 +10089,18 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
             break;
         }
         case FORGE__OP_ADD:
-            if (ctx->rows && k + 1 < ctx->op_end && op[1].kind == FORGE__OP_RMSNORM && op[1].src == op->dst && op[1].n == op->n) {
-                /* a step of several sequences: the residual add and the norm that reads it, one launch, with
-                   the f16 form of the norm's rows where the products after it take that */
-                form = ctx->use_q8 && op[1].dst != op->dst ? forge__gpu_rows_norm_form(ctx, k + 2, op[1].dst, n) : 0;
+            if ((ctx->rows || n > FORGE__GPU_SPLIT_TOKENS) && k + 1 < ctx->op_end && op[1].kind == FORGE__OP_RMSNORM && op[1].src == op->dst &&
+                op[1].n == op->n) {
+                /* a step of several sequences, or a prompt: the residual add and the norm that reads it, one
+                   launch, with the f16 form of the norm's rows where the products after it take that */
+                uint8_t *at = ctx->dev + ctx->dev_split;
+                form = 0;
+                if (ctx->rows && ctx->use_q8 && op[1].dst != op->dst) form = forge__gpu_rows_norm_form(ctx, k + 2, op[1].dst, n);
+                else if (!ctx->rows && forge__gpu_prompt_form(ctx, k + 2, op[1].dst, op->dst, n))
+                    form = FORGE_HIP_FORM_F16_PROMPT, at = ctx->dev + ctx->dev_prompt;
                 FORGE__HIP(forge_hip_add_rmsnorm(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op[1].w),
-                                                 forge__dev_val(ctx, op[1].dst), n, op->n, c->rms_eps, form ? ctx->dev + ctx->dev_split : NULL,
-                                                 form, ctx->stream, FORGE__MSG));
+                                                 forge__dev_val(ctx, op[1].dst), n, op->n, c->rms_eps, form ? at : NULL, form, ctx->stream,
+                                                 FORGE__MSG));
                 if (form) rows_src = op[1].dst, rows_form = form;
                 k++;
                 break;

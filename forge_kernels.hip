@@ -642,8 +642,17 @@ __device__ float forge__block_sum(float v) {
 // eight aligned words and d. With an odd count (Qwen2.5-1.5B's 8960 columns) every other row starts
 // 2 bytes past a 4-byte boundary: such a row keeps its d array first (at 0, the others 2 nb further
 // on), so that ql, qh and the scales are 4-aligned in every row, and a reader tells the order from
-// its row's address (the matrix starts 4-aligned). Readers take n_cols to tell the layout
-// (forge__q6_k_layout; every other type ignores it).
+// its row's address (the matrix starts 4-aligned). Q4_0 and Q8_0 matrices whose rows are a multiple of
+// 256 elements (nb blocks, nb a multiple of 8) are stored in a device layout too (forge.h's
+// forge__gpu_pack_q0): a row keeps its bytes and its place as its nb f16 scales (2 nb bytes) and then
+// its quants (16 or 32 nb bytes), each in file order; rows and quants are then 16-aligned, and a
+// block's quants are one (Q4_0) or two (Q8_0) 16-byte loads where the file's 2-aligned block takes five
+// or nine 4-byte loads and byte permutes. Other widths (Qwen2.5-0.5B's 896) keep the file's layout.
+// Readers take n_cols to tell the layout (forge__q6_k_layout, forge__q0_packed; the other types ignore
+// it).
+
+// Whether a Q4_0 / Q8_0 matrix of n_cols columns is stored in the device layout (scales, then quants).
+__host__ __device__ __forceinline__ bool forge__q0_packed(uint32_t n_cols) { return n_cols % 256 == 0; }
 
 // The 16 IQ4 levels {-127,-104,-83,-65, -49,-35,-22,-10, 1,13,25,38, 53,69,89,113} packed four int8
 // to a word and picked with selects: no table in memory, no divergent lookups.
@@ -696,14 +705,16 @@ struct forge__w_bf16 {
 };
 
 // The 32-element block types: byte j of qs holds element j (low nibble) and j + 16 (high nibble).
+// In the device layout (forge__q0_packed) d is at 2u and the quants at 2 nb + 16u (Q4_0) or 32u (Q8_0).
 struct forge__w_q4_0 {
     static const int block_elems = 32, block_bytes = 18, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
-        const uint8_t *b = row + (size_t)u * 18;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t n_cols, float v[32]) {
+        const bool packed = forge__q0_packed(n_cols);
+        const uint8_t *b = row + (size_t)u * (packed ? 2 : 18), *qs = packed ? row + n_cols / 16 + (size_t)u * 16 : b + 2;
         const float d = forge__f16(forge__ld16(b));
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            uint32_t w = forge__ld16(b + 2 + 2 * i);
+            uint32_t w = forge__ld16(qs + 2 * i);
 #pragma unroll
             for (int k = 0; k < 2; k++) {
                 uint32_t byte = (w >> (8 * k)) & 0xffu;
@@ -800,12 +811,13 @@ struct forge__w_q5_1 {
 
 struct forge__w_q8_0 {
     static const int block_elems = 32, block_bytes = 34, is_float = 0;
-    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t, float v[32]) {
-        const uint8_t *b = row + (size_t)u * 34;
+    static __device__ __forceinline__ void unit(const uint8_t *row, uint32_t u, uint32_t n_cols, float v[32]) {
+        const bool packed = forge__q0_packed(n_cols);
+        const uint8_t *b = row + (size_t)u * (packed ? 2 : 34), *qs = packed ? row + n_cols / 16 + (size_t)u * 32 : b + 2;
         const float d = forge__f16(forge__ld16(b));
 #pragma unroll
         for (int i = 0; i < 16; i++) {
-            uint32_t w = forge__ld16(b + 2 + 2 * i);
+            uint32_t w = forge__ld16(qs + 2 * i);
             v[2 * i] = (float)(int8_t)(uint8_t)(w & 0xffu) * d;
             v[2 * i + 1] = (float)(int8_t)(uint8_t)(w >> 8) * d;
         }
@@ -935,7 +947,7 @@ struct forge__w_q5_k {
 // matrix at an address of less alignment than its first row's (forge__q6_k_align, forge__hip_weights).
 // One answer for every row of a launch, so the readers' branch on it is uniform, and the decode
 // products and prompt tiles are separate instantiations for each (forge__hip_kind). forge.h's upload
-// packs every Q6_K matrix (forge__gpu_packed_row_bytes).
+// packs every Q6_K matrix, and the Q4_0 / Q8_0 ones forge__q0_packed says (forge__gpu_packed_row_bytes).
 __host__ __device__ __forceinline__ uint32_t forge__q6_k_layout(uint32_t n_cols) {
     return n_cols % 2048 == 0 ? 16u : n_cols % 512 == 0 ? 4u : 2u;
 }
@@ -1034,8 +1046,9 @@ static int forge__hip_block(uint32_t type, uint32_t *block_elems, uint32_t *bloc
     }
 }
 
-// Checks a weight matrix's type, width and address (w: the first matrix; Q6_K rows in the device
-// layout are read with loads of their alignment, forge__q6_k_layout); fills row_bytes.
+// Checks a weight matrix's type, width and address (w: the first matrix; Q6_K, Q4_0 and Q8_0 rows in
+// the device layout are read with loads of their alignment, forge__q6_k_layout, forge__q0_packed);
+// fills row_bytes.
 static int forge__hip_weights(uint32_t type, uint32_t n_cols, const void *w, size_t *row_bytes, const char *who, char *message,
                               size_t message_bytes) {
     uint32_t elems, bytes;
@@ -1048,10 +1061,12 @@ static int forge__hip_weights(uint32_t type, uint32_t n_cols, const void *w, siz
             snprintf(message, message_bytes, "%s: rows of %u elements are not a whole number of %u-element blocks", who, n_cols, elems);
         return -1;
     }
-    const uint32_t align = type == FORGE_HIP_Q6_K ? forge__q6_k_align(n_cols) : 0;
+    const uint32_t align = type == FORGE_HIP_Q6_K ? forge__q6_k_align(n_cols) :
+                           (type == FORGE_HIP_Q4_0 || type == FORGE_HIP_Q8_0) && forge__q0_packed(n_cols) ? 16u : 0u;
     if (align && (uintptr_t)w % align != 0) {
         if (message && message_bytes)
-            snprintf(message, message_bytes, "%s: a Q6_K matrix of %u columns must start at a %u-byte aligned address", who, n_cols, align);
+            snprintf(message, message_bytes, "%s: a %s matrix of %u columns must start at a %u-byte aligned address", who,
+                     type == FORGE_HIP_Q6_K ? "Q6_K" : type == FORGE_HIP_Q4_0 ? "Q4_0" : "Q8_0", n_cols, align);
         return -1;
     }
     *row_bytes = (size_t)(n_cols / elems) * bytes;
@@ -1166,16 +1181,40 @@ __device__ __forceinline__ void forge__x32(const float *__restrict__ x, uint32_t
     }
 }
 
-// Q4_0: piece = one 18-byte block (2-aligned): 5 aligned words hold d and the 16 qs bytes.
-struct forge__p_q4_0 {
-    struct raw { uint32_t w[5]; bool odd; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t, raw &r) {
-        const uint8_t *b = row + (size_t)p * 18;
-        const uint32_t *base = (const uint32_t *)((uintptr_t)b & ~(uintptr_t)3);
-        r.odd = ((uintptr_t)b & 2) != 0;
+// The raw words of one Q4_0 (NQ 4) or Q8_0 (NQ 8) block as the decode readers load them. In the file's
+// layout (PACKED 0) the block is 2-aligned: the NQ + 1 aligned words around it, x telling whether it
+// starts 2 bytes into the first; in the device layout (PACKED 1, forge__q0_packed) the quants' NQ words
+// and x the scale. q(i): quant bytes 4i .. 4i + 3; d(): the scale.
+template <int NQ, int PACKED> struct forge__q0_raw {
+    uint32_t w[NQ + 1], x;
+    __device__ __forceinline__ uint32_t q(int i) const { return PACKED ? w[i] : __byte_perm(w[i], w[i + 1], x ? 0x7654u : 0x5432u); }
+    __device__ __forceinline__ float d() const { return forge__f16(PACKED ? x : x ? w[0] >> 16 : w[0] & 0xffffu); }
+};
+template <int NQ, int PACKED> __device__ __forceinline__ void forge__q0_load(const uint8_t *row, uint32_t p, uint32_t n_cols,
+                                                                            forge__q0_raw<NQ, PACKED> &r) {
+    if (PACKED) {
+        const uint8_t *q = row + n_cols / 16 + (size_t)p * 4 * NQ;
 #pragma unroll
-        for (int i = 0; i < 5; i++) r.w[i] = base[i]; // reads at most 2 bytes past the block, inside an aligned word
+        for (int i = 0; i < NQ / 4; i++) {
+            const uint4 v = forge__ld128(q + 16 * i);
+            r.w[4 * i] = v.x, r.w[4 * i + 1] = v.y, r.w[4 * i + 2] = v.z, r.w[4 * i + 3] = v.w;
+        }
+        r.w[NQ] = 0u;
+        r.x = forge__ld16(row + 2 * (size_t)p);
+    } else {
+        const uint8_t *b = row + (size_t)p * (4 * NQ + 2);
+        const uint32_t *base = (const uint32_t *)((uintptr_t)b & ~(uintptr_t)3);
+        r.x = ((uintptr_t)b & 2) != 0;
+#pragma unroll
+        for (int i = 0; i <= NQ; i++) r.w[i] = base[i]; // reads at most 2 bytes past the block, inside an aligned word
     }
+}
+
+// Q4_0: piece = one block: 5 aligned words hold d and the 16 qs bytes (file layout), or one 16-byte
+// load and d (device layout).
+template <int PACKED> struct forge__p_q4_0_t {
+    typedef forge__q0_raw<4, PACKED> raw;
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t n_cols, raw &r) { forge__q0_load(row, p, n_cols, r); }
     static __device__ __forceinline__ void load_x(const float *__restrict__ x, uint32_t p, float xr[32], float xs[4]) {
         forge__x32(x, p * 32, xr);
         float s = 0.0f;
@@ -1184,12 +1223,11 @@ struct forge__p_q4_0 {
         xs[0] = s;
     }
     static __device__ __forceinline__ float dot(const raw &r, uint32_t, const float xr[32], const float xs[4]) {
-        const float d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
-        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+        const float d = r.d();
         float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint32_t q = __byte_perm(r.w[i], r.w[i + 1], sel);
+            const uint32_t q = r.q(i);
             const uint32_t lo = (q << 3) & 0x78787878u, hi = (q >> 1) & 0x78787878u; // 8n per byte
             s0 += xr[4 * i + 0] * forge__b2f<0>(lo) + xr[4 * i + 1] * forge__b2f<1>(lo);
             s1 += xr[4 * i + 2] * forge__b2f<2>(lo) + xr[4 * i + 3] * forge__b2f<3>(lo);
@@ -1200,29 +1238,22 @@ struct forge__p_q4_0 {
     }
 };
 
-// Q8_0: piece = one 34-byte block (2-aligned): 9 aligned words.
-struct forge__p_q8_0 {
-    struct raw { uint32_t w[9]; bool odd; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t, raw &r) {
-        const uint8_t *b = row + (size_t)p * 34;
-        const uint32_t *base = (const uint32_t *)((uintptr_t)b & ~(uintptr_t)3);
-        r.odd = ((uintptr_t)b & 2) != 0;
-#pragma unroll
-        for (int i = 0; i < 9; i++) r.w[i] = base[i];
-    }
+// Q8_0: piece = one block: 9 aligned words (file layout), or two 16-byte loads and d (device layout).
+template <int PACKED> struct forge__p_q8_0_t {
+    typedef forge__q0_raw<8, PACKED> raw;
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t p, uint32_t n_cols, raw &r) { forge__q0_load(row, p, n_cols, r); }
     static __device__ __forceinline__ void load_x(const float *__restrict__ x, uint32_t p, float xr[32], float xs[4]) {
         forge__x32(x, p * 32, xr);
         xs[0] = 0.0f;
     }
     static __device__ __forceinline__ float dot(const raw &r, uint32_t, const float xr[32], const float xs[4]) {
         (void)xs;
-        const float d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
-        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+        const float d = r.d();
         const float magic = 8388736.0f; // 2^23 + 128
         float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const uint32_t q = __byte_perm(r.w[i], r.w[i + 1], sel) ^ 0x80808080u; // q + 128 per byte
+            const uint32_t q = r.q(i) ^ 0x80808080u; // q + 128 per byte
             s0 += xr[4 * i + 0] * (forge__b2magic<0>(q) - magic);
             s1 += xr[4 * i + 1] * (forge__b2magic<1>(q) - magic);
             s0 += xr[4 * i + 2] * (forge__b2magic<2>(q) - magic);
@@ -1231,6 +1262,10 @@ struct forge__p_q8_0 {
         return d * (s0 + s1);
     }
 };
+typedef forge__p_q4_0_t<0> forge__p_q4_0;
+typedef forge__p_q4_0_t<1> forge__p_q4_0_packed;
+typedef forge__p_q8_0_t<0> forge__p_q8_0;
+typedef forge__p_q8_0_t<1> forge__p_q8_0_packed;
 
 // Q4_K: piece pi (0..7) of a super-block = 16 qs bytes at 16 pi (16-aligned): low nibbles are
 // elements 64c + 16h + i of sub-block 2c, high nibbles elements 64c + 32 + 16h + i of sub-block 2c+1
@@ -1549,19 +1584,19 @@ __device__ __forceinline__ void forge__ld_q16(const int8_t *p, int *q) {
 }
 
 // Q4_0 and Q8_0: a piece is one block = one group.
-struct forge__pq_q4_0 : forge__p_q4_0 {
+template <int PACKED> struct forge__pq_q4_0_t : forge__p_q4_0_t<PACKED> {
+    typedef typename forge__p_q4_0_t<PACKED>::raw raw;
     static __device__ __forceinline__ void load_q(const int8_t *qs, const float4 *ds, uint32_t p, forge__xq &x) {
         forge__ld_q16(qs + 32 * (size_t)p, x.q);
         forge__ld_q16(qs + 32 * (size_t)p + 16, x.q + 4);
         x.g0 = ds[p];
     }
     static __device__ __forceinline__ float dotq(const raw &r, uint32_t, const forge__xq &x) {
-        const float d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
-        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+        const float d = r.d();
         int s = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint32_t q = __byte_perm(r.w[i], r.w[i + 1], sel);
+            const uint32_t q = r.q(i);
             s = forge__dp4a((int)(q & 0x0f0f0f0fu), x.q[i], s);
             s = forge__dp4a((int)((q >> 4) & 0x0f0f0f0fu), x.q[4 + i], s);
         }
@@ -1571,11 +1606,10 @@ struct forge__pq_q4_0 : forge__p_q4_0 {
     // dp4a takes them and the floats that do not depend on the token.
     struct unp { int q[8]; float d; };
     static __device__ __forceinline__ void unpack(const raw &r, uint32_t, unp &u) {
-        u.d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
-        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+        u.d = r.d();
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint32_t q = __byte_perm(r.w[i], r.w[i + 1], sel);
+            const uint32_t q = r.q(i);
             u.q[i] = (int)(q & 0x0f0f0f0fu), u.q[4 + i] = (int)((q >> 4) & 0x0f0f0f0fu);
         }
     }
@@ -1587,24 +1621,23 @@ struct forge__pq_q4_0 : forge__p_q4_0 {
     }
 };
 
-struct forge__pq_q8_0 : forge__p_q8_0 {
+template <int PACKED> struct forge__pq_q8_0_t : forge__p_q8_0_t<PACKED> {
+    typedef typename forge__p_q8_0_t<PACKED>::raw raw;
     static __device__ __forceinline__ void load_q(const int8_t *qs, const float4 *ds, uint32_t p, forge__xq &x) {
-        forge__pq_q4_0::load_q(qs, ds, p, x);
+        forge__pq_q4_0_t<PACKED>::load_q(qs, ds, p, x);
     }
     static __device__ __forceinline__ float dotq(const raw &r, uint32_t, const forge__xq &x) {
-        const float d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
-        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+        const float d = r.d();
         int s = 0;
 #pragma unroll
-        for (int i = 0; i < 8; i++) s = forge__dp4a((int)__byte_perm(r.w[i], r.w[i + 1], sel), x.q[i], s);
+        for (int i = 0; i < 8; i++) s = forge__dp4a((int)r.q(i), x.q[i], s);
         return d * x.g0.x * (float)s;
     }
     struct unp { int q[8]; float d; };
     static __device__ __forceinline__ void unpack(const raw &r, uint32_t, unp &u) {
-        u.d = forge__f16(r.odd ? r.w[0] >> 16 : r.w[0] & 0xffffu);
-        const uint32_t sel = r.odd ? 0x7654u : 0x5432u;
+        u.d = r.d();
 #pragma unroll
-        for (int i = 0; i < 8; i++) u.q[i] = (int)__byte_perm(r.w[i], r.w[i + 1], sel);
+        for (int i = 0; i < 8; i++) u.q[i] = (int)r.q(i);
     }
     static __device__ __forceinline__ float dotu(const unp &u, uint32_t, const forge__xq &x) {
         int s = 0;
@@ -1613,6 +1646,10 @@ struct forge__pq_q8_0 : forge__p_q8_0 {
         return u.d * x.g0.x * (float)s;
     }
 };
+typedef forge__pq_q4_0_t<0> forge__pq_q4_0;
+typedef forge__pq_q4_0_t<1> forge__pq_q4_0_packed;
+typedef forge__pq_q8_0_t<0> forge__pq_q8_0;
+typedef forge__pq_q8_0_t<1> forge__pq_q8_0_packed;
 
 // Q4_K: piece pi of a super-block holds 16 elements of group 2c (offset 16h) in its low nibbles and
 // 16 of group 2c + 1 in its high nibbles (c = pi / 2, h = pi % 2), as in forge__p_q4_k.
@@ -2021,16 +2058,22 @@ template <typename... KArgs> static int forge__stage_allow(void (*kernel)(KArgs.
 
 // Which instantiation reads a matrix: its type, but Q6_K matrices whose rows are 16- or 4-aligned in
 // the device layout (>>weights) have their own readers, under ids no GGUF type uses; FORGE_HIP_Q6_K
-// reads an odd count of super-blocks (rows alternately 4- and 2-aligned).
+// reads an odd count of super-blocks (rows alternately 4- and 2-aligned). So do Q4_0 and Q8_0 matrices
+// in their device layout (forge__q0_packed); FORGE_HIP_Q4_0 / Q8_0 read the file's.
 #define FORGE__HIP_Q6_K_PACKED 0x1000Eu  // rows 16-aligned
 #define FORGE__HIP_Q6_K_PACKED4 0x2000Eu // rows 4-aligned
+#define FORGE__HIP_Q4_0_PACKED 0x10002u
+#define FORGE__HIP_Q8_0_PACKED 0x10008u
 static uint32_t forge__hip_kind(uint32_t type, uint32_t n_cols) {
+    if ((type == FORGE_HIP_Q4_0 || type == FORGE_HIP_Q8_0) && forge__q0_packed(n_cols)) return type | 0x10000u;
     if (type != FORGE_HIP_Q6_K) return type;
     const uint32_t layout = forge__q6_k_layout(n_cols);
     return layout == 16 ? FORGE__HIP_Q6_K_PACKED : layout == 4 ? FORGE__HIP_Q6_K_PACKED4 : type;
 }
 #define FORGE__Q8_KINDS(X)                                                                               \
-    FORGE__Q8_TYPES(X) X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed) X(FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4)
+    FORGE__Q8_TYPES(X) X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed)                                 \
+    X(FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4) X(FORGE__HIP_Q4_0_PACKED, forge__pq_q4_0_packed)  \
+    X(FORGE__HIP_Q8_0_PACKED, forge__pq_q8_0_packed)
 
 template <class P, int NI>
 static void forge__mvq_launch(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, uint32_t n_rows, uint32_t n_cols,
@@ -2225,7 +2268,7 @@ static void forge__mvq_rows_launch(const uint8_t *w, size_t row_bytes, uint32_t 
 static uint32_t forge__mvq_rows_max(uint32_t type, uint32_t n_cols) {
     if (n_cols % 32 != 0) return 0;
     switch (forge__hip_kind(type, n_cols)) {
-#define FORGE__MVR_OK(id, P) case id: return id == FORGE_HIP_Q4_0 || id == FORGE_HIP_Q8_0 ? FORGE__MVR_MAX : FORGE__MVR_MAX_K;
+#define FORGE__MVR_OK(id, P) case id: return (id & 0xffffu) == FORGE_HIP_Q4_0 || (id & 0xffffu) == FORGE_HIP_Q8_0 ? FORGE__MVR_MAX : FORGE__MVR_MAX_K;
         FORGE__Q8_KINDS(FORGE__MVR_OK)
 #undef FORGE__MVR_OK
     default: return 0;
@@ -2249,6 +2292,7 @@ size_t forge_hip_q8_bytes(uint32_t n) { return FORGE__Q8_DS(n) + (size_t)(n / 32
 #define FORGE_HIP_FORM_Q8 1  // the forms of a product's input in its workspace (forge_hip_matmul_rows_q8_form)
 #define FORGE_HIP_FORM_F16 2
 #define FORGE_HIP_FORM_F16_ROWS 3
+#define FORGE_HIP_FORM_F16_PROMPT 4 // a prompt's rows as f16 alone, in order (forge__k_matmul_staged's input)
 // The f16 form of n activations (forge__k_mh_prep; FORGE_HIP_FORM_F16_ROWS for forge__k_mmh_rows,
 // its quads reordered within each 256 columns, FORGE_HIP_FORM_F16 for the staged kernels): n halves,
 // then from byte FORGE__MH_SUMS(n) an f32 sum a group of 32; FORGE__MH_BYTES(n) bytes in all.
@@ -2432,7 +2476,9 @@ static void forge__mvq3_launch(forge__mv3 &m, uint32_t n_cols, const uint8_t *q8
     FORGE__Q8_PAIRS(X) X(FORGE_HIP_Q4_K, forge__pq_q4_k, FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed) \
     X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed, FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed)     \
     X(FORGE_HIP_Q4_K, forge__pq_q4_k, FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4)                  \
-    X(FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4, FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4)
+    X(FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4, FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4) \
+    X(FORGE__HIP_Q4_0_PACKED, forge__pq_q4_0_packed, FORGE__HIP_Q4_0_PACKED, forge__pq_q4_0_packed)    \
+    X(FORGE__HIP_Q8_0_PACKED, forge__pq_q8_0_packed, FORGE__HIP_Q8_0_PACKED, forge__pq_q8_0_packed)
 
 extern "C" {
 
@@ -2591,12 +2637,19 @@ __device__ __forceinline__ uint32_t forge__h2_dup(uint32_t h16) { return (h16 & 
 
 // Q4_0: 16 qs bytes (element j: nibble h of byte j) and d; the f16 of 1024 + n comes from placing
 // n under the exponent byte 0x64, minus 1032 gives n - 8 exactly.
-struct forge__h_q4_0 {
+// PACKED: the device layout (forge__q0_packed), the quants one 16-byte load.
+template <int PACKED> struct forge__h_q4_0_t {
     struct raw { uint32_t q[4], d; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t, uint32_t, raw &r) {
-        const uint8_t *b = row + (size_t)u * 18;
-        forge__ld_words<4>(b + 2, r.q);
-        r.d = forge__ld16(b);
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t, uint32_t n_cols, raw &r) {
+        if (PACKED) {
+            const uint4 q = forge__ld128(row + n_cols / 16 + (size_t)u * 16);
+            r.q[0] = q.x, r.q[1] = q.y, r.q[2] = q.z, r.q[3] = q.w;
+            r.d = forge__ld16(row + 2 * (size_t)u);
+        } else {
+            const uint8_t *b = row + (size_t)u * 18;
+            forge__ld_words<4>(b + 2, r.q);
+            r.d = forge__ld16(b);
+        }
     }
     static __device__ __forceinline__ void convert(const raw &r, uint32_t, uint32_t h, uint32_t out[8]) {
         const uint32_t d2 = forge__h2_dup(r.d);
@@ -2610,12 +2663,18 @@ struct forge__h_q4_0 {
 };
 
 // Q8_0: 16 int8 and d; q + 128 under the exponent byte 0x64 is 1152 + q, minus 1152 gives q.
-struct forge__h_q8_0 {
+template <int PACKED> struct forge__h_q8_0_t {
     struct raw { uint32_t q[4], d; };
-    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, uint32_t, raw &r) {
-        const uint8_t *b = row + (size_t)u * 34;
-        forge__ld_words<4>(b + 2 + 16 * h, r.q);
-        r.d = forge__ld16(b);
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t h, uint32_t n_cols, raw &r) {
+        if (PACKED) {
+            const uint4 q = forge__ld128(row + n_cols / 16 + (size_t)u * 32 + 16 * h);
+            r.q[0] = q.x, r.q[1] = q.y, r.q[2] = q.z, r.q[3] = q.w;
+            r.d = forge__ld16(row + 2 * (size_t)u);
+        } else {
+            const uint8_t *b = row + (size_t)u * 34;
+            forge__ld_words<4>(b + 2 + 16 * h, r.q);
+            r.d = forge__ld16(b);
+        }
     }
     static __device__ __forceinline__ void convert(const raw &r, uint32_t, uint32_t, uint32_t out[8]) {
         const uint32_t d2 = forge__h2_dup(r.d);
@@ -2627,6 +2686,10 @@ struct forge__h_q8_0 {
         }
     }
 };
+typedef forge__h_q4_0_t<0> forge__h_q4_0;
+typedef forge__h_q4_0_t<1> forge__h_q4_0_packed;
+typedef forge__h_q8_0_t<0> forge__h_q8_0;
+typedef forge__h_q8_0_t<1> forge__h_q8_0_packed;
 
 // Q4_K: unit s = u % 8 is sub-block s: nibble s & 1 of the 32 qs bytes of chunk s / 2; half h takes
 // bytes 16h.. of the chunk. The 16-byte head (d, dmin, scales) is one load. Values 8n per byte give
@@ -2943,6 +3006,7 @@ static int forge__mma_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows
     X(FORGE_HIP_F16, forge__h_f16) X(FORGE_HIP_Q4_0, forge__h_q4_0) X(FORGE_HIP_Q8_0, forge__h_q8_0)      \
     X(FORGE_HIP_Q4_K, forge__h_q4_k) X(FORGE_HIP_Q6_K, forge__h_q6_k)                                     \
     X(FORGE__HIP_Q6_K_PACKED, forge__h_q6_k_packed) X(FORGE__HIP_Q6_K_PACKED4, forge__h_q6_k_packed4)    \
+    X(FORGE__HIP_Q4_0_PACKED, forge__h_q4_0_packed) X(FORGE__HIP_Q8_0_PACKED, forge__h_q8_0_packed)     \
     X(FORGE_HIP_Q4_1, forge__h_unit<forge__w_q4_1>) X(FORGE_HIP_Q5_0, forge__h_unit<forge__w_q5_0>)        \
     X(FORGE_HIP_Q5_1, forge__h_unit<forge__w_q5_1>) X(FORGE_HIP_Q2_K, forge__h_unit<forge__w_q2_k>)        \
     X(FORGE_HIP_Q3_K, forge__h_unit<forge__w_q3_k>) X(FORGE_HIP_Q5_K, forge__h_unit<forge__w_q5_k>)        \
@@ -3835,8 +3899,11 @@ static int forge__mmh4_rows(const uint8_t *w, size_t row_bytes, uint32_t n_rows,
 #define FORGE__MMS_MIN_TOKENS 65 // fewer tokens keep forge__k_matmul_mma (its smaller tiles and split columns)
 #define FORGE__MMS_CHUNK 512     // tokens a workspace holds at most (forge_hip_prompt_bytes): longer batches go in chunks
 #define FORGE__MMS_SMEM(BM, BN, KU, S) ((size_t)(S) * ((BM) + (BN)) * (32 * (KU) + 8) * 2)
-template <class H> struct forge__mms_is_q4_k { static const int value = 0; };
-template <> struct forge__mms_is_q4_k<forge__h_q4_k> { static const int value = 1; };
+// The readers whose matrices of 8192 rows or more take the 128 x 128 tile (forge__mms_tile)
+template <class H> struct forge__mms_wide { static const int value = 0; };
+template <> struct forge__mms_wide<forge__h_q4_k> { static const int value = 1; };
+template <> struct forge__mms_wide<forge__h_q4_0_packed> { static const int value = 1; };
+template <> struct forge__mms_wide<forge__h_q8_0_packed> { static const int value = 1; };
 
 // f32 rows -> f16 rows (round to nearest even, as forge__h2_pack), n2 pairs
 __global__ void forge__k_f16_rows(const float *__restrict__ x, uint32_t *__restrict__ out, size_t n2) {
@@ -3985,11 +4052,12 @@ static int forge__mms_run(const uint8_t *w, size_t row_bytes, uint32_t n_rows, u
 
 // The tiles, measured at 512 tokens on an H100 (tests/PERF.md): 64 rows x 128 tokens a block, 128
 // columns a step, two stages; 64 tokens where those blocks would not fill the multiprocessors (the
-// 1024-row k and v: 1.6-1.8x instead of 1.35-1.5x); Q4_K with 8192 rows or more 128 x 128 in 2 x 2
-// warps, 64 columns a step, three stages (gate and up: 1.51x instead of 1.23x).
+// 1024-row k and v: 1.6-1.8x instead of 1.35-1.5x); Q4_K, and Q4_0 / Q8_0 in the device layout, with
+// 8192 rows or more 128 x 128 in 2 x 2 warps, 64 columns a step, three stages (gate and up: Q4_K 1.51x
+// instead of 1.23x; Q4_0 / Q8_0 215 / 241 us where the file's layout took 320 / 344 on 64 x 128).
 enum { FORGE__MMS_TILE = 0, FORGE__MMS_NARROW = 1, FORGE__MMS_WIDE = 2 };
 template <class H> static int forge__mms_tile(uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens) {
-    if (forge__mms_is_q4_k<H>::value && n_rows >= 8192 && n_cols % 64 == 0) return FORGE__MMS_WIDE;
+    if (forge__mms_wide<H>::value && n_rows >= 8192 && n_cols % 64 == 0) return FORGE__MMS_WIDE;
     if (n_cols % 128 != 0) return -1;
     return (uint64_t)((n_rows + 63) / 64) * ((n_tokens + 127) / 128) < (uint64_t)forge__hip_sm_count() ? FORGE__MMS_NARROW : FORGE__MMS_TILE;
 }
@@ -4005,20 +4073,24 @@ static int forge__mms_tile_run(int tile, const uint8_t *w, size_t row_bytes, uin
 
 // The prompt product through forge__k_matmul_staged with ws (ws_bytes, 16-byte aligned) for the f16
 // activations, in chunks of as many tokens as it holds; 0 (nothing launched) where it does not apply.
+// *form: FORGE_HIP_FORM_F16_PROMPT where ws holds x's f16 rows already (all of them in one chunk: they
+// are not made again), and so on return where they fit one chunk, else 0.
 template <class H>
 static int forge__mms_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
-                             uint32_t n_tokens, const float *bias, void *ws, size_t ws_bytes, hipStream_t s) {
+                             uint32_t n_tokens, const float *bias, void *ws, size_t ws_bytes, int *form, hipStream_t s) {
     const size_t fit = ws_bytes / ((size_t)n_cols * 2);
     const uint32_t chunk = fit < FORGE__MMS_CHUNK ? (uint32_t)fit : FORGE__MMS_CHUNK;
     if (n_tokens < FORGE__MMS_MIN_TOKENS || chunk < FORGE__MMS_MIN_TOKENS || ((uintptr_t)ws & 15) != 0 || !forge__mma_available()) return 0;
     const int tile = forge__mms_tile<H>(n_rows, n_cols, chunk < n_tokens ? chunk : n_tokens);
     if (tile < 0 || !forge__mms_tile_run<H>(tile, NULL, 0, 0, 0, NULL, NULL, 0, NULL, s)) return 0;
+    const bool whole = n_tokens <= chunk, made = whole && form && *form == FORGE_HIP_FORM_F16_PROMPT;
     for (uint32_t t0 = 0; t0 < n_tokens; t0 += chunk) {
         const uint32_t c = n_tokens - t0 < chunk ? n_tokens - t0 : chunk;
         const size_t n2 = (size_t)c * n_cols / 2;
-        forge__k_f16_rows<<<forge__hip_blocks(n2, 256), 256, 0, s>>>(x + (size_t)t0 * n_cols, (uint32_t *)ws, n2);
+        if (!made) forge__k_f16_rows<<<forge__hip_blocks(n2, 256), 256, 0, s>>>(x + (size_t)t0 * n_cols, (uint32_t *)ws, n2);
         forge__mms_tile_run<H>(tile, w, row_bytes, n_rows, n_cols, (const uint16_t *)ws, y + (size_t)t0 * n_rows, c, bias, s);
     }
+    if (form) *form = whole ? FORGE_HIP_FORM_F16_PROMPT : 0;
     return 1;
 }
 
@@ -4026,14 +4098,15 @@ static int forge__mms_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows
 #define FORGE__MMS_TYPES(X)                                                                              \
     X(FORGE_HIP_Q4_0, forge__h_q4_0) X(FORGE_HIP_Q8_0, forge__h_q8_0) X(FORGE_HIP_Q4_K, forge__h_q4_k)    \
     X(FORGE_HIP_Q6_K, forge__h_q6_k) X(FORGE__HIP_Q6_K_PACKED, forge__h_q6_k_packed)                      \
-    X(FORGE__HIP_Q6_K_PACKED4, forge__h_q6_k_packed4)
+    X(FORGE__HIP_Q6_K_PACKED4, forge__h_q6_k_packed4) X(FORGE__HIP_Q4_0_PACKED, forge__h_q4_0_packed)   \
+    X(FORGE__HIP_Q8_0_PACKED, forge__h_q8_0_packed)
 
 static int forge__mms_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
-                             uint32_t n_tokens, const float *bias, void *ws, size_t ws_bytes, hipStream_t s) {
+                             uint32_t n_tokens, const float *bias, void *ws, size_t ws_bytes, int *form, hipStream_t s) {
     if (!ws) return 0;
     switch (forge__hip_kind(type, n_cols)) {
 #define FORGE__MMS_CASE(id, H) \
-    case id: return forge__mms_launch<H>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, ws, ws_bytes, s);
+    case id: return forge__mms_launch<H>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, ws, ws_bytes, form, s);
         FORGE__MMS_TYPES(FORGE__MMS_CASE)
 #undef FORGE__MMS_CASE
     default: return 0;
@@ -4048,8 +4121,8 @@ extern "C" {
 
 // y[t][r] = sum_c W[r][c] x[t][c] (+ bias[r]) for t < n_tokens. W: n_rows rows of n_cols elements of
 // GGUF type `type`, stored as in the file (row r at w + r * row_bytes, row_bytes = n_cols /
-// block_elems * block_bytes; Q6_K rows in the device layout of >>weights, forge.h's
-// forge__gpu_pack_q6_k); x f32 [n_tokens][n_cols]; y f32 [n_tokens][n_rows], must not alias x;
+// block_elems * block_bytes; Q6_K rows, and Q4_0 / Q8_0 rows of 256k elements, in the device layouts
+// of >>weights, forge.h's forge__gpu_pack); x f32 [n_tokens][n_cols]; y f32 [n_tokens][n_rows], must not alias x;
 // bias f32 [n_rows] or NULL. One token runs the fused decode matvec, more the matrix-unit kernel
 // (f16 operands, f32 sums) where it applies, else the tiled kernel.
 static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
@@ -4098,6 +4171,7 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
         forge__mvq_rows(type, wb, row_bytes, n_rows, n_cols, q8, n_tokens, y, bias, s);
         return forge__hip_launched("matmul rows launch", message, message_bytes);
     }
+    const int form_in = form ? *form : 0;
     if (form) *form = 0; // the paths below may use the workspace for their parts
     if (n_tokens == 1) {
         const uint32_t rows_per_block = FORGE__MATVEC_THREADS / (uint32_t)forge__hip_wave_size() * FORGE__MATVEC_ROWS;
@@ -4114,6 +4188,8 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
             FORGE__LAUNCH_FAST(FORGE_HIP_Q6_K, forge__p_q6_k)
             FORGE__LAUNCH_FAST(FORGE__HIP_Q6_K_PACKED, forge__p_q6_k_packed)
             FORGE__LAUNCH_FAST(FORGE__HIP_Q6_K_PACKED4, forge__p_q6_k_packed4)
+            FORGE__LAUNCH_FAST(FORGE__HIP_Q4_0_PACKED, forge__p_q4_0_packed)
+            FORGE__LAUNCH_FAST(FORGE__HIP_Q8_0_PACKED, forge__p_q8_0_packed)
 #undef FORGE__LAUNCH_FAST
         default: break;
         }
@@ -4127,12 +4203,16 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
     }
 #ifdef FORGE__MMA
     // a prompt with a workspace: its activations staged as f16 (forge__k_matmul_staged)
-    if (forge__mms_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, partial, partial_floats * sizeof(float), s))
+    int staged_form = form_in;
+    if (forge__mms_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, partial, partial_floats * sizeof(float),
+                          form ? &staged_form : NULL, s)) {
+        if (form) *form = staged_form;
         return forge__hip_launched("matmul launch", message, message_bytes);
+    }
     if (forge__mma_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, s, partial, partial_floats))
         return forge__hip_launched("matmul launch", message, message_bytes);
 #else
-    (void)partial, (void)partial_floats;
+    (void)partial, (void)partial_floats, (void)form_in;
 #endif
     dim3 grid((n_rows + FORGE__TILE_ROWS - 1) / FORGE__TILE_ROWS, (n_tokens + FORGE__TILE_TOKENS - 1) / FORGE__TILE_TOKENS);
     switch (type) {
@@ -4187,6 +4267,31 @@ int forge_hip_matmul_split(uint32_t type, const void *w, uint32_t n_rows, uint32
                            char *message, size_t message_bytes) {
     return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
                              0, stream, message, message_bytes);
+}
+
+// forge_hip_matmul_split for the products of a prompt that read the same x in a row (q, k and v; gate
+// and up): *form is FORGE_HIP_FORM_F16_PROMPT where the workspace holds x's f16 rows already (made by
+// the product before, or by forge_hip_add_rmsnorm), which are then not made again, and is set to what
+// it holds after the call (0: nothing the next product can take); the caller sets it to 0 whenever x
+// or the workspace changes.
+int forge_hip_matmul_prompt(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y, uint32_t n_tokens,
+                            const float *bias, void *workspace, size_t workspace_bytes, int *form, void *stream, char *message,
+                            size_t message_bytes) {
+    return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
+                             0, stream, message, message_bytes, form);
+}
+
+// Whether a workspace of workspace_bytes holds the f16 rows of n_tokens x n_cols activations that
+// forge_hip_matmul_prompt's staged products take in one piece (FORGE_HIP_FORM_F16_PROMPT): more than
+// 64 tokens, at most one chunk of them; 0 where there is no staged path (AMD).
+int forge_hip_prompt_form_ok(uint32_t n_tokens, uint32_t n_cols, size_t workspace_bytes) {
+#ifdef FORGE__MMA
+    return n_tokens >= FORGE__MMS_MIN_TOKENS && n_tokens <= FORGE__MMS_CHUNK && n_cols % 32 == 0 &&
+           (size_t)n_tokens * n_cols * 2 <= workspace_bytes;
+#else
+    (void)n_tokens, (void)n_cols, (void)workspace_bytes;
+    return 0;
+#endif
 }
 
 // forge_hip_matmul_split for the step of several sequences on 8-bit activations: a few tokens of a
@@ -4396,6 +4501,14 @@ __global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, cons
 #ifdef FORGE__MMA
     if (!xh) return;
     __syncthreads(); // the quads below read what other threads of the block wrote
+    if (rows_order == 2) { // FORGE_HIP_FORM_F16_PROMPT: the row's halves in order, as forge__k_f16_rows rounds them
+        uint32_t *h = (uint32_t *)xh + (size_t)blockIdx.x * (n / 2);
+        for (uint32_t i = threadIdx.x; i < n / 2; i += blockDim.x) {
+            const float2 p = *(const float2 *)(out + 2 * i);
+            h[i] = forge__h2_pack(p.x, p.y);
+        }
+        return;
+    }
     const size_t all = (size_t)n_rows * n, first = (size_t)blockIdx.x * (n / 4);
     for (uint32_t base = 0; base < n / 4; base += blockDim.x) { // whole warps: a group's 8 lanes share its sum
         const uint32_t qd = base + threadIdx.x;
@@ -4601,19 +4714,21 @@ int forge_hip_rmsnorm(const float *x, const float *w, float *y, uint32_t n_rows,
 // form (not NULL): also y's f16 form there, of type form_type (FORGE_HIP_FORM_F16, or
 // FORGE_HIP_FORM_F16_ROWS: n then a multiple of 256), the bytes forge_hip_matmul_rows_q8_form would
 // make of y before a product on the f16 matrix units that reads that form (it then finds it made);
-// n a multiple of 32, y not x.
+// or FORGE_HIP_FORM_F16_PROMPT, the f16 rows forge_hip_matmul_prompt would make of y before a staged
+// product (n_rows x n halves, forge_hip_prompt_form_ok); n a multiple of 32, y not x.
 int forge_hip_add_rmsnorm(float *x, const float *r, const float *w, float *y, uint32_t n_rows, uint32_t n, float eps, void *form,
                           int form_type, void *stream, char *message, size_t message_bytes) {
     if (n_rows == 0 || n == 0) return 0;
     if (n_rows > 2147483647u) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: too many rows");
     if (form && (n % 32 || y == x)) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: an f16 form needs rows of 32s, y apart");
-    if (form && form_type != FORGE_HIP_FORM_F16 && !(form_type == FORGE_HIP_FORM_F16_ROWS && n % 256 == 0))
-        return forge__hip_refuse(message, message_bytes, "add_rmsnorm: the form is FORGE_HIP_FORM_F16, or FORGE_HIP_FORM_F16_ROWS of rows of 256s");
+    if (form && form_type != FORGE_HIP_FORM_F16 && form_type != FORGE_HIP_FORM_F16_PROMPT && !(form_type == FORGE_HIP_FORM_F16_ROWS && n % 256 == 0))
+        return forge__hip_refuse(message, message_bytes,
+                                 "add_rmsnorm: the form is FORGE_HIP_FORM_F16 or _PROMPT, or FORGE_HIP_FORM_F16_ROWS of rows of 256s");
 #ifndef FORGE__MMA
     if (form) return forge__hip_refuse(message, message_bytes, "add_rmsnorm: this build has no f16 form (no matrix-unit kernels)");
 #endif
     // values in registers where a thread's share is at most 8
-    const uint32_t threads = forge__norm_threads(n), rows_order = form_type == FORGE_HIP_FORM_F16_ROWS;
+    const uint32_t threads = forge__norm_threads(n), rows_order = form_type == FORGE_HIP_FORM_F16_ROWS ? 1 : form_type == FORGE_HIP_FORM_F16_PROMPT ? 2 : 0;
     const hipStream_t s = (hipStream_t)stream;
     if (n <= 4 * threads)
         forge__launch(forge__k_add_rmsnorm<4>, dim3(n_rows), dim3(threads), s, x, r, w, y, n, eps, (uint8_t *)form, n_rows, rows_order);
@@ -7246,6 +7361,8 @@ int forge_hip_matmul_id(uint32_t type, const void *w, size_t expert_bytes, uint3
         FORGE__LAUNCH_ID_FAST(FORGE_HIP_Q6_K, forge__p_q6_k)
         FORGE__LAUNCH_ID_FAST(FORGE__HIP_Q6_K_PACKED, forge__p_q6_k_packed)
         FORGE__LAUNCH_ID_FAST(FORGE__HIP_Q6_K_PACKED4, forge__p_q6_k_packed4)
+        FORGE__LAUNCH_ID_FAST(FORGE__HIP_Q4_0_PACKED, forge__p_q4_0_packed)
+        FORGE__LAUNCH_ID_FAST(FORGE__HIP_Q8_0_PACKED, forge__p_q8_0_packed)
 #undef FORGE__LAUNCH_ID_FAST
     default: break;
     }

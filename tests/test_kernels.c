@@ -91,7 +91,7 @@ static void *dev_alloc(size_t bytes, const void *host) {
 
 /* A weight matrix (rows of n_cols elements of `type`, in file order) as forge's upload places it on
    the device: packed into the device layout where the upload packs it (forge__gpu_packed_row_bytes,
-   forge__gpu_pack_q6_k), every other matrix as is. */
+   forge__gpu_pack), every other matrix as is. */
 static void *dev_weights(uint32_t type, uint32_t n_cols, size_t bytes, const void *host) {
     forge_gguf_tensor t;
     uint64_t row;
@@ -102,7 +102,7 @@ static void *dev_weights(uint32_t type, uint32_t n_cols, size_t bytes, const voi
     row = forge__gpu_packed_row_bytes(&t, FORGE__MATRIX);
     if (!row) return dev_alloc(bytes, host);
     packed = (uint8_t *)xmalloc(bytes);
-    forge__gpu_pack_q6_k((const uint8_t *)host, packed, 0, bytes / row, row / 210);
+    forge__gpu_pack(type, (const uint8_t *)host, packed, 0, bytes / row, row);
     d = dev_alloc(bytes, packed);
     free(packed);
     return d;
@@ -249,6 +249,75 @@ static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols,
     free(w), free(x), free(bias), free(y), free(y0), free(ref);
 }
 
+/* A prompt's norm that also writes its f16 rows (forge_hip_add_rmsnorm, FORGE_HIP_FORM_F16_PROMPT) and two
+   staged products of that input after it (q and k; gate and up): the products take the rows the norm
+   left, and the second those the first left (their x here is a buffer of zeros: a product making its own
+   rows would give zeros), with the same bits as the add, the norm and the products each making their
+   rows; with the residual add and without. */
+static void check_prompt_form(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_add) {
+    const forge_type_traits *t = forge_type_info(type);
+    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, m = (size_t)n_tokens * n_cols, ny = (size_t)n_tokens * n_rows;
+    const size_t ws_bytes = forge_hip_prompt_bytes(n_tokens, n_cols);
+    float *x = (float *)xmalloc(m * sizeof(float)), *r = (float *)xmalloc(m * sizeof(float)), *w = (float *)xmalloc(n_cols * sizeof(float));
+    float *ya = (float *)xmalloc(m * sizeof(float)), *yb = (float *)xmalloc(m * sizeof(float)), *o = (float *)xmalloc(4 * ny * sizeof(float));
+    uint8_t *wq = (uint8_t *)xmalloc(2 * row_bytes * n_rows);
+    void *xa, *xb, *dr, *dw, *dya, *dyb, *dzero, *dw1, *dw2, *ws, *wsb, *dout;
+    int form = FORGE_HIP_FORM_F16_PROMPT, k, same = 0;
+    CHECK(forge_hip_prompt_form_ok(n_tokens, n_cols, ws_bytes), "%u tokens of %u columns: the prompt workspace holds their rows", n_tokens, n_cols);
+    random_floats(x, m, -2.0f, 2.0f), random_floats(r, m, -2.0f, 2.0f), random_floats(w, n_cols, 0.5f, 1.5f);
+    random_blocks(type, wq, 2 * (uint64_t)n_rows * (n_cols / t->block_elems));
+    xa = dev_alloc(m * sizeof(float), x), xb = dev_alloc(m * sizeof(float), x), dr = dev_alloc(m * sizeof(float), r);
+    dw = dev_alloc(n_cols * sizeof(float), w), dya = dev_alloc(m * sizeof(float), NULL), dyb = dev_alloc(m * sizeof(float), NULL);
+    dzero = dev_alloc(m * sizeof(float), NULL), ws = dev_alloc(ws_bytes, NULL), wsb = dev_alloc(ws_bytes, NULL);
+    memset(ya, 0, m * sizeof(float));
+    forge_hip_copy_to_device(dzero, ya, m * sizeof(float), NULL, msg, sizeof msg);
+    dw1 = dev_weights(type, n_cols, row_bytes * n_rows, wq), dw2 = dev_weights(type, n_cols, row_bytes * n_rows, wq + row_bytes * n_rows);
+    dout = dev_alloc(4 * ny * sizeof(float), NULL);
+    CHECK(forge_hip_add_rmsnorm((float *)xa, with_add ? (const float *)dr : NULL, (const float *)dw, (float *)dya, n_tokens, n_cols, 1e-5f, ws,
+                                FORGE_HIP_FORM_F16_PROMPT, NULL, msg, sizeof msg) == 0,
+          "add_rmsnorm with the prompt's rows: %s", msg);
+    for (k = 0; k < 2; k++) {
+        CHECK(forge_hip_matmul_prompt(type, k ? dw2 : dw1, n_rows, n_cols, (const float *)dzero, (float *)dout + k * ny, n_tokens, NULL, ws,
+                                      ws_bytes, &form, NULL, msg, sizeof msg) == 0,
+              "product %d on the norm's rows: %s", k, msg);
+        CHECK(form == FORGE_HIP_FORM_F16_PROMPT, "product %d leaves the rows for the next (form %d)", k, form);
+    }
+    if (with_add) forge_hip_add((float *)xb, (const float *)dr, m, NULL, msg, sizeof msg);
+    forge_hip_rmsnorm((const float *)xb, (const float *)dw, (float *)dyb, n_tokens, n_cols, 1e-5f, NULL, msg, sizeof msg);
+    for (k = 0; k < 2; k++)
+        CHECK(forge_hip_matmul_split(type, k ? dw2 : dw1, n_rows, n_cols, (const float *)dyb, (float *)dout + (2 + k) * ny, n_tokens, NULL, wsb,
+                                     ws_bytes, NULL, msg, sizeof msg) == 0,
+              "product %d making its rows: %s", k, msg);
+    if (dev_fetch(ya, dya, m * sizeof(float)) && dev_fetch(yb, dyb, m * sizeof(float)) && dev_fetch(o, dout, 4 * ny * sizeof(float))) {
+        size_t i, nonzero = 0;
+        for (i = 0; i < 2 * ny; i++) nonzero += o[i] != 0.0f;
+        same = memcmp(ya, yb, m * sizeof(float)) == 0 && memcmp(o, o + 2 * ny, 2 * ny * sizeof(float)) == 0;
+        printf("  prompt's norm with its f16 rows%s, %s %u x %u, %u tokens, two products: %s (%zu of %zu outputs nonzero)\n",
+               with_add ? " (and the add)" : "", t->name, n_rows, n_cols, n_tokens, same ? "the same bits as making the rows" : "differs",
+               nonzero, 2 * ny);
+        CHECK(same && nonzero > ny, "prompt's norm with its f16 rows, %s %ux%u, %u tokens: not the same bits", t->name, n_rows, n_cols, n_tokens);
+    }
+    /* rows the product cannot take: a type the staged kernel does not read (it makes nothing for the next),
+       and more tokens than the workspace holds at once (chunks of half the tokens, 65 or more: staged) */
+    form = FORGE_HIP_FORM_F16_PROMPT;
+    CHECK(forge_hip_matmul_prompt(FORGE_TYPE_Q5_K, dw1, 64, 256, (const float *)dyb, (float *)dout, n_tokens, NULL, ws, ws_bytes, &form, NULL, msg,
+                                  sizeof msg) == 0 && form == 0,
+          "an unstaged product leaves no rows (form %d): %s", form, msg);
+    CHECK(!forge_hip_prompt_form_ok(n_tokens, n_cols, ws_bytes - 2) && !forge_hip_prompt_form_ok(64, n_cols, ws_bytes) &&
+              !forge_hip_prompt_form_ok(513, 32, (size_t)1 << 30),
+          "forge_hip_prompt_form_ok: a workspace too small, 64 tokens, 513 tokens refused");
+    form = FORGE_HIP_FORM_F16_PROMPT;
+    CHECK(forge_hip_matmul_prompt(type, dw1, n_rows, n_cols, (const float *)dyb, (float *)dout + 2 * ny, n_tokens, NULL, wsb, ws_bytes / 2, &form,
+                                  NULL, msg, sizeof msg) == 0 && form == 0,
+          "a product in chunks leaves no rows (form %d): %s", form, msg);
+    if (dev_fetch(o + 2 * ny, (float *)dout + 2 * ny, ny * sizeof(float)))
+        CHECK(memcmp(o, o + 2 * ny, ny * sizeof(float)) == 0, "a product in chunks makes its own rows, whatever the form said");
+    forge_hip_arena_free(xa), forge_hip_arena_free(xb), forge_hip_arena_free(dr), forge_hip_arena_free(dw), forge_hip_arena_free(dya);
+    forge_hip_arena_free(dyb), forge_hip_arena_free(dzero), forge_hip_arena_free(ws), forge_hip_arena_free(wsb), forge_hip_arena_free(dw1);
+    forge_hip_arena_free(dw2), forge_hip_arena_free(dout);
+    free(x), free(r), free(w), free(ya), free(yb), free(o), free(wq);
+}
+
 static void test_matmul_prompt(void) {
     TEST_CASE("prompt products with the activations staged as f16");
     /* the workspace: none up to 64 tokens, then up to 512 tokens of the columns in f16 (none at all in
@@ -279,6 +348,12 @@ static void test_matmul_prompt(void) {
     check_matmul_prompt(FORGE_TYPE_Q5_K, 128, 512, 100, 512, 1, 0);
     check_matmul_prompt(FORGE_TYPE_F16, 128, 96, 100, 512, 0, 0);
     check_matmul_prompt(FORGE_TYPE_Q4_0, 128, 320, 100, 512, 1, 0);
+    if (forge_hip_prompt_bytes(65, 4096)) { /* the staged path (not on AMD) */
+        check_prompt_form(FORGE_TYPE_Q4_0, 1024, 4096, 200, 1);
+        check_prompt_form(FORGE_TYPE_Q8_0, 8448, 512, 130, 0);
+        check_prompt_form(FORGE_TYPE_Q4_K, 512, 1024, 512, 1);
+        check_prompt_form(FORGE_TYPE_Q6_K, 256, 1536, 140, 0);
+    }
 }
 
 static void test_matmul(void) {

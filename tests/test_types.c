@@ -255,6 +255,68 @@ static void test_q6_k_device_layout(void) {
     }
 }
 
+/* The device layout of Q4_0 and Q8_0 rows of 256k elements (forge__gpu_pack_q0, forge_kernels.hip
+   >>weights): read back by the layout's description (scales first, then the quants), every element
+   equals the file's dequantized value bit for bit; the upload packs exactly those widths. */
+static void test_q0_device_layout(void) {
+    static const uint32_t widths[] = {256, 4096, 14336, 1536};
+    static const uint32_t types[] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q8_0};
+    uint32_t seed = 777u;
+    size_t w, k;
+    TEST_CASE("Q4_0 / Q8_0 device layout");
+    for (k = 0; k < 2; k++)
+        for (w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+            const uint32_t type = types[k], n_cols = widths[w], nb = n_cols / 32, n_rows = 3, qb = type == FORGE_TYPE_Q4_0 ? 16 : 32;
+            const size_t bytes = (size_t)n_rows * nb * (2 + qb);
+            uint8_t *file = (uint8_t *)malloc(bytes), *packed = (uint8_t *)malloc(bytes);
+            float *ref = (float *)malloc((size_t)n_rows * n_cols * sizeof(float));
+            forge_gguf_tensor t;
+            uint32_t r, c, j, bad = 0;
+            size_t i;
+            if (!file || !packed || !ref) {
+                CHECK(0, "out of memory");
+                free(file), free(packed), free(ref);
+                return;
+            }
+            for (i = 0; i < bytes; i++) seed = seed * 1664525u + 1013904223u, file[i] = (uint8_t)(seed >> 24);
+            for (r = 0; r < n_rows; r++) /* finite d, about 2^-4 */
+                for (j = 0; j < nb; j++) file[((size_t)r * nb + j) * (2 + qb) + 1] = 0x2c;
+            CHECK(forge_dequantize(type, file, ref, (uint64_t)n_rows * n_cols) == FORGE_OK, "dequantize");
+            memset(&t, 0, sizeof t);
+            t.type = type, t.n_dims = 2, t.ne[0] = n_cols, t.ne[1] = n_rows;
+            CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == nb * (2 + qb), "%s %u columns: packed a row at a time",
+                  forge_type_info(type)->name, n_cols);
+            memset(packed, 0xee, bytes);
+            forge__gpu_pack(type, file, packed, 0, n_rows, nb * (2 + qb));
+            for (r = 0; r < n_rows; r++) {
+                const uint8_t *row = packed + (size_t)r * nb * (2 + qb);
+                for (c = 0; c < n_cols; c++) {
+                    const uint32_t blk = c / 32, e = c % 32;
+                    const float d = forge_f16_to_f32((uint16_t)(row[2 * blk] | (row[2 * blk + 1] << 8)));
+                    const uint8_t q = row[2 * nb + qb * blk + (qb == 16 ? e % 16 : e)];
+                    const int v = qb == 16 ? (e < 16 ? q & 0xf : q >> 4) - 8 : (int8_t)q;
+                    bad += (float)v * d != ref[(size_t)r * n_cols + c];
+                }
+            }
+            CHECK(bad == 0, "%s %u columns: %u of %u values differ", forge_type_info(type)->name, n_cols, bad, n_rows * n_cols);
+            free(file), free(packed), free(ref);
+        }
+    {
+        forge_gguf_tensor t;
+        memset(&t, 0, sizeof t);
+        t.type = FORGE_TYPE_Q4_0, t.n_dims = 2, t.ne[0] = 896, t.ne[1] = 8;
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "an 896-wide Q4_0 matrix keeps the file's layout");
+        t.type = FORGE_TYPE_Q8_0;
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "an 896-wide Q8_0 matrix keeps the file's layout");
+        t.ne[0] = 4864;
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 152 * 34, "a 4864-wide Q8_0 matrix is packed");
+        t.ne[0] = 4096;
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__VECTOR) == 0, "a Q8_0 vector goes to f32, not packed");
+        t.type = FORGE_TYPE_Q4_1;
+        CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == 0, "Q4_1 keeps the file's layout");
+    }
+}
+
 static void test_results(void) {
     int r;
     TEST_CASE("result names");
@@ -373,6 +435,7 @@ int main(void) {
     test_glu_lanes();
     test_blocks();
     test_q6_k_device_layout();
+    test_q0_device_layout();
     test_results();
     test_kv_rows();
     return test_summary();
