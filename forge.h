@@ -8219,6 +8219,8 @@ typedef struct forge_hip_product {
     float *y;
     const float *bias;
 } forge_hip_product;
+int forge_hip_matmul_prompt_group(uint32_t n, const forge_hip_product *p, uint32_t n_cols, const float *x, uint32_t n_tokens,
+                                  void *workspace, size_t workspace_bytes, int *form, void *stream, char *message, size_t message_bytes);
 int forge_hip_matmul_rows_q8_group(uint32_t n, const forge_hip_product *p, uint32_t n_cols, const float *x, uint32_t n_tokens,
                                    void *workspace, size_t workspace_bytes, int *form, void *stream, char *message, size_t message_bytes);
 int forge_hip_matmul_rows_q8_path(int path, uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
@@ -10016,15 +10018,17 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                                   forge__dev_f32(ctx, op->bias), ctx->dev + ctx->dev_split, (size_t)ctx->dev_split_bytes,
                                                   ctx->stream, FORGE__MSG));
             else { /* a prompt: past 64 tokens with the prompt workspace (its activations staged as f16 for the
-                      types the staged kernel takes; products of one input in a row, and a norm before them,
-                      leave the f16 rows for the next), fewer without it, as before */
+                      types the staged kernel takes; up to three products of one input in a row, q, k and v or gate
+                      and up, one launch where their type is one, on the f16 rows the norm before them left), fewer
+                      without it, as before */
+                forge_hip_product group[3];
+                const uint32_t g = forge__gpu_rows_group(ctx, k, group);
                 uint8_t *ws = n > FORGE__GPU_SPLIT_TOKENS && ctx->dev_prompt_bytes ? ctx->dev + ctx->dev_prompt : NULL;
                 if (rows_src != op->src) rows_form = 0;
-                FORGE__HIP(forge_hip_matmul_prompt(op->w->type, forge__dev_w(ctx, op->w), op->n, (uint32_t)op->w->ne[0],
-                                                   forge__dev_val(ctx, op->src), forge__dev_val(ctx, op->dst), n,
-                                                   forge__dev_f32(ctx, op->bias), ws, ws ? (size_t)ctx->dev_prompt_bytes : 0, &rows_form,
-                                                   ctx->stream, FORGE__MSG));
+                FORGE__HIP(forge_hip_matmul_prompt_group(g, group, (uint32_t)op->w->ne[0], forge__dev_val(ctx, op->src), n, ws,
+                                                         ws ? (size_t)ctx->dev_prompt_bytes : 0, &rows_form, ctx->stream, FORGE__MSG));
                 rows_src = rows_form ? op->src : -1;
+                k += g - 1;
             }
             break;
         case FORGE__OP_HEADNORM:

@@ -3915,19 +3915,26 @@ __global__ void forge__k_f16_rows(const float *__restrict__ x, uint32_t *__restr
 
 // y = W x (+ bias) for the block's 64 WM rows and 8 NT WN tokens; xh: the tokens' f16 rows; n_cols a
 // multiple of 32 KU. Dynamic shared memory: FORGE__MMS_SMEM(64 WM, 8 NT WN, KU, S); a row of a stage
-// is 32 KU + 8 halves (ldmatrix's 8 rows on distinct banks).
+// is 32 KU + 8 halves (ldmatrix's 8 rows on distinct banks). grp: up to three products of one input
+// and one reader (q, k and v), product i taking the rows of blocks from grp.first[i] on in grid y.
 template <class H, int WM, int WN, int NT, int KU, int S>
 __global__ void __launch_bounds__(32 * WM * WN, 2)
-forge__k_matmul_staged(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint16_t *__restrict__ xh,
-                       float *__restrict__ y, uint32_t n_tokens, const float *__restrict__ bias) {
+forge__k_matmul_staged(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, const uint16_t *__restrict__ xh, uint32_t n_tokens) {
 #ifdef FORGE__MMA_DEVICE
     constexpr int BM = 64 * WM, BN = 8 * NT * WN, THREADS = 32 * WM * WN, KC = 32 * KU, LD = KC + 8;
     constexpr int TASKS = KU * BM / THREADS, CHUNKS = BN * KC / 8 / THREADS; // units and 16-byte activation pieces a thread a step
     static_assert(TASKS * THREADS == KU * BM && CHUNKS * THREADS == BN * KC / 8 && S >= 2, "whole tasks a thread");
     extern __shared__ __align__(16) uint16_t forge__mms_smem[];
     uint16_t *w_ring = forge__mms_smem, *x_ring = forge__mms_smem + S * BM * LD;
+    // the block's product (the selects keep the parameters out of local memory)
+    const uint32_t m = blockIdx.y >= grp.first[2] ? 2u : blockIdx.y >= grp.first[1] ? 1u : 0u;
+    const uint8_t *__restrict__ w = m == 2 ? grp.w[2] : m == 1 ? grp.w[1] : grp.w[0];
+    float *__restrict__ y = m == 2 ? grp.y[2] : m == 1 ? grp.y[1] : grp.y[0];
+    const float *__restrict__ bias = m == 2 ? grp.bias[2] : m == 1 ? grp.bias[1] : grp.bias[0];
+    const uint32_t n_rows = m == 2 ? grp.n_rows[2] : m == 1 ? grp.n_rows[1] : grp.n_rows[0];
+    const uint32_t first = m == 2 ? grp.first[2] : m == 1 ? grp.first[1] : grp.first[0];
     const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warp_m = warp % WM, warp_n = warp / WM;
-    const uint32_t tok0 = blockIdx.x * BN, row0 = blockIdx.y * BM, n_steps = n_cols / KC;
+    const uint32_t tok0 = blockIdx.x * BN, row0 = (blockIdx.y - first) * BM, n_steps = n_cols / KC;
     // task = tid + i THREADS: row task / KU, unit task % KU of the step; out-of-range rows and tokens
     // read the last valid one, never stored
     const uint8_t *rows[TASKS];
@@ -4032,21 +4039,21 @@ forge__k_matmul_staged(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t
                 }
         }
 #else
-    (void)w, (void)row_bytes, (void)n_rows, (void)n_cols, (void)xh, (void)y, (void)n_tokens, (void)bias;
+    (void)grp, (void)row_bytes, (void)n_cols, (void)xh, (void)n_tokens;
 #endif
 }
 
-// One tile's launch; with w NULL, only whether the kernel may take its shared memory on this device
-// (asked once a device).
+// One tile's launch over the first n products of grp (its first[] set here); with grp NULL, only
+// whether the kernel may take its shared memory on this device (asked once a device).
 template <class H, int WM, int WN, int NT, int KU, int S>
-static int forge__mms_run(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint16_t *xh, float *y,
-                          uint32_t n_tokens, const float *bias, hipStream_t s) {
+static int forge__mms_run(forge__mh_group *grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const uint16_t *xh, uint32_t n_tokens,
+                          hipStream_t s) {
     static std::atomic<unsigned long long> known;
     constexpr int BM = 64 * WM, BN = 8 * NT * WN;
-    if (!w) return forge__stage_allow(forge__k_matmul_staged<H, WM, WN, NT, KU, S>, known);
-    const dim3 grid((n_tokens + BN - 1) / BN, (n_rows + BM - 1) / BM);
-    forge__launch_smem(0, forge__k_matmul_staged<H, WM, WN, NT, KU, S>, grid, dim3(32 * WM * WN), FORGE__MMS_SMEM(BM, BN, KU, S), s, w,
-                       row_bytes, n_rows, n_cols, xh, y, n_tokens, bias);
+    if (!grp) return forge__stage_allow(forge__k_matmul_staged<H, WM, WN, NT, KU, S>, known);
+    const dim3 grid((n_tokens + BN - 1) / BN, forge__mh_group_blocks(*grp, n, BM));
+    forge__launch_smem(0, forge__k_matmul_staged<H, WM, WN, NT, KU, S>, grid, dim3(32 * WM * WN), FORGE__MMS_SMEM(BM, BN, KU, S), s, *grp,
+                       row_bytes, n_cols, xh, n_tokens);
     return 1;
 }
 
@@ -4062,33 +4069,38 @@ template <class H> static int forge__mms_tile(uint32_t n_rows, uint32_t n_cols, 
     return (uint64_t)((n_rows + 63) / 64) * ((n_tokens + 127) / 128) < (uint64_t)forge__hip_sm_count() ? FORGE__MMS_NARROW : FORGE__MMS_TILE;
 }
 template <class H>
-static int forge__mms_tile_run(int tile, const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const uint16_t *xh, float *y,
-                               uint32_t n_tokens, const float *bias, hipStream_t s) {
+static int forge__mms_tile_run(int tile, forge__mh_group *grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const uint16_t *xh,
+                               uint32_t n_tokens, hipStream_t s) {
     switch (tile) {
-    case FORGE__MMS_WIDE: return forge__mms_run<H, 2, 2, 8, 2, 3>(w, row_bytes, n_rows, n_cols, xh, y, n_tokens, bias, s);
-    case FORGE__MMS_NARROW: return forge__mms_run<H, 1, 4, 2, 4, 2>(w, row_bytes, n_rows, n_cols, xh, y, n_tokens, bias, s);
-    default: return forge__mms_run<H, 1, 4, 4, 4, 2>(w, row_bytes, n_rows, n_cols, xh, y, n_tokens, bias, s);
+    case FORGE__MMS_WIDE: return forge__mms_run<H, 2, 2, 8, 2, 3>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
+    case FORGE__MMS_NARROW: return forge__mms_run<H, 1, 4, 2, 4, 2>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
+    default: return forge__mms_run<H, 1, 4, 4, 4, 2>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
     }
 }
 
-// The prompt product through forge__k_matmul_staged with ws (ws_bytes, 16-byte aligned) for the f16
-// activations, in chunks of as many tokens as it holds; 0 (nothing launched) where it does not apply.
-// *form: FORGE_HIP_FORM_F16_PROMPT where ws holds x's f16 rows already (all of them in one chunk: they
-// are not made again), and so on return where they fit one chunk, else 0.
+// The prompt products (the first n of grp, one input x, one reader H: q, k and v in one launch) through
+// forge__k_matmul_staged with ws (ws_bytes, 16-byte aligned) for the f16 activations, in chunks of as
+// many tokens as it holds; 0 (nothing launched) where it does not apply. *form:
+// FORGE_HIP_FORM_F16_PROMPT where ws holds x's f16 rows already (all of them in one chunk: they are not
+// made again), and so on return where they fit one chunk, else 0.
 template <class H>
-static int forge__mms_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
-                             uint32_t n_tokens, const float *bias, void *ws, size_t ws_bytes, int *form, hipStream_t s) {
+static int forge__mms_launch(const forge__mh_group &grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const float *x, uint32_t n_tokens,
+                             void *ws, size_t ws_bytes, int *form, hipStream_t s) {
     const size_t fit = ws_bytes / ((size_t)n_cols * 2);
     const uint32_t chunk = fit < FORGE__MMS_CHUNK ? (uint32_t)fit : FORGE__MMS_CHUNK;
     if (n_tokens < FORGE__MMS_MIN_TOKENS || chunk < FORGE__MMS_MIN_TOKENS || ((uintptr_t)ws & 15) != 0 || !forge__mma_available()) return 0;
-    const int tile = forge__mms_tile<H>(n_rows, n_cols, chunk < n_tokens ? chunk : n_tokens);
-    if (tile < 0 || !forge__mms_tile_run<H>(tile, NULL, 0, 0, 0, NULL, NULL, 0, NULL, s)) return 0;
+    uint32_t rows = 0;
+    for (uint32_t i = 0; i < n; i++) rows += grp.n_rows[i];
+    const int tile = forge__mms_tile<H>(rows, n_cols, chunk < n_tokens ? chunk : n_tokens);
+    if (tile < 0 || !forge__mms_tile_run<H>(tile, NULL, 0, 0, 0, NULL, 0, s)) return 0;
     const bool whole = n_tokens <= chunk, made = whole && form && *form == FORGE_HIP_FORM_F16_PROMPT;
     for (uint32_t t0 = 0; t0 < n_tokens; t0 += chunk) {
         const uint32_t c = n_tokens - t0 < chunk ? n_tokens - t0 : chunk;
         const size_t n2 = (size_t)c * n_cols / 2;
+        forge__mh_group part = grp; // the chunk's outputs
+        for (uint32_t i = 0; i < n; i++) part.y[i] = grp.y[i] + (size_t)t0 * grp.n_rows[i];
         if (!made) forge__k_f16_rows<<<forge__hip_blocks(n2, 256), 256, 0, s>>>(x + (size_t)t0 * n_cols, (uint32_t *)ws, n2);
-        forge__mms_tile_run<H>(tile, w, row_bytes, n_rows, n_cols, (const uint16_t *)ws, y + (size_t)t0 * n_rows, c, bias, s);
+        forge__mms_tile_run<H>(tile, &part, n, row_bytes, n_cols, (const uint16_t *)ws, c, s);
     }
     if (form) *form = whole ? FORGE_HIP_FORM_F16_PROMPT : 0;
     return 1;
@@ -4101,12 +4113,13 @@ static int forge__mms_launch(const uint8_t *w, size_t row_bytes, uint32_t n_rows
     X(FORGE__HIP_Q6_K_PACKED4, forge__h_q6_k_packed4) X(FORGE__HIP_Q4_0_PACKED, forge__h_q4_0_packed)   \
     X(FORGE__HIP_Q8_0_PACKED, forge__h_q8_0_packed)
 
-static int forge__mms_matmul(uint32_t type, const uint8_t *w, size_t row_bytes, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
-                             uint32_t n_tokens, const float *bias, void *ws, size_t ws_bytes, int *form, hipStream_t s) {
+// The first n products of grp, all of type `type`, on the staged kernel in one launch (a chunk), else 0.
+static int forge__mms_matmul(uint32_t type, const forge__mh_group &grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const float *x,
+                             uint32_t n_tokens, void *ws, size_t ws_bytes, int *form, hipStream_t s) {
     if (!ws) return 0;
     switch (forge__hip_kind(type, n_cols)) {
 #define FORGE__MMS_CASE(id, H) \
-    case id: return forge__mms_launch<H>(w, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, ws, ws_bytes, form, s);
+    case id: return forge__mms_launch<H>(grp, n, row_bytes, n_cols, x, n_tokens, ws, ws_bytes, form, s);
         FORGE__MMS_TYPES(FORGE__MMS_CASE)
 #undef FORGE__MMS_CASE
     default: return 0;
@@ -4204,8 +4217,8 @@ static int forge__hip_matmul(uint32_t type, const void *w, uint32_t n_rows, uint
 #ifdef FORGE__MMA
     // a prompt with a workspace: its activations staged as f16 (forge__k_matmul_staged)
     int staged_form = form_in;
-    if (forge__mms_matmul(type, wb, row_bytes, n_rows, n_cols, x, y, n_tokens, bias, partial, partial_floats * sizeof(float),
-                          form ? &staged_form : NULL, s)) {
+    if (forge__mms_matmul(type, forge__mh_group_of(wb, y, bias, n_rows), 1, row_bytes, n_cols, x, n_tokens, partial,
+                          partial_floats * sizeof(float), form ? &staged_form : NULL, s)) {
         if (form) *form = staged_form;
         return forge__hip_launched("matmul launch", message, message_bytes);
     }
@@ -4279,6 +4292,46 @@ int forge_hip_matmul_prompt(uint32_t type, const void *w, uint32_t n_rows, uint3
                             size_t message_bytes) {
     return forge__hip_matmul(type, w, n_rows, n_cols, x, y, n_tokens, bias, (float *)workspace, workspace ? workspace_bytes / sizeof(float) : 0,
                              0, stream, message, message_bytes, form);
+}
+
+// forge_hip_matmul_prompt for n (1 to 3) products of the same x of n_cols columns (q, k and v; gate and
+// up; the type and rows of each in p, and its output and bias): two or more of one type that the
+// staged kernel takes run in one launch, their blocks one after another, on one copy of x's f16 rows;
+// the others each as forge_hip_matmul_prompt runs it; *form as forge_hip_matmul_prompt's. The same
+// bits as each alone (the same sums in the same order: tests/test_kernels.c).
+int forge_hip_matmul_prompt_group(uint32_t n, const forge_hip_product *p, uint32_t n_cols, const float *x, uint32_t n_tokens,
+                                  void *workspace, size_t workspace_bytes, int *form, void *stream, char *message, size_t message_bytes) {
+    int done[FORGE__MH_GROUP] = {0, 0, 0};
+    uint32_t i, j;
+    if (!p || n == 0 || n > FORGE__MH_GROUP) return forge__hip_refuse(message, message_bytes, "matmul prompt group: 1 to 3 products");
+#ifdef FORGE__MMA
+    for (i = 0; i + 1 < n; i++) {
+        uint32_t idx[FORGE__MH_GROUP], k = 0;
+        size_t row_bytes = 0;
+        forge__mh_group grp;
+        if (done[i]) continue;
+        for (j = i; j < n; j++)
+            if (!done[j] && forge__hip_kind(p[j].type, n_cols) == forge__hip_kind(p[i].type, n_cols)) idx[k++] = j;
+        if (k < 2) continue; // alone, below
+        memset(&grp, 0, sizeof grp);
+        for (j = 0; j < k; j++) {
+            const forge_hip_product *one = &p[idx[j]];
+            if (forge__hip_weights(one->type, n_cols, one->w, &row_bytes, "matmul", message, message_bytes)) return -1;
+            grp.w[j] = (const uint8_t *)one->w, grp.y[j] = one->y, grp.bias[j] = one->bias, grp.n_rows[j] = one->n_rows;
+        }
+        int f = form ? *form : 0;
+        if (forge__mms_matmul(p[i].type, grp, k, row_bytes, n_cols, x, n_tokens, workspace, workspace_bytes, &f, (hipStream_t)stream)) {
+            if (form) *form = f;
+            for (j = 0; j < k; j++) done[idx[j]] = 1;
+            if (forge__hip_launched("matmul prompt group launch", message, message_bytes)) return -1;
+        }
+    }
+#endif
+    for (i = 0; i < n; i++)
+        if (!done[i] && forge_hip_matmul_prompt(p[i].type, p[i].w, p[i].n_rows, n_cols, x, p[i].y, n_tokens, p[i].bias, workspace,
+                                                workspace_bytes, form, stream, message, message_bytes))
+            return -1;
+    return 0;
 }
 
 // Whether a workspace of workspace_bytes holds the f16 rows of n_tokens x n_cols activations that

@@ -318,6 +318,62 @@ static void check_prompt_form(uint32_t type, uint32_t n_rows, uint32_t n_cols, u
     free(x), free(r), free(w), free(ya), free(yb), free(o), free(wq);
 }
 
+/* Up to three prompt products of one input (forge_hip_matmul_prompt_group: q, k and v; gate and up):
+   those of one type in one launch, the others alone; each output the same bits as that product alone
+   (forge_hip_matmul_split), with their biases; ws_tokens sets the workspace (fewer tokens than the
+   batch: chunks); form_after: what the workspace holds after them (the f16 rows where the last
+   product ran on the staged kernel in one chunk). */
+static void check_prompt_group(const uint32_t types[3], const uint32_t rows[3], uint32_t n, uint32_t n_cols, uint32_t n_tokens,
+                               uint32_t ws_tokens, int form_after) {
+    const size_t ws_bytes = forge_hip_prompt_bytes(ws_tokens, n_cols), m = (size_t)n_tokens * n_cols;
+    float *x = (float *)xmalloc(m * sizeof(float)), *ya = NULL, *yb = NULL;
+    void *dx = NULL, *ws = NULL, *wsb = NULL, *dw[3] = {NULL, NULL, NULL}, *db[3] = {NULL, NULL, NULL}, *da[3] = {NULL, NULL, NULL},
+         *dref[3] = {NULL, NULL, NULL};
+    forge_hip_product p[3];
+    size_t ny_all = 0;
+    uint32_t i, differ = 0;
+    int form = 0;
+    random_floats(x, m, -1.0f, 1.0f);
+    dx = dev_alloc(m * sizeof(float), x);
+    ws = dev_alloc(ws_bytes, NULL), wsb = dev_alloc(ws_bytes, NULL);
+    memset(p, 0, sizeof p);
+    for (i = 0; i < n; i++) {
+        const forge_type_traits *t = forge_type_info(types[i]);
+        const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, ny = (size_t)n_tokens * rows[i];
+        uint8_t *wq = (uint8_t *)xmalloc(row_bytes * rows[i]);
+        float *bias = (float *)xmalloc(rows[i] * sizeof(float));
+        random_blocks(types[i], wq, (uint64_t)rows[i] * (n_cols / t->block_elems));
+        random_floats(bias, rows[i], -1.0f, 1.0f);
+        dw[i] = dev_weights(types[i], n_cols, row_bytes * rows[i], wq), db[i] = dev_alloc(rows[i] * sizeof(float), bias);
+        da[i] = dev_alloc(ny * sizeof(float), NULL), dref[i] = dev_alloc(ny * sizeof(float), NULL);
+        p[i].type = types[i], p[i].w = dw[i], p[i].n_rows = rows[i], p[i].y = (float *)da[i], p[i].bias = i != 1 ? (const float *)db[i] : NULL;
+        CHECK(forge_hip_matmul_split(types[i], dw[i], rows[i], n_cols, (const float *)dx, (float *)dref[i], n_tokens, p[i].bias, wsb, ws_bytes, NULL,
+                                     msg, sizeof msg) == 0,
+              "product %u alone: %s", i, msg);
+        ny_all += ny;
+        free(wq), free(bias);
+    }
+    CHECK(forge_hip_matmul_prompt_group(n, p, n_cols, (const float *)dx, n_tokens, ws, ws_bytes, &form, NULL, msg, sizeof msg) == 0,
+          "the group: %s", msg);
+    ya = (float *)xmalloc(ny_all * sizeof(float)), yb = (float *)xmalloc(ny_all * sizeof(float));
+    {
+        size_t at = 0;
+        for (i = 0; i < n; i++) {
+            const size_t ny = (size_t)n_tokens * rows[i];
+            if (dev_fetch(ya + at, da[i], ny * sizeof(float)) && dev_fetch(yb + at, dref[i], ny * sizeof(float)))
+                differ += memcmp(ya + at, yb + at, ny * sizeof(float)) != 0;
+            at += ny;
+        }
+    }
+    printf("  prompt group of %u, %s %u rows first, %u columns, %u tokens, workspace %u tokens: %s, form after %d\n", n,
+           forge_type_info(types[0])->name, rows[0], n_cols, n_tokens, ws_tokens, differ ? "differs" : "each the same bits as alone", form);
+    CHECK(differ == 0, "prompt group: %u of %u products differ from the product alone", differ, n);
+    CHECK(form == form_after, "prompt group: form %d after it, expected %d", form, form_after);
+    for (i = 0; i < n; i++) forge_hip_arena_free(dw[i]), forge_hip_arena_free(db[i]), forge_hip_arena_free(da[i]), forge_hip_arena_free(dref[i]);
+    forge_hip_arena_free(dx), forge_hip_arena_free(ws), forge_hip_arena_free(wsb);
+    free(x), free(ya), free(yb);
+}
+
 static void test_matmul_prompt(void) {
     TEST_CASE("prompt products with the activations staged as f16");
     /* the workspace: none up to 64 tokens, then up to 512 tokens of the columns in f16 (none at all in
@@ -353,6 +409,19 @@ static void test_matmul_prompt(void) {
         check_prompt_form(FORGE_TYPE_Q8_0, 8448, 512, 130, 0);
         check_prompt_form(FORGE_TYPE_Q4_K, 512, 1024, 512, 1);
         check_prompt_form(FORGE_TYPE_Q6_K, 256, 1536, 140, 0);
+    }
+    { /* q, k and v of one type; of two (Q4_K_M's v); gate and up (128 x 128 tiles); in chunks; more than the
+         staged kernel takes (Q5_K alone) */
+        static const uint32_t q4[3] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q4_0, FORGE_TYPE_Q4_0}, km[3] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
+        static const uint32_t q8[3] = {FORGE_TYPE_Q8_0, FORGE_TYPE_Q8_0, FORGE_TYPE_Q8_0}, mix[3] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q5_K, FORGE_TYPE_Q4_K};
+        static const uint32_t qkv[3] = {300, 100, 100}, qkv2[3] = {256, 64, 136}, gu[3] = {8448, 8448, 0}, small[3] = {128, 32, 32};
+        const int rows_left = FORGE_HIP_FORM_F16_PROMPT;
+        check_prompt_group(q4, qkv, 3, 1024, 200, 512, rows_left);
+        check_prompt_group(km, qkv2, 3, 2048, 150, 512, rows_left);
+        check_prompt_group(q8, gu, 2, 512, 130, 512, rows_left);
+        check_prompt_group(q4, qkv, 3, 1024, 200, 70, 0); /* chunks of 70, 70, 60: no rows left whole */
+        check_prompt_group(mix, small, 3, 512, 100, 512, 0); /* Q5_K last, off the staged kernel */
+        check_prompt_group(q8, small, 3, 896, 129, 512, rows_left); /* Qwen2.5-0.5B's width: the file's layout */
     }
 }
 
