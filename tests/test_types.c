@@ -196,6 +196,28 @@ static void test_blocks(void) {
     CHECK(forge_dequantize(16, block, out, 256) == FORGE_ERR_ARGUMENT, "unsupported type");
 }
 
+/* n_rows random rows of n_cols elements of `type` in the file's layout, each block's f16 d (its high byte
+   d_hi bytes into the block) held finite at about 2^-4; their dequantized values; and the rows as the
+   upload packs them (forge__gpu_pack, over poisoned bytes). 0 when out of memory (recorded). */
+static size_t layout_rows(uint32_t type, uint32_t n_cols, uint32_t n_rows, uint32_t d_hi, uint32_t *seed, uint8_t **file, uint8_t **packed,
+                          float **ref) {
+    const forge_type_traits *tt = forge_type_info(type);
+    const size_t nb = n_cols / tt->block_elems, row = nb * tt->block_bytes, bytes = n_rows * row;
+    size_t i, j;
+    *file = (uint8_t *)malloc(bytes), *packed = (uint8_t *)malloc(bytes), *ref = (float *)malloc((size_t)n_rows * n_cols * sizeof(float));
+    if (!*file || !*packed || !*ref) {
+        CHECK(0, "out of memory");
+        free(*file), free(*packed), free(*ref);
+        return 0;
+    }
+    for (i = 0; i < bytes; i++) *seed = *seed * 1664525u + 1013904223u, (*file)[i] = (uint8_t)(*seed >> 24);
+    for (j = 0; j < n_rows * nb; j++) (*file)[j * tt->block_bytes + d_hi] = 0x2c; /* 0x2c00 + a little */
+    CHECK(forge_dequantize(type, *file, *ref, (uint64_t)n_rows * n_cols) == FORGE_OK, "dequantize");
+    memset(*packed, 0xee, bytes);
+    forge__gpu_pack(type, *file, *packed, 0, n_rows, row);
+    return bytes;
+}
+
 /* The device layout of Q6_K rows (forge__gpu_pack_q6_k, described in forge_kernels.hip >>weights):
    every element read back from the packed rows by the layout's own description equals the file's
    dequantized value, bit for bit, for even and odd counts of super-blocks (the odd rows of an odd
@@ -207,22 +229,10 @@ static void test_q6_k_device_layout(void) {
     TEST_CASE("Q6_K device layout");
     for (w = 0; w < sizeof widths / sizeof widths[0]; w++) {
         const uint32_t n_cols = widths[w], nb = n_cols / 256, n_rows = 3;
-        const size_t bytes = (size_t)n_rows * nb * 210;
-        uint8_t *file = (uint8_t *)malloc(bytes), *packed = (uint8_t *)malloc(bytes);
-        float *ref = (float *)malloc((size_t)n_rows * n_cols * sizeof(float));
-        uint32_t r, c, j, bad = 0;
-        size_t i;
-        if (!file || !packed || !ref) {
-            CHECK(0, "out of memory");
-            free(file), free(packed), free(ref);
-            return;
-        }
-        for (i = 0; i < bytes; i++) seed = seed * 1664525u + 1013904223u, file[i] = (uint8_t)(seed >> 24);
-        for (r = 0; r < n_rows; r++) /* finite d: 0x2c00 + a little, about 2^-4 */
-            for (j = 0; j < nb; j++) file[(size_t)r * nb * 210 + 210 * j + 209] = 0x2c;
-        CHECK(forge_dequantize(FORGE_TYPE_Q6_K, file, ref, (uint64_t)n_rows * n_cols) == FORGE_OK, "dequantize");
-        memset(packed, 0xee, bytes);
-        forge__gpu_pack_q6_k(file, packed, 0, n_rows, nb);
+        uint8_t *file, *packed;
+        float *ref;
+        uint32_t r, c, bad = 0;
+        if (!layout_rows(FORGE_TYPE_Q6_K, n_cols, n_rows, 209, &seed, &file, &packed, &ref)) return;
         for (r = 0; r < n_rows; r++) {
             const uint32_t o = nb % 2 && r % 2 ? 2 * nb : 0, dpos = o ? 0 : 208 * nb; /* where ql, qh, scales and d begin */
             const uint8_t *row = packed + (size_t)r * nb * 210;
@@ -267,27 +277,15 @@ static void test_q0_device_layout(void) {
     for (k = 0; k < 2; k++)
         for (w = 0; w < sizeof widths / sizeof widths[0]; w++) {
             const uint32_t type = types[k], n_cols = widths[w], nb = n_cols / 32, n_rows = 3, qb = type == FORGE_TYPE_Q4_0 ? 16 : 32;
-            const size_t bytes = (size_t)n_rows * nb * (2 + qb);
-            uint8_t *file = (uint8_t *)malloc(bytes), *packed = (uint8_t *)malloc(bytes);
-            float *ref = (float *)malloc((size_t)n_rows * n_cols * sizeof(float));
+            uint8_t *file, *packed;
+            float *ref;
             forge_gguf_tensor t;
-            uint32_t r, c, j, bad = 0;
-            size_t i;
-            if (!file || !packed || !ref) {
-                CHECK(0, "out of memory");
-                free(file), free(packed), free(ref);
-                return;
-            }
-            for (i = 0; i < bytes; i++) seed = seed * 1664525u + 1013904223u, file[i] = (uint8_t)(seed >> 24);
-            for (r = 0; r < n_rows; r++) /* finite d, about 2^-4 */
-                for (j = 0; j < nb; j++) file[((size_t)r * nb + j) * (2 + qb) + 1] = 0x2c;
-            CHECK(forge_dequantize(type, file, ref, (uint64_t)n_rows * n_cols) == FORGE_OK, "dequantize");
+            uint32_t r, c, bad = 0;
+            if (!layout_rows(type, n_cols, n_rows, 1, &seed, &file, &packed, &ref)) return;
             memset(&t, 0, sizeof t);
             t.type = type, t.n_dims = 2, t.ne[0] = n_cols, t.ne[1] = n_rows;
             CHECK(forge__gpu_packed_row_bytes(&t, FORGE__MATRIX) == nb * (2 + qb), "%s %u columns: packed a row at a time",
                   forge_type_info(type)->name, n_cols);
-            memset(packed, 0xee, bytes);
-            forge__gpu_pack(type, file, packed, 0, n_rows, nb * (2 + qb));
             for (r = 0; r < n_rows; r++) {
                 const uint8_t *row = packed + (size_t)r * nb * (2 + qb);
                 for (c = 0; c < n_cols; c++) {
