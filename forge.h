@@ -9944,8 +9944,7 @@ static int forge__gpu_prompt_form(forge_context *ctx, uint32_t k, int32_t v, int
     const forge__op *op;
     if (ctx->rows || n <= FORGE__GPU_SPLIT_TOKENS || !ctx->dev_prompt_bytes || v == src || k >= ctx->op_end) return 0;
     op = &ctx->sched.ops[k];
-    return op->kind == FORGE__OP_MATMUL && op->src == v && op->w->ne[0] % 32 == 0 &&
-           forge_hip_prompt_form_ok(n, (uint32_t)op->w->ne[0], (size_t)ctx->dev_prompt_bytes);
+    return op->kind == FORGE__OP_MATMUL && op->src == v && forge_hip_prompt_form_ok(n, (uint32_t)op->w->ne[0], (size_t)ctx->dev_prompt_bytes);
 }
 
 /* Launches the schedule's ops for n tokens whose ids are at dev_tokens (device memory). dev_pos
