@@ -1046,6 +1046,21 @@ static int forge__hip_block(uint32_t type, uint32_t *block_elems, uint32_t *bloc
     }
 }
 
+// Which instantiation reads a matrix: its type, but Q6_K matrices whose rows are 16- or 4-aligned in
+// the device layout (>>weights) have their own readers, under ids no GGUF type uses; FORGE_HIP_Q6_K
+// reads an odd count of super-blocks (rows alternately 4- and 2-aligned). So do Q4_0 and Q8_0 matrices
+// in their device layout (forge__q0_packed); FORGE_HIP_Q4_0 / Q8_0 read the file's.
+#define FORGE__HIP_Q6_K_PACKED 0x1000Eu  // rows 16-aligned
+#define FORGE__HIP_Q6_K_PACKED4 0x2000Eu // rows 4-aligned
+#define FORGE__HIP_Q4_0_PACKED 0x10002u
+#define FORGE__HIP_Q8_0_PACKED 0x10008u
+static uint32_t forge__hip_kind(uint32_t type, uint32_t n_cols) {
+    if ((type == FORGE_HIP_Q4_0 || type == FORGE_HIP_Q8_0) && forge__q0_packed(n_cols)) return type | 0x10000u;
+    if (type != FORGE_HIP_Q6_K) return type;
+    const uint32_t layout = forge__q6_k_layout(n_cols);
+    return layout == 16 ? FORGE__HIP_Q6_K_PACKED : layout == 4 ? FORGE__HIP_Q6_K_PACKED4 : type;
+}
+
 // Checks a weight matrix's type, width and address (w: the first matrix; Q6_K, Q4_0 and Q8_0 rows in
 // the device layout are read with loads of their alignment, forge__q6_k_layout, forge__q0_packed);
 // fills row_bytes.
@@ -1061,8 +1076,7 @@ static int forge__hip_weights(uint32_t type, uint32_t n_cols, const void *w, siz
             snprintf(message, message_bytes, "%s: rows of %u elements are not a whole number of %u-element blocks", who, n_cols, elems);
         return -1;
     }
-    const uint32_t align = type == FORGE_HIP_Q6_K ? forge__q6_k_align(n_cols) :
-                           (type == FORGE_HIP_Q4_0 || type == FORGE_HIP_Q8_0) && forge__q0_packed(n_cols) ? 16u : 0u;
+    const uint32_t align = type == FORGE_HIP_Q6_K ? forge__q6_k_align(n_cols) : forge__hip_kind(type, n_cols) != type ? 16u : 0u;
     if (align && (uintptr_t)w % align != 0) {
         if (message && message_bytes)
             snprintf(message, message_bytes, "%s: a %s matrix of %u columns must start at a %u-byte aligned address", who,
@@ -2056,20 +2070,6 @@ template <typename... KArgs> static int forge__stage_allow(void (*kernel)(KArgs.
     X(FORGE_HIP_Q4_0, forge__pq_q4_0) X(FORGE_HIP_Q8_0, forge__pq_q8_0) X(FORGE_HIP_Q4_K, forge__pq_q4_k) \
     X(FORGE_HIP_Q6_K, forge__pq_q6_k)
 
-// Which instantiation reads a matrix: its type, but Q6_K matrices whose rows are 16- or 4-aligned in
-// the device layout (>>weights) have their own readers, under ids no GGUF type uses; FORGE_HIP_Q6_K
-// reads an odd count of super-blocks (rows alternately 4- and 2-aligned). So do Q4_0 and Q8_0 matrices
-// in their device layout (forge__q0_packed); FORGE_HIP_Q4_0 / Q8_0 read the file's.
-#define FORGE__HIP_Q6_K_PACKED 0x1000Eu  // rows 16-aligned
-#define FORGE__HIP_Q6_K_PACKED4 0x2000Eu // rows 4-aligned
-#define FORGE__HIP_Q4_0_PACKED 0x10002u
-#define FORGE__HIP_Q8_0_PACKED 0x10008u
-static uint32_t forge__hip_kind(uint32_t type, uint32_t n_cols) {
-    if ((type == FORGE_HIP_Q4_0 || type == FORGE_HIP_Q8_0) && forge__q0_packed(n_cols)) return type | 0x10000u;
-    if (type != FORGE_HIP_Q6_K) return type;
-    const uint32_t layout = forge__q6_k_layout(n_cols);
-    return layout == 16 ? FORGE__HIP_Q6_K_PACKED : layout == 4 ? FORGE__HIP_Q6_K_PACKED4 : type;
-}
 #define FORGE__Q8_KINDS(X)                                                                               \
     FORGE__Q8_TYPES(X) X(FORGE__HIP_Q6_K_PACKED, forge__pq_q6_k_packed)                                 \
     X(FORGE__HIP_Q6_K_PACKED4, forge__pq_q6_k_packed4) X(FORGE__HIP_Q4_0_PACKED, forge__pq_q4_0_packed)  \
