@@ -8200,6 +8200,8 @@ int forge_hip_matmul_prompt(uint32_t type, const void *w, uint32_t n_rows, uint3
                             const float *bias, void *workspace, size_t workspace_bytes, int *form, void *stream, char *message,
                             size_t message_bytes);
 int forge_hip_prompt_form_ok(uint32_t n_tokens, uint32_t n_cols, size_t workspace_bytes);
+int forge_hip_prompt_staged(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, size_t workspace_bytes);
+int forge_hip_swiglu_f16(float *gate, const float *up, size_t n, void *h16, int keep, void *stream, char *message, size_t message_bytes);
 int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
                              char *message, size_t message_bytes);
@@ -9947,6 +9949,17 @@ static int forge__gpu_prompt_form(forge_context *ctx, uint32_t k, int32_t v, int
     return op->kind == FORGE__OP_MATMUL && op->src == v && forge_hip_prompt_form_ok(n, (uint32_t)op->w->ne[0], (size_t)ctx->dev_prompt_bytes);
 }
 
+/* A prompt of n tokens (one context, past 64 tokens): whether the SwiGLU at k writes h as the f16 rows
+   the down projection right after it reads (forge_hip_swiglu_f16), that product running on the staged
+   kernel in one piece (forge_hip_prompt_staged): the rows are not made again from h. */
+static int forge__gpu_prompt_swiglu(forge_context *ctx, uint32_t k, uint32_t n) {
+    const forge__op *a = &ctx->sched.ops[k], *d = a + 1;
+    if (ctx->rows || n <= FORGE__GPU_SPLIT_TOKENS || !ctx->dev_prompt_bytes || k + 1 >= ctx->op_end || ((size_t)n * a->n) % 4 != 0) return 0;
+    if (d->kind != FORGE__OP_MATMUL || d->src != a->dst || d->w->ne[0] != a->n) return 0;
+    if ((((uintptr_t)forge__dev_val(ctx, a->dst) | (uintptr_t)forge__dev_val(ctx, a->src)) & 15) != 0) return 0;
+    return forge_hip_prompt_staged(d->w->type, d->n, a->n, n, (size_t)ctx->dev_prompt_bytes);
+}
+
 /* Launches the schedule's ops for n tokens whose ids are at dev_tokens (device memory). dev_pos
    NULL: the positions start at ctx->pos, passed as arguments; else they start at the uint32 at
    dev_pos, read when the kernels run: the form a graph records once and replays at any position. */
@@ -10112,6 +10125,13 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                                      FORGE__MSG));
             break;
         case FORGE__OP_SWIGLU:
+            if (forge__gpu_prompt_swiglu(ctx, k, n)) { /* a prompt: h as the f16 rows its down projection reads, and as
+                                                          floats only where something after the down reads them */
+                FORGE__HIP(forge_hip_swiglu_f16(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), (size_t)n * op->n,
+                                                ctx->dev + ctx->dev_prompt, ctx->sched.values[op->dst].last != k + 1, ctx->stream, FORGE__MSG));
+                rows_src = op->dst, rows_form = FORGE_HIP_FORM_F16_PROMPT;
+                break;
+            }
             FORGE__HIP(forge_hip_swiglu(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), (size_t)n * op->n,
                                         ctx->stream, FORGE__MSG));
             break;

@@ -3913,6 +3913,22 @@ __global__ void forge__k_f16_rows(const float *__restrict__ x, uint32_t *__restr
     }
 }
 
+// h = silu(gate) * up (forge__k_swiglu's expression), four values a thread: its f16 rows to h16 (as
+// forge__k_f16_rows rounds them), and to gate as well where keep
+__global__ void forge__k_swiglu_f16(float *__restrict__ gate, const float *__restrict__ up, uint2 *__restrict__ h16, size_t n4, int keep) {
+    FORGE__GRID_ENTER();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 g = ((const float4 *)gate)[i], u = ((const float4 *)up)[i];
+        float4 h;
+        h.x = g.x / (1.0f + expf(-g.x)) * u.x;
+        h.y = g.y / (1.0f + expf(-g.y)) * u.y;
+        h.z = g.z / (1.0f + expf(-g.z)) * u.z;
+        h.w = g.w / (1.0f + expf(-g.w)) * u.w;
+        if (keep) ((float4 *)gate)[i] = h;
+        h16[i] = make_uint2(forge__h2_pack(h.x, h.y), forge__h2_pack(h.z, h.w));
+    }
+}
+
 // y = W x (+ bias) for the block's 64 WM rows and 8 NT WN tokens; xh: the tokens' f16 rows; n_cols a
 // multiple of 32 KU. Dynamic shared memory: FORGE__MMS_SMEM(64 WM, 8 NT WN, KU, S); a row of a stage
 // is 32 KU + 8 halves (ldmatrix's 8 rows on distinct banks). grp: up to three products of one input
@@ -4334,6 +4350,49 @@ int forge_hip_matmul_prompt_group(uint32_t n, const forge_hip_product *p, uint32
     return 0;
 }
 
+int forge_hip_prompt_form_ok(uint32_t n_tokens, uint32_t n_cols, size_t workspace_bytes);
+
+// Whether forge_hip_matmul_prompt runs a product of this type and shape (n_rows x n_cols, n_tokens) on
+// the staged kernel in one chunk of a 16-byte aligned workspace of workspace_bytes: then an input
+// given as FORGE_HIP_FORM_F16_PROMPT is read from the workspace alone, never from x (the conditions of
+// forge__mms_launch for one product). 0 elsewhere (AMD).
+int forge_hip_prompt_staged(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, size_t workspace_bytes) {
+#ifdef FORGE__MMA
+    if (n_rows == 0 || !forge_hip_prompt_form_ok(n_tokens, n_cols, workspace_bytes) || !forge__mma_available()) return 0;
+    switch (forge__hip_kind(type, n_cols)) {
+#define FORGE__STAGED_OK(id, H)                                                                                    \
+    case id: {                                                                                                     \
+        const int tile = forge__mms_tile<H>(n_rows, n_cols, n_tokens);                                             \
+        return tile >= 0 && forge__mms_tile_run<H>(tile, NULL, 0, 0, 0, NULL, 0, (hipStream_t)0);                  \
+    }
+        FORGE__MMS_TYPES(FORGE__STAGED_OK)
+#undef FORGE__STAGED_OK
+    default: return 0;
+    }
+#else
+    (void)type, (void)n_rows, (void)n_cols, (void)n_tokens, (void)workspace_bytes;
+    return 0;
+#endif
+}
+
+// gate[i] = silu(gate[i]) * up[i] for i < n (forge_hip_swiglu's values), written as f16 rows to h16 (n
+// halves, as the staged products take FORGE_HIP_FORM_F16_PROMPT input: a prompt's down projection, see
+// forge_hip_prompt_staged), and to gate too where keep (else gate is left as it was). n a multiple of 4;
+// gate, up and h16 16-byte aligned and apart. NVIDIA builds with the matrix-unit path only: refused
+// elsewhere, nothing launched.
+int forge_hip_swiglu_f16(float *gate, const float *up, size_t n, void *h16, int keep, void *stream, char *message, size_t message_bytes) {
+    if (n == 0) return 0;
+    if (n % 4 != 0 || !gate || !up || !h16 || (((uintptr_t)gate | (uintptr_t)up | (uintptr_t)h16) & 15) != 0)
+        return forge__hip_refuse(message, message_bytes, "swiglu f16: n a multiple of 4 and 16-byte aligned buffers");
+#ifdef FORGE__MMA
+    forge__launch(forge__k_swiglu_f16, dim3(forge__hip_blocks(n / 4, 256)), dim3(256), (hipStream_t)stream, gate, up, (uint2 *)h16, n / 4, keep);
+    return forge__hip_launched("swiglu f16 launch", message, message_bytes);
+#else
+    (void)keep, (void)stream;
+    return forge__hip_refuse(message, message_bytes, "swiglu f16: this build has no matrix-unit kernels");
+#endif
+}
+
 // Whether a workspace of workspace_bytes holds the f16 rows of n_tokens x n_cols activations that
 // forge_hip_matmul_prompt's staged products take in one piece (FORGE_HIP_FORM_F16_PROMPT): more than
 // 64 tokens, at most one chunk of them; 0 where there is no staged path (AMD).
@@ -4544,15 +4603,24 @@ __global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, cons
 #pragma unroll
         for (int e = 0; e < K; e++) {
             const uint32_t i = threadIdx.x + e * blockDim.x;
-            if (i < n) {
-                out[i] = v[e] * scale * wv[e];
-            }
+            v[e] = v[e] * scale * wv[e]; // y's value (v no longer needed)
+            if (i < n) out[i] = v[e];
         }
     } else {
         for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = row[i] * scale * w[i];
     }
 #ifdef FORGE__MMA
     if (!xh) return;
+    if (rows_order == 2 && E > 0) { // FORGE_HIP_FORM_F16_PROMPT from the registers: y[i + 1] is the next lane's (even block, even n)
+        uint32_t *h = (uint32_t *)xh + (size_t)blockIdx.x * (n / 2);
+#pragma unroll
+        for (int e = 0; e < K; e++) {
+            const uint32_t i = threadIdx.x + e * blockDim.x;
+            const float next = __shfl_down_sync(0xffffffffu, v[e], 1);
+            if (i % 2 == 0 && i < n) h[i / 2] = forge__h2_pack(v[e], next);
+        }
+        return;
+    }
     __syncthreads(); // the quads below read what other threads of the block wrote
     if (rows_order == 2) { // FORGE_HIP_FORM_F16_PROMPT: the row's halves in order, as forge__k_f16_rows rounds them
         uint32_t *h = (uint32_t *)xh + (size_t)blockIdx.x * (n / 2);

@@ -254,6 +254,49 @@ static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols,
    left, and the second those the first left (their x here is a buffer of zeros: a product making its own
    rows would give zeros), with the same bits as the add, the norm and the products each making their
    rows; with the residual add and without. */
+/* forge_hip_swiglu_f16 against forge_hip_swiglu: its f16 rows the rounded values of the same h, gate the same
+   bits (keep) or untouched; then a staged down product on those rows against the same product of h */
+static void check_swiglu_f16(uint32_t n_ff, uint32_t n_tokens, uint32_t down_type, uint32_t down_rows, int keep) {
+    const forge_type_traits *td = forge_type_info(down_type);
+    const size_t n = (size_t)n_tokens * n_ff, nd = (size_t)n_tokens * down_rows;
+    const size_t down_bytes = (size_t)n_ff / td->block_elems * td->block_bytes * down_rows;
+    float *g = (float *)xmalloc(n * sizeof(float)), *u = (float *)xmalloc(n * sizeof(float)), *h = (float *)xmalloc(n * sizeof(float));
+    float *g_after = (float *)xmalloc(n * sizeof(float)), *o = (float *)xmalloc(2 * nd * sizeof(float));
+    uint16_t *h16 = (uint16_t *)xmalloc(n * sizeof(uint16_t));
+    uint8_t *wd = (uint8_t *)xmalloc(down_bytes);
+    void *dg, *dg2, *du, *dh16, *dwd, *dout, *ws;
+    size_t i, bad16 = 0;
+    int form = FORGE_HIP_FORM_F16_PROMPT;
+    const int staged = forge_hip_prompt_staged(down_type, down_rows, n_ff, n_tokens, n * sizeof(uint16_t));
+    random_floats(g, n, -6.0f, 6.0f), random_floats(u, n, -2.0f, 2.0f);
+    random_blocks(down_type, wd, (uint64_t)down_rows * (n_ff / td->block_elems));
+    dg = dev_alloc(n * sizeof(float), g), dg2 = dev_alloc(n * sizeof(float), g), du = dev_alloc(n * sizeof(float), u);
+    dh16 = dev_alloc(n * sizeof(uint16_t), NULL), dwd = dev_weights(down_type, n_ff, down_bytes, wd), dout = dev_alloc(2 * nd * sizeof(float), NULL);
+    ws = dev_alloc(forge_hip_prompt_bytes(n_tokens, n_ff), NULL);
+    CHECK(forge_hip_swiglu_f16((float *)dg, (const float *)du, n, dh16, keep, NULL, msg, sizeof msg) == 0, "swiglu f16: %s", msg);
+    CHECK(forge_hip_swiglu((float *)dg2, (const float *)du, n, NULL, msg, sizeof msg) == 0, "swiglu: %s", msg);
+    /* the down product on the f16 rows (its x the gate buffer: read only where not staged) and on h */
+    CHECK(forge_hip_matmul_prompt(down_type, dwd, down_rows, n_ff, (const float *)dg, (float *)dout, n_tokens, NULL, dh16, n * sizeof(uint16_t),
+                                  &form, NULL, msg, sizeof msg) == 0 &&
+              forge_hip_matmul_prompt(down_type, dwd, down_rows, n_ff, (const float *)dg2, (float *)dout + nd, n_tokens, NULL, ws,
+                                      forge_hip_prompt_bytes(n_tokens, n_ff), NULL, NULL, msg, sizeof msg) == 0,
+          "down on the rows and on h: %s", msg);
+    if (dev_fetch(g_after, dg, n * sizeof(float)) && dev_fetch(h, dg2, n * sizeof(float)) && dev_fetch(h16, dh16, n * sizeof(uint16_t)) &&
+        dev_fetch(o, dout, 2 * nd * sizeof(float))) {
+        const int gate_ok = memcmp(g_after, keep ? h : g, n * sizeof(float)) == 0;
+        const int same_down = memcmp(o, o + nd, nd * sizeof(float)) == 0;
+        for (i = 0; i < n; i++) bad16 += h16[i] != forge_f32_to_f16(h[i]);
+        printf("  swiglu as f16 rows, %u x %u%s: %zu f16 values off, gate %s, %s down product (%s x %u) %s\n", n_tokens, n_ff,
+               keep ? ", kept" : "", bad16, gate_ok ? (keep ? "the same bits as swiglu's" : "untouched") : "differs",
+               staged ? "staged" : "unstaged", td->name, down_rows, same_down ? "the same bits" : "differs");
+        CHECK(bad16 == 0 && gate_ok && (same_down || !staged), "swiglu f16 %ux%u keep %d: %zu off, gate %d, down %d", n_tokens, n_ff, keep, bad16,
+              gate_ok, same_down);
+    }
+    forge_hip_arena_free(dg), forge_hip_arena_free(dg2), forge_hip_arena_free(du), forge_hip_arena_free(dh16), forge_hip_arena_free(dwd);
+    forge_hip_arena_free(dout), forge_hip_arena_free(ws);
+    free(g), free(u), free(h), free(g_after), free(o), free(h16), free(wd);
+}
+
 static void check_prompt_form(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_add) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, m = (size_t)n_tokens * n_cols, ny = (size_t)n_tokens * n_rows;
@@ -409,7 +452,23 @@ static void test_matmul_prompt(void) {
         check_prompt_form(FORGE_TYPE_Q8_0, 8448, 512, 130, 0);
         check_prompt_form(FORGE_TYPE_Q4_K, 512, 1024, 512, 1);
         check_prompt_form(FORGE_TYPE_Q6_K, 256, 1536, 140, 0);
-    }
+        check_swiglu_f16(14336, 130, FORGE_TYPE_Q4_0, 256, 0); /* the 8B's down width */
+        check_swiglu_f16(4864, 200, FORGE_TYPE_Q8_0, 896, 1);  /* Qwen2.5-0.5B's; h kept */
+        check_swiglu_f16(8960, 100, FORGE_TYPE_Q6_K, 128, 0);  /* Qwen2.5-1.5B's (an odd count of Q6_K super-blocks) */
+        /* where a down product reads the f16 rows alone: a staged type, one chunk, past 64 tokens */
+        CHECK(forge_hip_prompt_staged(FORGE_TYPE_Q4_0, 4096, 14336, 512, (size_t)512 * 14336 * 2) &&
+                  forge_hip_prompt_staged(FORGE_TYPE_Q6_K, 896, 4864, 150, (size_t)150 * 4864 * 2) &&
+                  !forge_hip_prompt_staged(FORGE_TYPE_Q5_K, 4096, 14336, 512, (size_t)512 * 14336 * 2) &&
+                  !forge_hip_prompt_staged(FORGE_TYPE_Q4_0, 4096, 14336, 513, (size_t)513 * 14336 * 2) &&
+                  !forge_hip_prompt_staged(FORGE_TYPE_Q4_0, 4096, 14336, 64, (size_t)64 * 14336 * 2) &&
+                  !forge_hip_prompt_staged(FORGE_TYPE_Q4_0, 4096, 14336, 512, (size_t)511 * 14336 * 2) &&
+                  !forge_hip_prompt_staged(FORGE_TYPE_Q8_0, 128, 320, 130, (size_t)130 * 320 * 2),
+              "forge_hip_prompt_staged: a staged product in one chunk, and not a Q5_K, 513 or 64 tokens, a short workspace, 320 columns");
+        CHECK(forge_hip_swiglu_f16((float *)(uintptr_t)256, (const float *)(uintptr_t)256, 6, (void *)(uintptr_t)256, 0, NULL, msg, sizeof msg) != 0 &&
+                  strstr(msg, "swiglu") != NULL,
+              "forge_hip_swiglu_f16 refuses a count not a multiple of 4 (%s)", msg);
+    } else
+        CHECK(!forge_hip_prompt_staged(FORGE_TYPE_Q4_0, 4096, 14336, 512, (size_t)512 * 14336 * 2), "no staged products here");
     { /* q, k and v of one type; of two (Q4_K_M's v); gate and up (128 x 128 tiles); in chunks; more than the
          staged kernel takes (Q5_K alone) */
         static const uint32_t q4[3] = {FORGE_TYPE_Q4_0, FORGE_TYPE_Q4_0, FORGE_TYPE_Q4_0}, km[3] = {FORGE_TYPE_Q4_K, FORGE_TYPE_Q4_K, FORGE_TYPE_Q6_K};
