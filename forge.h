@@ -9956,7 +9956,8 @@ static int forge__gpu_prompt_swiglu(forge_context *ctx, uint32_t k, uint32_t n) 
     const forge__op *a = &ctx->sched.ops[k], *d = a + 1;
     if (ctx->rows || n <= FORGE__GPU_SPLIT_TOKENS || !ctx->dev_prompt_bytes || k + 1 >= ctx->op_end || ((size_t)n * a->n) % 4 != 0) return 0;
     if (d->kind != FORGE__OP_MATMUL || d->src != a->dst || d->w->ne[0] != a->n) return 0;
-    if ((((uintptr_t)forge__dev_val(ctx, a->dst) | (uintptr_t)forge__dev_val(ctx, a->src)) & 15) != 0) return 0;
+    if ((((uintptr_t)forge__dev_val(ctx, a->dst) | (uintptr_t)forge__dev_val(ctx, a->src) | (uintptr_t)(ctx->dev + ctx->dev_prompt)) & 15) != 0)
+        return 0;
     return forge_hip_prompt_staged(d->w->type, d->n, a->n, n, (size_t)ctx->dev_prompt_bytes);
 }
 
