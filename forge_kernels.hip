@@ -3904,6 +3904,11 @@ template <class H> struct forge__mms_wide { static const int value = 0; };
 template <> struct forge__mms_wide<forge__h_q4_k> { static const int value = 1; };
 template <> struct forge__mms_wide<forge__h_q4_0_packed> { static const int value = 1; };
 template <> struct forge__mms_wide<forge__h_q8_0_packed> { static const int value = 1; };
+// Q4_0 / Q8_0 in the device layout: the 128 x 128 tile from 6144 rows (q, k and v of the 8B) and 128 x
+// 128 in 2 x 4 warps for 8192 columns or more (the down projection) (forge__mms_tile)
+template <class H> struct forge__mms_deep { static const int value = 0; };
+template <> struct forge__mms_deep<forge__h_q4_0_packed> { static const int value = 1; };
+template <> struct forge__mms_deep<forge__h_q8_0_packed> { static const int value = 1; };
 
 // f32 rows -> f16 rows (round to nearest even, as forge__h2_pack), n2 pairs
 __global__ void forge__k_f16_rows(const float *__restrict__ x, uint32_t *__restrict__ out, size_t n2) {
@@ -3934,7 +3939,7 @@ __global__ void forge__k_swiglu_f16(float *__restrict__ gate, const float *__res
 // is 32 KU + 8 halves (ldmatrix's 8 rows on distinct banks). grp: up to three products of one input
 // and one reader (q, k and v), product i taking the rows of blocks from grp.first[i] on in grid y.
 template <class H, int WM, int WN, int NT, int KU, int S>
-__global__ void __launch_bounds__(32 * WM * WN, 2)
+__global__ void __launch_bounds__(32 * WM * WN, 32 * WM * WN > 128 ? 1 : 2)
 forge__k_matmul_staged(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, const uint16_t *__restrict__ xh, uint32_t n_tokens) {
 #ifdef FORGE__MMA_DEVICE
     constexpr int BM = 64 * WM, BN = 8 * NT * WN, THREADS = 32 * WM * WN, KC = 32 * KU, LD = KC + 8;
@@ -4077,10 +4082,17 @@ static int forge__mms_run(forge__mh_group *grp, uint32_t n, size_t row_bytes, ui
 // columns a step, two stages; 64 tokens where those blocks would not fill the multiprocessors (the
 // 1024-row k and v: 1.6-1.8x instead of 1.35-1.5x); Q4_K, and Q4_0 / Q8_0 in the device layout, with
 // 8192 rows or more 128 x 128 in 2 x 2 warps, 64 columns a step, three stages (gate and up: Q4_K 1.51x
-// instead of 1.23x; Q4_0 / Q8_0 215 / 241 us where the file's layout took 320 / 344 on 64 x 128).
-enum { FORGE__MMS_TILE = 0, FORGE__MMS_NARROW = 1, FORGE__MMS_WIDE = 2 };
+// instead of 1.23x; Q4_0 / Q8_0 215 / 241 us where the file's layout took 320 / 344 on 64 x 128). Q4_0 /
+// Q8_0 in the device layout (forge__mms_deep), more than 384 tokens: 128 x 128 from 6144 rows (Q8_0's
+// q, k and v 120 instead of 140 us, Q4_0's 110 / 112), and 128 x 128 in 2 x 4 warps, 64 columns a step,
+// three stages, for 8192 columns or more where the blocks fill the multiprocessors once (the down
+// projection: Q4_0 222 instead of 241 us, Q8_0 244 / 254).
+enum { FORGE__MMS_TILE = 0, FORGE__MMS_NARROW = 1, FORGE__MMS_WIDE = 2, FORGE__MMS_DEEP = 3 };
 template <class H> static int forge__mms_tile(uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens) {
-    if (forge__mms_wide<H>::value && n_rows >= 8192 && n_cols % 64 == 0) return FORGE__MMS_WIDE;
+    const bool deep = forge__mms_deep<H>::value && n_tokens > 384 && n_cols % 64 == 0;
+    if (forge__mms_wide<H>::value && (n_rows >= 8192 || (deep && n_rows >= 6144)) && n_cols % 64 == 0) return FORGE__MMS_WIDE;
+    if (deep && n_cols >= 8192 && (uint64_t)((n_rows + 127) / 128) * ((n_tokens + 127) / 128) * 8 >= (uint64_t)forge__hip_sm_count() * 7)
+        return FORGE__MMS_DEEP;
     if (n_cols % 128 != 0) return -1;
     return (uint64_t)((n_rows + 63) / 64) * ((n_tokens + 127) / 128) < (uint64_t)forge__hip_sm_count() ? FORGE__MMS_NARROW : FORGE__MMS_TILE;
 }
@@ -4089,6 +4101,7 @@ static int forge__mms_tile_run(int tile, forge__mh_group *grp, uint32_t n, size_
                                uint32_t n_tokens, hipStream_t s) {
     switch (tile) {
     case FORGE__MMS_WIDE: return forge__mms_run<H, 2, 2, 8, 2, 3>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
+    case FORGE__MMS_DEEP: return forge__mms_run<H, 2, 4, 4, 2, 3>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
     case FORGE__MMS_NARROW: return forge__mms_run<H, 1, 4, 2, 4, 2>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
     default: return forge__mms_run<H, 1, 4, 4, 4, 2>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
     }

@@ -249,11 +249,6 @@ static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols,
     free(w), free(x), free(bias), free(y), free(y0), free(ref);
 }
 
-/* A prompt's norm that also writes its f16 rows (forge_hip_add_rmsnorm, FORGE_HIP_FORM_F16_PROMPT) and two
-   staged products of that input after it (q and k; gate and up): the products take the rows the norm
-   left, and the second those the first left (their x here is a buffer of zeros: a product making its own
-   rows would give zeros), with the same bits as the add, the norm and the products each making their
-   rows; with the residual add and without. */
 /* forge_hip_swiglu_f16 against forge_hip_swiglu: its f16 rows the rounded values of the same h, gate the same
    bits (keep) or untouched; then a staged down product on those rows against the same product of h */
 static void check_swiglu_f16(uint32_t n_ff, uint32_t n_tokens, uint32_t down_type, uint32_t down_rows, int keep) {
@@ -297,6 +292,55 @@ static void check_swiglu_f16(uint32_t n_ff, uint32_t n_tokens, uint32_t down_typ
     free(g), free(u), free(h), free(g_after), free(o), free(h16), free(wd);
 }
 
+/* A staged product large enough for the 128 x 128 tiles forge__mms_tile picks for Q4_0 / Q8_0 in the device
+   layout (q, k and v of the 8B from 6144 rows; a down projection of 8192 columns or more), against the
+   unstaged product bit for bit and a float64 reference on 512 sampled outputs (the whole reference would
+   take the CPU too long) */
+static void check_prompt_tile(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens) {
+    const forge_type_traits *t = forge_type_info(type);
+    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, n_out = (size_t)n_tokens * n_rows;
+    const size_t ws_bytes = forge_hip_prompt_bytes(n_tokens, n_cols);
+    uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
+    float *x = (float *)xmalloc((size_t)n_tokens * n_cols * sizeof(float)), *bias = (float *)xmalloc(n_rows * sizeof(float));
+    float *y = (float *)xmalloc(n_out * sizeof(float)), *y0 = (float *)xmalloc(n_out * sizeof(float)), *wf = (float *)xmalloc(n_cols * sizeof(float));
+    void *dw, *dx, *db, *dy, *dy0, *dws;
+    size_t i, same = 0;
+    random_blocks(type, w, (uint64_t)n_rows * (n_cols / t->block_elems));
+    random_floats(x, (size_t)n_tokens * n_cols, -1.0f, 1.0f), random_floats(bias, n_rows, -1.0f, 1.0f);
+    dw = dev_weights(type, n_cols, row_bytes * n_rows, w), dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
+    db = dev_alloc(n_rows * sizeof(float), bias), dy = dev_alloc(n_out * sizeof(float), NULL), dy0 = dev_alloc(n_out * sizeof(float), NULL);
+    dws = dev_alloc(ws_bytes, NULL);
+    CHECK(forge_hip_matmul(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy0, n_tokens, (const float *)db, NULL, msg, sizeof msg) == 0 &&
+              forge_hip_matmul_split(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, (const float *)db, dws, ws_bytes, NULL, msg,
+                                     sizeof msg) == 0,
+          "%s %ux%u: %s", t->name, n_rows, n_cols, msg);
+    if (dev_fetch(y, dy, n_out * sizeof(float)) && dev_fetch(y0, dy0, n_out * sizeof(float))) {
+        double e2 = 0.0, r2 = 0.0;
+        uint32_t seed = 12345u, k, r, c;
+        for (i = 0; i < n_out; i++) same += memcmp(&y[i], &y0[i], sizeof(float)) == 0;
+        for (i = 0; i < 512; i++) {
+            double sum;
+            seed = seed * 1664525u + 1013904223u, r = (seed >> 8) % n_rows;
+            seed = seed * 1664525u + 1013904223u, k = (seed >> 8) % n_tokens;
+            forge_dequantize(type, w + (size_t)r * row_bytes, wf, n_cols);
+            for (sum = bias[r], c = 0; c < n_cols; c++) sum += (double)wf[c] * x[(size_t)k * n_cols + c];
+            e2 += (y[(size_t)k * n_rows + r] - sum) * (y[(size_t)k * n_rows + r] - sum), r2 += sum * sum;
+        }
+        printf("  prompt %-6s %5u x %5u, %3u tokens (the wide tiles): err %.2e on 512 sampled outputs, %.4f of the values as without it\n", t->name,
+               n_rows, n_cols, n_tokens, sqrt(e2 / r2), (double)same / n_out);
+        CHECK(sqrt(e2 / r2) < 1e-3 && same == n_out, "prompt %s %ux%u, %u tokens: error %.2e, %zu of %zu values differ from the unstaged product",
+              t->name, n_rows, n_cols, n_tokens, sqrt(e2 / r2), n_out - same, n_out);
+    }
+    forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(db), forge_hip_arena_free(dy), forge_hip_arena_free(dy0);
+    forge_hip_arena_free(dws);
+    free(w), free(x), free(bias), free(y), free(y0), free(wf);
+}
+
+/* A prompt's norm that also writes its f16 rows (forge_hip_add_rmsnorm, FORGE_HIP_FORM_F16_PROMPT) and two
+   staged products of that input after it (q and k; gate and up): the products take the rows the norm
+   left, and the second those the first left (their x here is a buffer of zeros: a product making its own
+   rows would give zeros), with the same bits as the add, the norm and the products each making their
+   rows; with the residual add and without. */
 static void check_prompt_form(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, int with_add) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, m = (size_t)n_tokens * n_cols, ny = (size_t)n_tokens * n_rows;
@@ -452,6 +496,10 @@ static void test_matmul_prompt(void) {
         check_prompt_form(FORGE_TYPE_Q8_0, 8448, 512, 130, 0);
         check_prompt_form(FORGE_TYPE_Q4_K, 512, 1024, 512, 1);
         check_prompt_form(FORGE_TYPE_Q6_K, 256, 1536, 140, 0);
+        check_prompt_tile(FORGE_TYPE_Q4_0, 4096, 14336, 512); /* the 8B's down projection: 2 x 4 warps */
+        check_prompt_tile(FORGE_TYPE_Q8_0, 4000, 8192, 450);  /* partial row and token blocks */
+        check_prompt_tile(FORGE_TYPE_Q8_0, 6144, 4096, 512);  /* the 8B's q, k and v: 128 x 128 */
+        check_prompt_tile(FORGE_TYPE_Q4_0, 6200, 4096, 400);
         check_swiglu_f16(14336, 130, FORGE_TYPE_Q4_0, 256, 0); /* the 8B's down width */
         check_swiglu_f16(4864, 200, FORGE_TYPE_Q8_0, 896, 1);  /* Qwen2.5-0.5B's; h kept */
         check_swiglu_f16(8960, 100, FORGE_TYPE_Q6_K, 128, 0);  /* Qwen2.5-1.5B's (an odd count of Q6_K super-blocks) */
