@@ -9939,12 +9939,18 @@ static int forge__gpu_rows_norm_form(forge_context *ctx, uint32_t k, int32_t v, 
     return forge_hip_matmul_rows_q8_group_form(g, group, (uint32_t)ctx->sched.ops[k].w->ne[0], n, (size_t)ctx->dev_split_bytes);
 }
 
+/* Whether n tokens of one context are a prompt that the staged products run on, through the prompt
+   workspace (past 64 tokens, a workspace planned) */
+static int forge__gpu_prompt_ws(const forge_context *ctx, uint32_t n) {
+    return !ctx->rows && n > FORGE__GPU_SPLIT_TOKENS && ctx->dev_prompt_bytes;
+}
+
 /* A prompt of n tokens (one context, past 64 tokens): whether the norm writing value v (from src) should
    also write its f16 rows into the prompt workspace, op k being the product that reads them next (the
    staged products take them there in one piece, forge_hip_prompt_form_ok). */
 static int forge__gpu_prompt_form(forge_context *ctx, uint32_t k, int32_t v, int32_t src, uint32_t n) {
     const forge__op *op;
-    if (ctx->rows || n <= FORGE__GPU_SPLIT_TOKENS || !ctx->dev_prompt_bytes || v == src || k >= ctx->op_end) return 0;
+    if (!forge__gpu_prompt_ws(ctx, n) || v == src || k >= ctx->op_end) return 0;
     op = &ctx->sched.ops[k];
     return op->kind == FORGE__OP_MATMUL && op->src == v && forge_hip_prompt_form_ok(n, (uint32_t)op->w->ne[0], (size_t)ctx->dev_prompt_bytes);
 }
@@ -9954,7 +9960,7 @@ static int forge__gpu_prompt_form(forge_context *ctx, uint32_t k, int32_t v, int
    kernel in one piece (forge_hip_prompt_staged): the rows are not made again from h. */
 static int forge__gpu_prompt_swiglu(forge_context *ctx, uint32_t k, uint32_t n) {
     const forge__op *a = &ctx->sched.ops[k], *d = a + 1;
-    if (ctx->rows || n <= FORGE__GPU_SPLIT_TOKENS || !ctx->dev_prompt_bytes || k + 1 >= ctx->op_end || ((size_t)n * a->n) % 4 != 0) return 0;
+    if (!forge__gpu_prompt_ws(ctx, n) || k + 1 >= ctx->op_end || ((size_t)n * a->n) % 4 != 0) return 0;
     if (d->kind != FORGE__OP_MATMUL || d->src != a->dst || d->w->ne[0] != a->n) return 0;
     if ((((uintptr_t)forge__dev_val(ctx, a->dst) | (uintptr_t)forge__dev_val(ctx, a->src) | (uintptr_t)(ctx->dev + ctx->dev_prompt)) & 15) != 0)
         return 0;
@@ -10036,7 +10042,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                       without it, as before */
                 forge_hip_product group[3];
                 const uint32_t g = forge__gpu_rows_group(ctx, k, group);
-                uint8_t *ws = n > FORGE__GPU_SPLIT_TOKENS && ctx->dev_prompt_bytes ? ctx->dev + ctx->dev_prompt : NULL;
+                uint8_t *ws = forge__gpu_prompt_ws(ctx, n) ? ctx->dev + ctx->dev_prompt : NULL;
                 if (rows_src != op->src) rows_form = 0;
                 FORGE__HIP(forge_hip_matmul_prompt_group(g, group, (uint32_t)op->w->ne[0], forge__dev_val(ctx, op->src), n, ws,
                                                          ws ? (size_t)ctx->dev_prompt_bytes : 0, &rows_form, ctx->stream, FORGE__MSG));
@@ -10113,7 +10119,7 @@ static forge_result forge__gpu_launch_ops(forge_context *ctx, uint32_t n, const 
                 uint8_t *at = ctx->dev + ctx->dev_split;
                 form = 0;
                 if (ctx->rows && ctx->use_q8 && op[1].dst != op->dst) form = forge__gpu_rows_norm_form(ctx, k + 2, op[1].dst, n);
-                else if (!ctx->rows && forge__gpu_prompt_form(ctx, k + 2, op[1].dst, op->dst, n))
+                else if (forge__gpu_prompt_form(ctx, k + 2, op[1].dst, op->dst, n))
                     form = FORGE_HIP_FORM_F16_PROMPT, at = ctx->dev + ctx->dev_prompt;
                 FORGE__HIP(forge_hip_add_rmsnorm(forge__dev_val(ctx, op->dst), forge__dev_val(ctx, op->src), forge__dev_f32(ctx, op[1].w),
                                                  forge__dev_val(ctx, op[1].dst), n, op->n, c->rms_eps, form ? at : NULL, form, ctx->stream,

@@ -4107,6 +4107,18 @@ static int forge__mms_tile_run(int tile, forge__mh_group *grp, uint32_t n, size_
     }
 }
 
+// The tile forge__mms_launch runs rows x n_cols products of n_tokens on with a workspace of ws_bytes
+// for the f16 activations, in chunks of *chunk tokens; -1 where the staged kernel does not take them
+// (too few tokens, a workspace of too few, no matrix units, a shape no tile takes, a tile whose shared
+// memory this device refuses).
+template <class H> static int forge__mms_plan(uint32_t rows, uint32_t n_cols, uint32_t n_tokens, size_t ws_bytes, uint32_t *chunk) {
+    const size_t fit = n_cols ? ws_bytes / ((size_t)n_cols * 2) : 0;
+    *chunk = fit < FORGE__MMS_CHUNK ? (uint32_t)fit : FORGE__MMS_CHUNK;
+    if (n_tokens < FORGE__MMS_MIN_TOKENS || *chunk < FORGE__MMS_MIN_TOKENS || !forge__mma_available()) return -1;
+    const int tile = forge__mms_tile<H>(rows, n_cols, *chunk < n_tokens ? *chunk : n_tokens);
+    return tile >= 0 && forge__mms_tile_run<H>(tile, NULL, 0, 0, 0, NULL, 0, (hipStream_t)0) ? tile : -1;
+}
+
 // The prompt products (the first n of grp, one input x, one reader H: q, k and v in one launch) through
 // forge__k_matmul_staged with ws (ws_bytes, 16-byte aligned) for the f16 activations, in chunks of as
 // many tokens as it holds; 0 (nothing launched) where it does not apply. *form:
@@ -4115,13 +4127,10 @@ static int forge__mms_tile_run(int tile, forge__mh_group *grp, uint32_t n, size_
 template <class H>
 static int forge__mms_launch(const forge__mh_group &grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const float *x, uint32_t n_tokens,
                              void *ws, size_t ws_bytes, int *form, hipStream_t s) {
-    const size_t fit = ws_bytes / ((size_t)n_cols * 2);
-    const uint32_t chunk = fit < FORGE__MMS_CHUNK ? (uint32_t)fit : FORGE__MMS_CHUNK;
-    if (n_tokens < FORGE__MMS_MIN_TOKENS || chunk < FORGE__MMS_MIN_TOKENS || ((uintptr_t)ws & 15) != 0 || !forge__mma_available()) return 0;
-    uint32_t rows = 0;
+    uint32_t rows = 0, chunk;
     for (uint32_t i = 0; i < n; i++) rows += grp.n_rows[i];
-    const int tile = forge__mms_tile<H>(rows, n_cols, chunk < n_tokens ? chunk : n_tokens);
-    if (tile < 0 || !forge__mms_tile_run<H>(tile, NULL, 0, 0, 0, NULL, 0, s)) return 0;
+    const int tile = ((uintptr_t)ws & 15) != 0 ? -1 : forge__mms_plan<H>(rows, n_cols, n_tokens, ws_bytes, &chunk);
+    if (tile < 0) return 0;
     const bool whole = n_tokens <= chunk, made = whole && form && *form == FORGE_HIP_FORM_F16_PROMPT;
     for (uint32_t t0 = 0; t0 < n_tokens; t0 += chunk) {
         const uint32_t c = n_tokens - t0 < chunk ? n_tokens - t0 : chunk;
@@ -4363,21 +4372,17 @@ int forge_hip_matmul_prompt_group(uint32_t n, const forge_hip_product *p, uint32
     return 0;
 }
 
-int forge_hip_prompt_form_ok(uint32_t n_tokens, uint32_t n_cols, size_t workspace_bytes);
-
 // Whether forge_hip_matmul_prompt runs a product of this type and shape (n_rows x n_cols, n_tokens) on
-// the staged kernel in one chunk of a 16-byte aligned workspace of workspace_bytes: then an input
-// given as FORGE_HIP_FORM_F16_PROMPT is read from the workspace alone, never from x (the conditions of
-// forge__mms_launch for one product). 0 elsewhere (AMD).
+// the staged kernel in one chunk of a 16-byte aligned workspace of workspace_bytes (forge__mms_plan):
+// then an input given as FORGE_HIP_FORM_F16_PROMPT is read from the workspace alone, never from x. 0
+// elsewhere (AMD).
 int forge_hip_prompt_staged(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, size_t workspace_bytes) {
 #ifdef FORGE__MMA
-    if (n_rows == 0 || !forge_hip_prompt_form_ok(n_tokens, n_cols, workspace_bytes) || !forge__mma_available()) return 0;
+    uint32_t chunk;
+    if (n_rows == 0) return 0;
     switch (forge__hip_kind(type, n_cols)) {
-#define FORGE__STAGED_OK(id, H)                                                                                    \
-    case id: {                                                                                                     \
-        const int tile = forge__mms_tile<H>(n_rows, n_cols, n_tokens);                                             \
-        return tile >= 0 && forge__mms_tile_run<H>(tile, NULL, 0, 0, 0, NULL, 0, (hipStream_t)0);                  \
-    }
+#define FORGE__STAGED_OK(id, H) \
+    case id: return forge__mms_plan<H>(n_rows, n_cols, n_tokens, workspace_bytes, &chunk) >= 0 && n_tokens <= chunk;
         FORGE__MMS_TYPES(FORGE__STAGED_OK)
 #undef FORGE__STAGED_OK
     default: return 0;
