@@ -106,12 +106,16 @@ demo: $(BUILD)/forge
 
 # GPU builds: build-nvidia/ or build-amd/, the CLI and examples linked with the kernels.
 # NVCC_ARCH picks the machine code (e.g. -arch=sm_90 on H100/H200); empty: nvcc's default plus PTX.
+# -arch=sm_90 compiles the kernels as sm_90a machine code (the warpgroup instructions of the prompt
+# products, which run only on compute capability 9.0) plus compute_90 PTX for later devices.
 ifeq ($(GPU),nvidia)
 NVCC_ARCH ?=
-GPU_LINK = nvcc $(NVCC_ARCH)
+NVCC_CODE = $(if $(filter -arch=sm_90,$(NVCC_ARCH)),-gencode arch=compute_90a$(comma)code=sm_90a -gencode arch=compute_90$(comma)code=compute_90,$(NVCC_ARCH))
+comma := ,
+GPU_LINK = nvcc $(NVCC_CODE)
 all: $(BUILD)/forge_kernels.o
 $(BUILD)/forge_kernels.o: forge_kernels.hip | $(BUILD)
-	nvcc -x cu -O3 $(NVCC_ARCH) -c $< -o $@
+	nvcc -x cu -O3 $(NVCC_CODE) -c $< -o $@
 
 # every kernel against the CPU reference on the first device (needs a GPU and the CUDA runtime)
 $(BUILD)/test_kernels.o: tests/test_kernels.c forge.h tests/test.h tests/random_blocks.h tests/kv_rounding.h | $(BUILD)

@@ -93,7 +93,7 @@
         the numbers. The library never exits, aborts or prints (logging goes to desc.log if given).
       - Environment: the library reads no environment variable unless the program calls
         forge_context_desc_apply_env, which applies FORGE_MEM_FRACTION, FORGE_NO_GRAPH, FORGE_NO_Q8,
-        FORGE_NORM_FUSION, FORGE_NO_PDL, FORGE_NO_STAGE and FORGE_CPU_NO_Q8 to a descriptor (the CLI
+        FORGE_NORM_FUSION, FORGE_NO_PDL, FORGE_NO_STAGE, FORGE_NO_WGMMA and FORGE_CPU_NO_Q8 to a descriptor (the CLI
         calls it).
       - Memory: host memory through the descriptor's forge_allocator (both callbacks or neither: one
         without the other is refused with FORGE_ERR_ARGUMENT at creation); a context allocates all it
@@ -881,6 +881,9 @@ typedef struct forge_context_desc {
                                         set; the CPU's parts share one host reading); else n_devices readings */
     uint32_t split_layers[FORGE_MAX_DEVICES]; /* layers of each device, summing to the model's (each >= 1);
                                         all 0: by `split` */
+    /* 1: prompt products (more than 64 tokens) keep the mma.sync kernel where the kernels hold sm_90a
+       code for the warpgroup instructions (FORGE_NO_WGMMA=1; GPU switches above) */
+    int gpu_no_wgmma;
 } forge_context_desc;
 
 /* One device's share of a plan: its layers and its terms, as in forge_plan. */
@@ -1069,6 +1072,7 @@ FORGE_API int forge_context_captures(const forge_context *ctx, forge_capture_chu
       FORGE_NO_GRAPH=1       gpu_no_graph        FORGE_NO_Q8=1     gpu_no_q8
       FORGE_NORM_FUSION=0|1  gpu_norm_fusion -1 or 1
       FORGE_NO_PDL=1         gpu_no_pdl          FORGE_NO_STAGE=1  gpu_no_stage
+      FORGE_NO_WGMMA=1       gpu_no_wgmma
       FORGE_CPU_NO_Q8=1      cpu_no_q8
    A switch is on when its variable is set to anything but "" or "0". FORGE_ERR_ARGUMENT names a
    variable whose value cannot be read (FORGE_MEM_FRACTION=abc, =1.5); desc is then unchanged. */
@@ -8107,6 +8111,7 @@ typedef struct forge_hip_scope {
 } forge_hip_scope;
 #define FORGE_HIP_NO_PDL 1u
 #define FORGE_HIP_NO_STAGE 2u
+#define FORGE_HIP_NO_WGMMA 4u
 int forge_hip_enter(int device, unsigned switches, forge_hip_scope *saved, char *message, size_t message_bytes);
 void forge_hip_leave(const forge_hip_scope *saved);
 int forge_hip_arena_alloc(size_t bytes, void **out, char *message, size_t message_bytes);
@@ -8201,6 +8206,7 @@ int forge_hip_matmul_prompt(uint32_t type, const void *w, uint32_t n_rows, uint3
                             size_t message_bytes);
 int forge_hip_prompt_form_ok(uint32_t n_tokens, uint32_t n_cols, size_t workspace_bytes);
 int forge_hip_prompt_staged(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, size_t workspace_bytes);
+int forge_hip_prompt_wgmma(uint32_t n_cols);
 int forge_hip_swiglu_f16(float *gate, const float *up, size_t n, void *h16, int keep, void *stream, char *message, size_t message_bytes);
 int forge_hip_matmul_rows_q8(uint32_t type, const void *w, uint32_t n_rows, uint32_t n_cols, const float *x, float *y,
                              uint32_t n_tokens, const float *bias, void *workspace, size_t workspace_bytes, void *stream,
@@ -9323,7 +9329,7 @@ struct forge_context {
     uint8_t *sample_host;   /* pinned: the selection's flag and keys, copied back */
     uint32_t n_device_samples; /* draws forge_context_sample finished from device candidates */
     int use_q8;             /* decode products on 8-bit activations (desc.gpu_no_q8 turns them off) */
-    unsigned hip_switches;  /* FORGE_HIP_NO_PDL, FORGE_HIP_NO_STAGE from the desc, set around each call (forge_hip_enter) */
+    unsigned hip_switches;  /* FORGE_HIP_NO_PDL, FORGE_HIP_NO_STAGE, FORGE_HIP_NO_WGMMA from the desc, set around each call (forge_hip_enter) */
     int fuse_norm;          /* a residual product prepares the RMS norm after it: 0 never, 1 where faster, 2 wherever it can */
     uint32_t norms_prepared; /* how many norms the last decode step's products prepared */
     uint32_t *step_host;    /* their pinned host mirror */
@@ -12372,7 +12378,8 @@ static forge_result forge__gpu_scoped_init(forge_context *ctx, const forge_conte
     forge_hip_scope scope;
     char message[256];
     forge_result r;
-    ctx->hip_switches = (desc->gpu_no_pdl ? FORGE_HIP_NO_PDL : 0u) | (desc->gpu_no_stage ? FORGE_HIP_NO_STAGE : 0u);
+    ctx->hip_switches = (desc->gpu_no_pdl ? FORGE_HIP_NO_PDL : 0u) | (desc->gpu_no_stage ? FORGE_HIP_NO_STAGE : 0u) |
+                       (desc->gpu_no_wgmma ? FORGE_HIP_NO_WGMMA : 0u);
     if (forge_hip_enter(ctx->r.device, ctx->hip_switches, &scope, message, sizeof message) != 0)
         return forge__fail(error, FORGE_ERR_IO, "GPU %d: %s", ctx->r.device, message);
     r = forge__gpu_context_init(ctx, desc, error);
@@ -12493,6 +12500,7 @@ FORGE_API forge_result forge_context_desc_apply_env(forge_context_desc *desc, fo
     if (!d.gpu_no_q8) d.gpu_no_q8 = forge__env_on("FORGE_NO_Q8");
     if (!d.gpu_no_pdl) d.gpu_no_pdl = forge__env_on("FORGE_NO_PDL");
     if (!d.gpu_no_stage) d.gpu_no_stage = forge__env_on("FORGE_NO_STAGE");
+    if (!d.gpu_no_wgmma) d.gpu_no_wgmma = forge__env_on("FORGE_NO_WGMMA");
     if (!d.cpu_no_q8) d.cpu_no_q8 = forge__env_on("FORGE_CPU_NO_Q8");
     *desc = d;
     forge__ok(error);

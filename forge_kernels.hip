@@ -155,10 +155,11 @@ static int forge__hip_wave_size(void) {
 //
 // forge.h runs every call that touches a device between forge_hip_enter and forge_hip_leave: enter
 // makes the context's device current for the calling thread and sets the context's switches
-// (FORGE_HIP_NO_PDL, FORGE_HIP_NO_STAGE, from forge_context_desc) for that thread; leave puts both
+// (FORGE_HIP_NO_PDL, FORGE_HIP_NO_STAGE, FORGE_HIP_NO_WGMMA, from forge_context_desc) for that thread; leave puts both
 // back as they were. Two contexts with different switches, on two threads, never see each other's.
 #define FORGE_HIP_NO_PDL 1u
 #define FORGE_HIP_NO_STAGE 2u
+#define FORGE_HIP_NO_WGMMA 4u
 static thread_local unsigned forge__hip_switches = 0;
 
 // ---- overlapped launches of the decode step ----
@@ -4064,6 +4065,185 @@ forge__k_matmul_staged(const forge__mh_group grp, size_t row_bytes, uint32_t n_c
 #endif
 }
 
+// ---- prompt products on warpgroup matrix instructions (sm_90a) ----
+//
+// The same products as forge__k_matmul_staged (f16 activations in the workspace, the weights converted
+// by the same readers) on wgmma: warpgroups of 64 rows each (two, or one where the blocks would not
+// fill the device) and 128 tokens a block, 64 columns a step, three stages. The converted weights and
+// the activations sit in shared memory in the layout the instruction reads without registers (rows of
+// 128 bytes, their 16-byte pieces swizzled by the row's index mod 8: forge__wg_desc); each step's
+// products run asynchronously while the block copies the next step's activations and converts its
+// weights. The products run over the columns in the same order as forge__k_matmul_mma's, 16 at a
+// time; on an H100 they gave its bits (test_kernels compares within 1e-5: the instructions do not
+// promise the order of their sums). Only machine code built for sm_90a has the instructions (the
+// Makefile builds it for -arch=sm_90): forge__wg_available asks whether the loaded code is that; the
+// context's gpu_no_wgmma turns the path off (FORGE_HIP_NO_WGMMA). Measured on an H100 (tests/PERF.md):
+// a 512-token prompt of the Llama-3-8B 1.27x (Q8_0) to 1.37x (Q4_K_M) as fast as on the mma.sync tiles.
+#if defined(FORGE__MMA_DEVICE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FORGE__WG_DEVICE 1
+#endif
+#define FORGE__WG_STAGES 3
+#define FORGE__WG_SMEM(BM, BN) ((size_t)FORGE__WG_STAGES * ((BM) + (BN)) * 128 + 1024) // + alignment to 1024 bytes
+// Which code the kernels were loaded as: its static shared memory is 16 bytes where the warpgroup
+// instructions were compiled in, none elsewhere (forge__wg_available reads it through the function's
+// attributes)
+__global__ void forge__k_wg_probe(uint32_t *out) {
+#ifdef FORGE__WG_DEVICE
+    __shared__ uint32_t mark[4];
+    mark[threadIdx.x % 4] = threadIdx.x;
+    __syncthreads();
+    if (out) out[threadIdx.x] = mark[(threadIdx.x + 1) % 4];
+#else
+    (void)out;
+#endif
+}
+#ifdef FORGE__WG_DEVICE
+// a shared-memory matrix of rows of 128 bytes (64 halves of K), 8-row groups 1024 bytes apart, 128-byte
+// swizzle (the 16-byte piece c of row r at c ^ (r % 8)); addr 1024-aligned, plus 32 bytes a k16 step
+__device__ __forceinline__ uint64_t forge__wg_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3ffffu) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void forge__wg_fence_smem(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void forge__wg_arrive(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void forge__wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void forge__wg_wait(void) { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void forge__wg_copy16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
+}
+__device__ __forceinline__ void forge__st_shared128(uint32_t a, const uint32_t v[4]) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory");
+}
+// d (64 rows x 128 tokens, f32) += a (64 x 16, f16, K-major) b (16 x 128, K-major); d[4j + k]: row
+// 16 (warp % 4) + lane / 4 + 8 (k / 2), token 8j + 2 (lane % 4) + k % 2
+__device__ __forceinline__ void forge__wg_mma128(float *d, uint64_t a, uint64_t b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, 1, 1, 1, 0, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
+                   "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+                   "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]),
+                   "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+                   "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b));
+}
+#endif
+
+// y = W x (+ bias) for the block's 64 WG rows and 128 tokens (grp and the rest as forge__k_matmul_staged;
+// n_cols a multiple of 64). Dynamic shared memory FORGE__WG_SMEM(64 WG, 128): two blocks a
+// multiprocessor. Step s: its products issued on slot s % 3, then step s + 1's activations copied and
+// weights converted into slot (s + 1) % 3 (their raw units loaded a step before), step s + 2's units
+// loaded. A slot is written only after every warpgroup has waited for the products that read it: the
+// wait at the end of step s - 1 leaves at most step s - 1's in flight, and the barrier of step s
+// follows every thread's wait, so step s - 2's slot, (s + 1) % 3, is free.
+template <class H, int WG>
+__global__ void __launch_bounds__(128 * WG, 2)
+forge__k_matmul_wg(const forge__mh_group grp, size_t row_bytes, uint32_t n_cols, const uint16_t *__restrict__ xh, uint32_t n_tokens) {
+#ifdef FORGE__WG_DEVICE
+    constexpr int BM = 64 * WG, BN = 128, THREADS = 128 * WG, S = FORGE__WG_STAGES;
+    constexpr int TASKS = 2 * BM / THREADS, CHUNKS = BN * 8 / THREADS; // units and 16-byte activation pieces a thread a step
+    constexpr uint32_t A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
+    static_assert(TASKS * THREADS == 2 * BM && CHUNKS * THREADS == BN * 8 && S == 3, "whole tasks a thread; the slots above");
+    extern __shared__ __align__(16) uint8_t forge__wg_smem[];
+    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(forge__wg_smem) + 1023u) & ~1023u;
+    const uint32_t m = blockIdx.y >= grp.first[2] ? 2u : blockIdx.y >= grp.first[1] ? 1u : 0u;
+    const uint8_t *__restrict__ w = m == 2 ? grp.w[2] : m == 1 ? grp.w[1] : grp.w[0];
+    float *__restrict__ y = m == 2 ? grp.y[2] : m == 1 ? grp.y[1] : grp.y[0];
+    const float *__restrict__ bias = m == 2 ? grp.bias[2] : m == 1 ? grp.bias[1] : grp.bias[0];
+    const uint32_t n_rows = m == 2 ? grp.n_rows[2] : m == 1 ? grp.n_rows[1] : grp.n_rows[0];
+    const uint32_t first = m == 2 ? grp.first[2] : m == 1 ? grp.first[1] : grp.first[0];
+    const uint32_t tid = threadIdx.x, wg = tid / 128;
+    const uint32_t tok0 = blockIdx.x * BN, row0 = (blockIdx.y - first) * BM, n_steps = n_cols / 64;
+    // task = tid + i THREADS: row task / 2, unit task % 2 of the step (its 16-byte pieces 4 (task % 2)
+    // .. + 3); out-of-range rows and tokens read the last valid one, never stored
+    const uint8_t *rows[TASKS];
+#pragma unroll
+    for (int i = 0; i < TASKS; i++) rows[i] = w + (size_t)min(row0 + (tid + i * THREADS) / 2, n_rows - 1) * row_bytes;
+    const uint16_t *x_src[CHUNKS]; // piece c: token c / 8, columns 8 (c % 8) of a step
+    uint32_t x_off[CHUNKS];
+#pragma unroll
+    for (int i = 0; i < CHUNKS; i++) {
+        const uint32_t c = tid + i * THREADS, t = c / 8, k8 = c % 8;
+        x_src[i] = xh + (size_t)min(tok0 + t, n_tokens - 1) * n_cols + 8 * k8;
+        x_off[i] = A_BYTES + t * 128 + ((k8 ^ (t % 8)) * 16);
+    }
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+    typename H::raw raw[TASKS][2];
+    auto load = [&](uint32_t step) {
+#pragma unroll
+        for (int i = 0; i < TASKS; i++) {
+            const uint32_t u = 2 * step + (tid + i * THREADS) % 2;
+            H::load(rows[i], u, 0, n_cols, raw[i][0]), H::load(rows[i], u, 1, n_cols, raw[i][1]);
+        }
+    };
+    auto convert = [&](uint32_t step) {
+        const uint32_t slot = base + (step % S) * STAGE;
+#pragma unroll
+        for (int i = 0; i < TASKS; i++) {
+            const uint32_t task = tid + i * THREADS, row = task / 2, u = 2 * step + task % 2;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint32_t v[8];
+                H::convert(raw[i][h], u, h, v);
+                const uint32_t c = 4 * (task % 2) + 2 * h;
+                forge__st_shared128(slot + row * 128 + ((c ^ (row % 8)) * 16), v);
+                forge__st_shared128(slot + row * 128 + (((c + 1) ^ (row % 8)) * 16), v + 4);
+            }
+        }
+    };
+    auto copy = [&](uint32_t step) {
+        const uint32_t slot = base + (step % S) * STAGE;
+#pragma unroll
+        for (int i = 0; i < CHUNKS; i++) forge__wg_copy16(slot + x_off[i], x_src[i] + (size_t)64 * step);
+        forge__copy_commit();
+    };
+    copy(0);
+    load(0);
+    convert(0);
+    if (n_steps > 1) load(1);
+    for (uint32_t step = 0; step < n_steps; step++) {
+        forge__copy_keep<0>();  // this thread's copies of this step have landed
+        forge__wg_fence_smem(); // its shared stores and copies are visible to the matrix instructions
+        __syncthreads();
+        const uint32_t slot = base + (step % S) * STAGE;
+        forge__wg_arrive();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            forge__wg_mma128(acc, forge__wg_desc(slot + wg * 64 * 128 + 32 * kk), forge__wg_desc(slot + A_BYTES + 32 * kk));
+        forge__wg_commit();
+        if (step + 1 < n_steps) {
+            copy(step + 1);
+            convert(step + 1);
+            if (step + 2 < n_steps) load(step + 2);
+        }
+        forge__wg_wait<1>();
+    }
+    forge__wg_wait<0>();
+    const uint32_t lane = tid % 32, warp = (tid % 128) / 32;
+#pragma unroll
+    for (int k2 = 0; k2 < 2; k2++) {
+        const uint32_t r = row0 + wg * 64 + warp * 16 + lane / 4 + 8 * k2;
+        if (r >= n_rows) continue;
+        const float add = bias ? bias[r] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int k1 = 0; k1 < 2; k1++) {
+                const uint32_t t = tok0 + 8 * j + 2 * (lane % 4) + k1;
+                if (t < n_tokens) y[(size_t)t * n_rows + r] = acc[4 * j + 2 * k2 + k1] + add;
+            }
+    }
+#else
+    (void)grp, (void)row_bytes, (void)n_cols, (void)xh, (void)n_tokens;
+#endif
+}
+
 // One tile's launch over the first n products of grp (its first[] set here); with grp NULL, only
 // whether the kernel may take its shared memory on this device (asked once a device).
 template <class H, int WM, int WN, int NT, int KU, int S>
@@ -4078,6 +4258,36 @@ static int forge__mms_run(forge__mh_group *grp, uint32_t n, size_t row_bytes, ui
     return 1;
 }
 
+// The warpgroup kernel's launch, as forge__mms_run's
+template <class H, int WG>
+static int forge__mmw_run(forge__mh_group *grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const uint16_t *xh, uint32_t n_tokens,
+                          hipStream_t s) {
+    static std::atomic<unsigned long long> known;
+    if (!grp) return forge__stage_allow(forge__k_matmul_wg<H, WG>, known);
+    const dim3 grid((n_tokens + 127) / 128, forge__mh_group_blocks(*grp, n, 64 * WG));
+    forge__launch_smem(0, forge__k_matmul_wg<H, WG>, grid, dim3(128 * WG), FORGE__WG_SMEM(64 * WG, 128), s, *grp, row_bytes, n_cols, xh,
+                       n_tokens);
+    return 1;
+}
+
+// Whether the kernels loaded for the current device hold the warpgroup instructions (sm_90a code:
+// forge__k_wg_probe's shared memory), asked once a device (0: not asked, 1: no, 2: yes), and the calling
+// thread's switches allow them (FORGE_HIP_NO_WGMMA)
+static int forge__wg_available(void) {
+    static std::atomic<int> known[64];
+    int device = 0, state = 0;
+    if (forge__hip_switches & FORGE_HIP_NO_WGMMA) return 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return (void)cudaGetLastError(), 0;
+    if (device >= 0 && device < 64) state = known[device].load(std::memory_order_relaxed);
+    if (state == 0) {
+        cudaFuncAttributes fa;
+        state = cudaFuncGetAttributes(&fa, forge__k_wg_probe) == cudaSuccess && fa.sharedSizeBytes > 0 ? 2 : 1;
+        (void)cudaGetLastError();
+        if (device >= 0 && device < 64) known[device].store(state, std::memory_order_relaxed);
+    }
+    return state == 2;
+}
+
 // The tiles, measured at 512 tokens on an H100 (tests/PERF.md): 64 rows x 128 tokens a block, 128
 // columns a step, two stages; 64 tokens where those blocks would not fill the multiprocessors (the
 // 1024-row k and v: 1.6-1.8x instead of 1.35-1.5x); Q4_K, and Q4_0 / Q8_0 in the device layout, with
@@ -4087,8 +4297,12 @@ static int forge__mms_run(forge__mh_group *grp, uint32_t n, size_t row_bytes, ui
 // q, k and v 120 instead of 140 us, Q4_0's 110 / 112), and 128 x 128 in 2 x 4 warps, 64 columns a step,
 // three stages, for 8192 columns or more where the blocks fill the multiprocessors once (the down
 // projection: Q4_0 222 instead of 241 us, Q8_0 244 / 254).
-enum { FORGE__MMS_TILE = 0, FORGE__MMS_NARROW = 1, FORGE__MMS_WIDE = 2, FORGE__MMS_DEEP = 3 };
+// Where the warpgroup kernel runs (forge__wg_available, columns a multiple of 64) it takes every
+// product: 128 rows a block, 64 where those blocks would not fill the multiprocessors.
+enum { FORGE__MMS_TILE = 0, FORGE__MMS_NARROW = 1, FORGE__MMS_WIDE = 2, FORGE__MMS_DEEP = 3, FORGE__MMS_WG = 4, FORGE__MMS_WG1 = 5 };
 template <class H> static int forge__mms_tile(uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens) {
+    if (n_cols % 64 == 0 && forge__wg_available())
+        return (uint64_t)((n_rows + 127) / 128) * ((n_tokens + 127) / 128) < (uint64_t)forge__hip_sm_count() ? FORGE__MMS_WG1 : FORGE__MMS_WG;
     const bool deep = forge__mms_deep<H>::value && n_tokens > 384 && n_cols % 64 == 0;
     if (forge__mms_wide<H>::value && (n_rows >= 8192 || (deep && n_rows >= 6144)) && n_cols % 64 == 0) return FORGE__MMS_WIDE;
     if (deep && n_cols >= 8192 && (uint64_t)((n_rows + 127) / 128) * ((n_tokens + 127) / 128) * 8 >= (uint64_t)forge__hip_sm_count() * 7)
@@ -4100,6 +4314,8 @@ template <class H>
 static int forge__mms_tile_run(int tile, forge__mh_group *grp, uint32_t n, size_t row_bytes, uint32_t n_cols, const uint16_t *xh,
                                uint32_t n_tokens, hipStream_t s) {
     switch (tile) {
+    case FORGE__MMS_WG: return forge__mmw_run<H, 2>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
+    case FORGE__MMS_WG1: return forge__mmw_run<H, 1>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
     case FORGE__MMS_WIDE: return forge__mms_run<H, 2, 2, 8, 2, 3>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
     case FORGE__MMS_DEEP: return forge__mms_run<H, 2, 4, 4, 2, 3>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
     case FORGE__MMS_NARROW: return forge__mms_run<H, 1, 4, 2, 4, 2>(grp, n, row_bytes, n_cols, xh, n_tokens, s);
@@ -4389,6 +4605,19 @@ int forge_hip_prompt_staged(uint32_t type, uint32_t n_rows, uint32_t n_cols, uin
     }
 #else
     (void)type, (void)n_rows, (void)n_cols, (void)n_tokens, (void)workspace_bytes;
+    return 0;
+#endif
+}
+
+// Whether prompt products of n_cols columns run on the warpgroup kernel on the current device with
+// the calling thread's switches (forge__k_matmul_wg: sm_90a code, gpu_no_wgmma off, n_cols a multiple
+// of 64), where the staged kernel takes them (forge_hip_prompt_staged); its sums are not the bits of
+// the other kernels.
+int forge_hip_prompt_wgmma(uint32_t n_cols) {
+#ifdef FORGE__MMA
+    return n_cols % 64 == 0 && forge__mma_available() && forge__wg_available();
+#else
+    (void)n_cols;
     return 0;
 #endif
 }

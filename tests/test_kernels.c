@@ -212,10 +212,39 @@ static void check_matmul(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32
     free(w), free(x), free(bias), free(y), free(ref);
 }
 
+/* The staged product again with the warpgroup kernel switched off (the mma.sync tiles), into y_mma;
+   returns 1 where the warpgroup kernel took the product (the first result then has its own sums, not
+   forge_hip_matmul's bits): its values within 1e-5 of those. */
+static int staged_without_wgmma(uint32_t type, const void *dw, uint32_t n_rows, uint32_t n_cols, const void *dx, uint32_t n_tokens,
+                                const void *db, void *dws, size_t ws_bytes, const float *y, float *y_mma, size_t n_out) {
+    forge_hip_scope scope;
+    void *dy;
+    double err = 0.0;
+    if (!ws_bytes || !forge_hip_prompt_wgmma(n_cols) || !forge_hip_prompt_staged(type, n_rows, n_cols, n_tokens < 512 ? n_tokens : 512, ws_bytes))
+        return 0;
+    dy = dev_alloc(n_out * sizeof(float), NULL);
+    CHECK(forge_hip_enter(0, FORGE_HIP_NO_WGMMA, &scope, msg, sizeof msg) == 0, "enter: %s", msg);
+    CHECK(!forge_hip_prompt_wgmma(n_cols), "FORGE_HIP_NO_WGMMA turns the warpgroup kernel off");
+    CHECK(forge_hip_matmul_split(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, (const float *)db, dws, ws_bytes, NULL, msg,
+                                 sizeof msg) == 0,
+          "staged matmul without wgmma: %s", msg);
+    forge_hip_leave(&scope);
+    if (dev_fetch(y_mma, dy, n_out * sizeof(float))) {
+        err = norm_error_f(y, y_mma, n_out);
+        printf("    warpgroup kernel against the mma.sync tiles: %.2e\n", err);
+        CHECK(err < 1e-5, "prompt %s %ux%u tokens %u: the warpgroup kernel %.3e from the mma.sync tiles", forge_type_info(type)->name, n_rows, n_cols,
+              n_tokens, err);
+    }
+    forge_hip_arena_free(dy);
+    return 1;
+}
+
 /* A prompt product with a workspace for its activations in f16 (forge_hip_matmul_split past 64 tokens):
-   the same bits as forge_hip_matmul (the same sums in the same order) where the staged kernel runs, within
-   1e-3 of a double reference everywhere (where it does not run, the columns may be split: same_bits 0);
-   ws_tokens sets the workspace (fewer tokens than the batch: chunks). */
+   the same bits as forge_hip_matmul (the same sums in the same order) where the staged kernel runs on the
+   mma.sync tiles, within 1e-3 of a double reference everywhere (where it does not run, the columns may be
+   split: same_bits 0); where the warpgroup kernel runs (sm_90a code), within 1e-5 of the mma.sync tiles,
+   which then give the same bits as forge_hip_matmul; ws_tokens sets the workspace (fewer tokens than the
+   batch: chunks). */
 static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, uint32_t ws_tokens, int with_bias,
                                 int same_bits) {
     const forge_type_traits *t = forge_type_info(type);
@@ -241,6 +270,12 @@ static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols,
         printf("  prompt %-6s %5u x %5u, %3u tokens, workspace %3u tokens%s: err %.2e, %.4f of the values as without it\n", t->name, n_rows,
                n_cols, n_tokens, ws_tokens, with_bias ? " +bias" : "      ", err, (double)same / n_out);
         CHECK(err < 1e-3, "prompt matmul %s %ux%u tokens %u: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err);
+        if (same_bits) { /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
+            float *y_mma = (float *)xmalloc(n_out * sizeof(float));
+            if (staged_without_wgmma(type, dw, n_rows, n_cols, dx, n_tokens, with_bias ? db : NULL, dws, ws_bytes, y, y_mma, n_out))
+                for (same = 0, i = 0; i < n_out; i++) same += memcmp(&y_mma[i], &y0[i], sizeof(float)) == 0;
+            free(y_mma);
+        }
         CHECK(!same_bits || same == n_out, "prompt matmul %s %ux%u tokens %u workspace %u: %zu of %zu values differ from the unstaged product", t->name,
               n_rows, n_cols, n_tokens, ws_tokens, n_out - same, n_out);
     }
@@ -295,7 +330,8 @@ static void check_swiglu_f16(uint32_t n_ff, uint32_t n_tokens, uint32_t down_typ
 /* A staged product large enough for the 128 x 128 tiles forge__mms_tile picks for Q4_0 / Q8_0 in the device
    layout (q, k and v of the 8B from 6144 rows; a down projection of 8192 columns or more), against the
    unstaged product bit for bit and a float64 reference on 512 sampled outputs (the whole reference would
-   take the CPU too long) */
+   take the CPU too long); where the warpgroup kernel runs, it within 1e-5 of the mma.sync tiles and those
+   bit for bit against the unstaged product */
 static void check_prompt_tile(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, n_out = (size_t)n_tokens * n_rows;
@@ -328,6 +364,12 @@ static void check_prompt_tile(uint32_t type, uint32_t n_rows, uint32_t n_cols, u
         }
         printf("  prompt %-6s %5u x %5u, %3u tokens (the wide tiles): err %.2e on 512 sampled outputs, %.4f of the values as without it\n", t->name,
                n_rows, n_cols, n_tokens, sqrt(e2 / r2), (double)same / n_out);
+        { /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
+            float *y_mma = (float *)xmalloc(n_out * sizeof(float));
+            if (staged_without_wgmma(type, dw, n_rows, n_cols, dx, n_tokens, db, dws, ws_bytes, y, y_mma, n_out))
+                for (same = 0, i = 0; i < n_out; i++) same += memcmp(&y_mma[i], &y0[i], sizeof(float)) == 0;
+            free(y_mma);
+        }
         CHECK(sqrt(e2 / r2) < 1e-3 && same == n_out, "prompt %s %ux%u, %u tokens: error %.2e, %zu of %zu values differ from the unstaged product",
               t->name, n_rows, n_cols, n_tokens, sqrt(e2 / r2), n_out - same, n_out);
     }
@@ -510,8 +552,10 @@ static void test_matmul_prompt(void) {
                   !forge_hip_prompt_staged(FORGE_TYPE_Q4_0, 4096, 14336, 513, (size_t)513 * 14336 * 2) &&
                   !forge_hip_prompt_staged(FORGE_TYPE_Q4_0, 4096, 14336, 64, (size_t)64 * 14336 * 2) &&
                   !forge_hip_prompt_staged(FORGE_TYPE_Q4_0, 4096, 14336, 512, (size_t)511 * 14336 * 2) &&
-                  !forge_hip_prompt_staged(FORGE_TYPE_Q8_0, 128, 320, 130, (size_t)130 * 320 * 2),
-              "forge_hip_prompt_staged: a staged product in one chunk, and not a Q5_K, 513 or 64 tokens, a short workspace, 320 columns");
+                  !forge_hip_prompt_staged(FORGE_TYPE_Q8_0, 128, 288, 130, (size_t)130 * 288 * 2) &&
+                  forge_hip_prompt_staged(FORGE_TYPE_Q8_0, 128, 320, 130, (size_t)130 * 320 * 2) == forge_hip_prompt_wgmma(320),
+              "forge_hip_prompt_staged: a staged product in one chunk, and not a Q5_K, 513 or 64 tokens, a short workspace, 288 columns; 320 "
+              "columns on the warpgroup kernel only");
         CHECK(forge_hip_swiglu_f16((float *)(uintptr_t)256, (const float *)(uintptr_t)256, 6, (void *)(uintptr_t)256, 0, NULL, msg, sizeof msg) != 0 &&
                   strstr(msg, "swiglu") != NULL,
               "forge_hip_swiglu_f16 refuses a count not a multiple of 4 (%s)", msg);

@@ -58,7 +58,8 @@ class forge_context_desc(Structure):
                 ("pattern_head_first", c_uint32), ("pattern_n_heads", c_uint32),
                 ("pattern_key_first", c_uint32), ("pattern_n_keys", c_uint32),
                 ("n_devices", c_uint32), ("devices", c_int * MAX_DEVICES), ("split", c_double * MAX_DEVICES),
-                ("device_memory", POINTER(forge_memory_reading)), ("split_layers", c_uint32 * MAX_DEVICES)]
+                ("device_memory", POINTER(forge_memory_reading)), ("split_layers", c_uint32 * MAX_DEVICES),
+                ("gpu_no_wgmma", c_int)]
 
 
 class forge_plan_part(Structure):
