@@ -4078,7 +4078,7 @@ forge__k_matmul_staged(const forge__mh_group grp, size_t row_bytes, uint32_t n_c
 // promise the order of their sums). Only machine code built for sm_90a has the instructions (the
 // Makefile builds it for -arch=sm_90): forge__wg_available asks whether the loaded code is that; the
 // context's gpu_no_wgmma turns the path off (FORGE_HIP_NO_WGMMA). Measured on an H100 (tests/PERF.md):
-// a 512-token prompt of the Llama-3-8B 1.27x (Q8_0) to 1.37x (Q4_K_M) as fast as on the mma.sync tiles.
+// a 512-token prompt of the Llama-3-8B 1.26x (Q8_0) to 1.36x (Q4_K_M) as fast as on the mma.sync tiles.
 #if defined(FORGE__MMA_DEVICE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FORGE__WG_DEVICE 1
 #endif
