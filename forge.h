@@ -1033,7 +1033,8 @@ FORGE_API uint64_t forge_context_arena_bytes(const forge_context *ctx);
    input that the same kernel takes (q, k and v; gate and up) run as one launch, the norm before them
    writes their f16 input, and a step's rope, cache store, residual adds and norms are fused launches
    (the same bits as the separate ones). Larger steps and prompt batches keep f32 activations (f16
-   operands on the matrix units). desc.gpu_no_q8 keeps
+   operands on the matrix units; past 64 rows on NVIDIA sm_90 with kernels built as sm_90a code, on
+   its warpgroup instructions, which desc.gpu_no_wgmma turns off). desc.gpu_no_q8 keeps
    decode and those steps on f32 activations (slower: see README, Performance). A
    product that adds into the residual stream also prepares the RMS norm after it where that is
    faster (the residual times the norm weight rounded as above, the norm's factor applied to the
