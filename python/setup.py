@@ -62,7 +62,7 @@ class BuildNative(build_ext):
         if gpu == "nvidia":
             arch = os.environ.get("FORGE_NVCC_ARCH", "-arch=sm_90").split()
             if arch == ["-arch=sm_90"]:  # as the Makefile: sm_90a machine code (the warpgroup prompt products) and compute_90 PTX
-                arch = ["-gencode", "arch=compute_90a,code=sm_90a", "-gencode", "arch=compute_90,code=compute_90"]
+                arch = ["-gencode", "arch=compute_90a,code=sm_90a", "-gencode", "arch=compute_90,code=compute_90", "--threads", "2"]
             cmd = ["nvcc", "-x", "cu", "-O3", *arch, "-Xcompiler", "-fPIC", "-c", src, "-o", obj]
         else:
             archs = os.environ.get("FORGE_HIP_ARCHS", "gfx90a,gfx942,gfx1100")
