@@ -191,25 +191,32 @@ static void forge__launch_smem(int overlap, void (*kernel)(KArgs...), dim3 grid,
     hipLaunchKernelGGL(kernel, grid, block, smem, s, args...);
 }
 #else
-// Whether the current device runs overlapped launches, asked once a device (0: not asked, 1: no,
-// 2: yes; threads that ask together find the same answer), and the calling thread's switch allows them.
-static int forge__pdl_enabled(void) {
-    static std::atomic<int> known[64];
-    int device = 0, state = 1;
-    if (forge__hip_switches & FORGE_HIP_NO_PDL) return 0;
+// What ask(device) says of the current device, asked once a device: known[d] 0 not asked, 1 no, 2 yes
+// (threads that ask together find the same answer; devices past 63 ask each time); 0 where the
+// runtime names no current device. A failed query is not left as the runtime's last error.
+static int forge__device_once(std::atomic<int> (&known)[64], bool (*ask)(int device)) {
+    int device = 0, state = 0;
     if (cudaGetDevice(&device) != cudaSuccess) return (void)cudaGetLastError(), 0;
     if (device >= 0 && device < 64) state = known[device].load(std::memory_order_relaxed);
-    if (state == 0 || device < 0 || device >= 64) {
-        int major = 0;
-        cudaFuncAttributes fa;
-        state = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
-                        cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 90
-                    ? 2
-                    : 1;
+    if (state == 0) {
+        state = ask(device) ? 2 : 1;
         (void)cudaGetLastError();
         if (device >= 0 && device < 64) known[device].store(state, std::memory_order_relaxed);
     }
     return state == 2;
+}
+
+// Whether the current device runs overlapped launches (compute capability 9.0 and kernels built as
+// such), asked once a device, and the calling thread's switch allows them.
+static bool forge__pdl_ask(int device) {
+    int major = 0;
+    cudaFuncAttributes fa;
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
+           cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 90;
+}
+static int forge__pdl_enabled(void) {
+    static std::atomic<int> known[64];
+    return !(forge__hip_switches & FORGE_HIP_NO_PDL) && forge__device_once(known, forge__pdl_ask);
 }
 
 // overlap 0: the kernel is placed only once the one before it has finished (its FORGE__GRID_ENTER
@@ -2950,19 +2957,14 @@ __global__ void forge__k_split_sum(const float *__restrict__ partial, uint32_t n
 // least 4 steps of 32 columns, until the grid has about 8 warps a multiprocessor, and the parts are
 // summed.
 // Whether the kernels hold sm_80 code for the current device (the matrix-unit instructions), asked
-// once a device (0: not asked, 1: no, 2: yes).
+// once a device (forge__device_once).
+static bool forge__mma_ask(int) {
+    cudaFuncAttributes fa;
+    return cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 80;
+}
 static int forge__mma_available(void) {
     static std::atomic<int> known[64];
-    int device = 0, state = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return (void)cudaGetLastError(), 0;
-    if (device >= 0 && device < 64) state = known[device].load(std::memory_order_relaxed);
-    if (state == 0) {
-        cudaFuncAttributes fa;
-        state = cudaFuncGetAttributes(&fa, forge__k_grid_probe) == cudaSuccess && fa.ptxVersion >= 80 ? 2 : 1;
-        (void)cudaGetLastError();
-        if (device >= 0 && device < 64) known[device].store(state, std::memory_order_relaxed);
-    }
-    return state == 2;
+    return forge__device_once(known, forge__mma_ask);
 }
 
 template <class H>
@@ -4076,7 +4078,7 @@ forge__k_matmul_staged(const forge__mh_group grp, size_t row_bytes, uint32_t n_c
 // weights. The products run over the columns in the same order as forge__k_matmul_mma's, 16 at a
 // time; on an H100 they gave its bits (test_kernels compares within 1e-5: the instructions do not
 // promise the order of their sums). Only machine code built for sm_90a has the instructions (the
-// Makefile builds it for -arch=sm_90): forge__wg_available asks whether the loaded code is that; the
+// Makefile builds it for -arch=sm_90): forge__wg_takes asks whether the loaded code is that; the
 // context's gpu_no_wgmma turns the path off (FORGE_HIP_NO_WGMMA). Measured on an H100 (tests/PERF.md):
 // a 512-token prompt of the Llama-3-8B 1.26x (Q8_0) to 1.36x (Q4_K_M) as fast as on the mma.sync tiles.
 #if defined(FORGE__MMA_DEVICE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -4085,7 +4087,7 @@ forge__k_matmul_staged(const forge__mh_group grp, size_t row_bytes, uint32_t n_c
 #define FORGE__WG_STAGES 3
 #define FORGE__WG_SMEM(BM, BN) ((size_t)FORGE__WG_STAGES * ((BM) + (BN)) * 128 + 1024) // + alignment to 1024 bytes
 // Which code the kernels were loaded as: its static shared memory is 16 bytes where the warpgroup
-// instructions were compiled in, none elsewhere (forge__wg_available reads it through the function's
+// instructions were compiled in, none elsewhere (forge__wg_takes reads it through the function's
 // attributes)
 __global__ void forge__k_wg_probe(uint32_t *out) {
 #ifdef FORGE__WG_DEVICE
@@ -4107,6 +4109,8 @@ __device__ __forceinline__ void forge__wg_fence_smem(void) { asm volatile("fence
 __device__ __forceinline__ void forge__wg_arrive(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void forge__wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void forge__wg_wait(void) { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// forge__copy16_async on a shared address already in hand: converting the generic pointer back per
+// copy measured 2% slower on the 8B's Q4_0 prompt (H100)
 __device__ __forceinline__ void forge__wg_copy16(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
 }
@@ -4271,21 +4275,15 @@ static int forge__mmw_run(forge__mh_group *grp, uint32_t n, size_t row_bytes, ui
 }
 
 // Whether the kernels loaded for the current device hold the warpgroup instructions (sm_90a code:
-// forge__k_wg_probe's shared memory), asked once a device (0: not asked, 1: no, 2: yes), and the calling
-// thread's switches allow them (FORGE_HIP_NO_WGMMA)
-static int forge__wg_available(void) {
+// forge__k_wg_probe's shared memory), asked once a device (forge__device_once), the calling thread's
+// switches allow them (FORGE_HIP_NO_WGMMA) and the warpgroup kernel takes n_cols (a multiple of 64)
+static bool forge__wg_ask(int) {
+    cudaFuncAttributes fa;
+    return cudaFuncGetAttributes(&fa, forge__k_wg_probe) == cudaSuccess && fa.sharedSizeBytes > 0;
+}
+static int forge__wg_takes(uint32_t n_cols) {
     static std::atomic<int> known[64];
-    int device = 0, state = 0;
-    if (forge__hip_switches & FORGE_HIP_NO_WGMMA) return 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return (void)cudaGetLastError(), 0;
-    if (device >= 0 && device < 64) state = known[device].load(std::memory_order_relaxed);
-    if (state == 0) {
-        cudaFuncAttributes fa;
-        state = cudaFuncGetAttributes(&fa, forge__k_wg_probe) == cudaSuccess && fa.sharedSizeBytes > 0 ? 2 : 1;
-        (void)cudaGetLastError();
-        if (device >= 0 && device < 64) known[device].store(state, std::memory_order_relaxed);
-    }
-    return state == 2;
+    return n_cols % 64 == 0 && !(forge__hip_switches & FORGE_HIP_NO_WGMMA) && forge__device_once(known, forge__wg_ask);
 }
 
 // The tiles, measured at 512 tokens on an H100 (tests/PERF.md): 64 rows x 128 tokens a block, 128
@@ -4297,12 +4295,12 @@ static int forge__wg_available(void) {
 // q, k and v 120 instead of 140 us, Q4_0's 110 / 112), and 128 x 128 in 2 x 4 warps, 64 columns a step,
 // three stages, for 8192 columns or more where the blocks fill the multiprocessors once (the down
 // projection: Q4_0 222 instead of 241 us, Q8_0 244 / 254).
-// Where the warpgroup kernel runs (forge__wg_available, columns a multiple of 64) it takes every
+// Where the warpgroup kernel runs (forge__wg_takes: sm_90a code, columns a multiple of 64) it takes every
 // product: 128 rows a block, 64 where those blocks would not fill the multiprocessors once (the 8B's o
 // and down projections, 128 blocks on an H100's 132: 64 rows there measured 1-1.5% faster than 128).
 enum { FORGE__MMS_TILE = 0, FORGE__MMS_NARROW = 1, FORGE__MMS_WIDE = 2, FORGE__MMS_DEEP = 3, FORGE__MMS_WG = 4, FORGE__MMS_WG1 = 5 };
 template <class H> static int forge__mms_tile(uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens) {
-    if (n_cols % 64 == 0 && forge__wg_available())
+    if (forge__wg_takes(n_cols))
         return (uint64_t)((n_rows + 127) / 128) * ((n_tokens + 127) / 128) < (uint64_t)forge__hip_sm_count() ? FORGE__MMS_WG1 : FORGE__MMS_WG;
     const bool deep = forge__mms_deep<H>::value && n_tokens > 384 && n_cols % 64 == 0;
     if (forge__mms_wide<H>::value && (n_rows >= 8192 || (deep && n_rows >= 6144)) && n_cols % 64 == 0) return FORGE__MMS_WIDE;
@@ -4616,7 +4614,7 @@ int forge_hip_prompt_staged(uint32_t type, uint32_t n_rows, uint32_t n_cols, uin
 // the other kernels.
 int forge_hip_prompt_wgmma(uint32_t n_cols) {
 #ifdef FORGE__MMA
-    return n_cols % 64 == 0 && forge__mma_available() && forge__wg_available();
+    return forge__mma_available() && forge__wg_takes(n_cols);
 #else
     (void)n_cols;
     return 0;
