@@ -212,16 +212,20 @@ static void check_matmul(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32
     free(w), free(x), free(bias), free(y), free(ref);
 }
 
-/* The staged product again with the warpgroup kernel switched off (the mma.sync tiles), into y_mma;
-   returns 1 where the warpgroup kernel took the product (the first result then has its own sums, not
-   forge_hip_matmul's bits): its values within 1e-5 of those. */
-static int staged_without_wgmma(uint32_t type, const void *dw, uint32_t n_rows, uint32_t n_cols, const void *dx, uint32_t n_tokens,
-                                const void *db, void *dws, size_t ws_bytes, const float *y, float *y_mma, size_t n_out) {
+/* Where the warpgroup kernel took the staged product y (which then has its own sums, not
+   forge_hip_matmul's bits), the product again with it switched off (the mma.sync tiles): y within 1e-5
+   of those, and *same set to how many of those are the bits of y0 (forge_hip_matmul's); elsewhere
+   *same is left as it is. */
+static void staged_without_wgmma(uint32_t type, const void *dw, uint32_t n_rows, uint32_t n_cols, const void *dx, uint32_t n_tokens,
+                                 const void *db, void *dws, size_t ws_bytes, const float *y, const float *y0, size_t n_out, size_t *same) {
     forge_hip_scope scope;
     void *dy;
+    float *y_mma;
     double err = 0.0;
+    size_t i;
     if (!ws_bytes || !forge_hip_prompt_wgmma(n_cols) || !forge_hip_prompt_staged(type, n_rows, n_cols, n_tokens < 512 ? n_tokens : 512, ws_bytes))
-        return 0;
+        return;
+    y_mma = (float *)xmalloc(n_out * sizeof(float));
     dy = dev_alloc(n_out * sizeof(float), NULL);
     CHECK(forge_hip_enter(0, FORGE_HIP_NO_WGMMA, &scope, msg, sizeof msg) == 0, "enter: %s", msg);
     CHECK(!forge_hip_prompt_wgmma(n_cols), "FORGE_HIP_NO_WGMMA turns the warpgroup kernel off");
@@ -234,9 +238,10 @@ static int staged_without_wgmma(uint32_t type, const void *dw, uint32_t n_rows, 
         printf("    warpgroup kernel against the mma.sync tiles: %.2e\n", err);
         CHECK(err < 1e-5, "prompt %s %ux%u tokens %u: the warpgroup kernel %.3e from the mma.sync tiles", forge_type_info(type)->name, n_rows, n_cols,
               n_tokens, err);
+        for (*same = 0, i = 0; i < n_out; i++) *same += memcmp(&y_mma[i], &y0[i], sizeof(float)) == 0;
     }
     forge_hip_arena_free(dy);
-    return 1;
+    free(y_mma);
 }
 
 /* A prompt product with a workspace for its activations in f16 (forge_hip_matmul_split past 64 tokens):
@@ -270,12 +275,8 @@ static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols,
         printf("  prompt %-6s %5u x %5u, %3u tokens, workspace %3u tokens%s: err %.2e, %.4f of the values as without it\n", t->name, n_rows,
                n_cols, n_tokens, ws_tokens, with_bias ? " +bias" : "      ", err, (double)same / n_out);
         CHECK(err < 1e-3, "prompt matmul %s %ux%u tokens %u: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err);
-        if (same_bits) { /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
-            float *y_mma = (float *)xmalloc(n_out * sizeof(float));
-            if (staged_without_wgmma(type, dw, n_rows, n_cols, dx, n_tokens, with_bias ? db : NULL, dws, ws_bytes, y, y_mma, n_out))
-                for (same = 0, i = 0; i < n_out; i++) same += memcmp(&y_mma[i], &y0[i], sizeof(float)) == 0;
-            free(y_mma);
-        }
+        if (same_bits) /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
+            staged_without_wgmma(type, dw, n_rows, n_cols, dx, n_tokens, with_bias ? db : NULL, dws, ws_bytes, y, y0, n_out, &same);
         CHECK(!same_bits || same == n_out, "prompt matmul %s %ux%u tokens %u workspace %u: %zu of %zu values differ from the unstaged product", t->name,
               n_rows, n_cols, n_tokens, ws_tokens, n_out - same, n_out);
     }
@@ -364,12 +365,8 @@ static void check_prompt_tile(uint32_t type, uint32_t n_rows, uint32_t n_cols, u
         }
         printf("  prompt %-6s %5u x %5u, %3u tokens (the wide tiles): err %.2e on 512 sampled outputs, %.4f of the values as without it\n", t->name,
                n_rows, n_cols, n_tokens, sqrt(e2 / r2), (double)same / n_out);
-        { /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
-            float *y_mma = (float *)xmalloc(n_out * sizeof(float));
-            if (staged_without_wgmma(type, dw, n_rows, n_cols, dx, n_tokens, db, dws, ws_bytes, y, y_mma, n_out))
-                for (same = 0, i = 0; i < n_out; i++) same += memcmp(&y_mma[i], &y0[i], sizeof(float)) == 0;
-            free(y_mma);
-        }
+        /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
+        staged_without_wgmma(type, dw, n_rows, n_cols, dx, n_tokens, db, dws, ws_bytes, y, y0, n_out, &same);
         CHECK(sqrt(e2 / r2) < 1e-3 && same == n_out, "prompt %s %ux%u, %u tokens: error %.2e, %zu of %zu values differ from the unstaged product",
               t->name, n_rows, n_cols, n_tokens, sqrt(e2 / r2), n_out - same, n_out);
     }
