@@ -4849,24 +4849,13 @@ __global__ void forge__k_add_rmsnorm(float *x, const float *__restrict__ r, cons
 #pragma unroll
         for (int e = 0; e < K; e++) {
             const uint32_t i = threadIdx.x + e * blockDim.x;
-            v[e] = v[e] * scale * wv[e]; // y's value (v no longer needed)
-            if (i < n) out[i] = v[e];
+            if (i < n) out[i] = v[e] * scale * wv[e];
         }
     } else {
         for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = row[i] * scale * w[i];
     }
 #ifdef FORGE__MMA
     if (!xh) return;
-    if (rows_order == 2 && E > 0) { // FORGE_HIP_FORM_F16_PROMPT from the registers: y[i + 1] is the next lane's (even block, even n)
-        uint32_t *h = (uint32_t *)xh + (size_t)blockIdx.x * (n / 2);
-#pragma unroll
-        for (int e = 0; e < K; e++) {
-            const uint32_t i = threadIdx.x + e * blockDim.x;
-            const float next = __shfl_down_sync(0xffffffffu, v[e], 1);
-            if (i % 2 == 0 && i < n) h[i / 2] = forge__h2_pack(v[e], next);
-        }
-        return;
-    }
     __syncthreads(); // the quads below read what other threads of the block wrote
     if (rows_order == 2) { // FORGE_HIP_FORM_F16_PROMPT: the row's halves in order, as forge__k_f16_rows rounds them
         uint32_t *h = (uint32_t *)xh + (size_t)blockIdx.x * (n / 2);
