@@ -144,6 +144,11 @@ CUPTI_FLAGS = -isystem $(CUDA_HOME)/include -isystem $(CUDA_HOME)/extras/CUPTI/i
 	-L$(CUDA_HOME)/extras/CUPTI/lib64
 $(BUILD)/libkernel_trace.so: tools/kernel_trace.c | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -shared -fPIC $(CUPTI_FLAGS) $< -o $@ -lcupti
+# the least time the card takes to read a decode step's bytes, with and without its chain of launches
+# (tools/step_floor.cu; tools/step_floor.py makes its input from `forge info --json`)
+all: $(BUILD)/step_floor
+$(BUILD)/step_floor: tools/step_floor.cu | $(BUILD)
+	nvcc -O3 $(NVCC_CODE) $< -o $@
 # GPU_MODEL: a model of a few hundred MiB for the memory invariants (forge mkmodel makes one)
 test-gpu: $(BUILD)/test_kernels $(BUILD)/test_gpu $(BUILD)/test_seqs_gpu $(BUILD)/test_long_gpu $(BUILD)/test_split_gpu
 	@test -n "$(GPU_MODEL)" || { echo "test-gpu needs GPU_MODEL=FILE for the memory checks (forge mkmodel makes one)"; false; }

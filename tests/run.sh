@@ -64,6 +64,7 @@ run side_effects sh tests/check_side_effects.sh
 run mkmodel     sh tests/test_mkmodel.sh
 run fixtures    $PY tests/check_fixtures.py --forge $B/forge --dump $B/dump_tensors --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 run kernel_trace $PY tests/check_kernel_trace.py
+run step_floor  $PY tests/check_step_floor.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 run cli         $PY tests/check_cli.py --forge $B/forge --fixtures "${FORGE_FIXTURES:-../shared/fixtures}"
 # llama.cpp's source (its pre-tokenizer expressions and Unicode tables) is the reference when present
 PEER=${FORGE_PEER:-../shared/peer/llama.cpp-d32676d.tar.gz}
