@@ -4322,13 +4322,19 @@ static int forge__mms_tile_run(int tile, forge__mh_group *grp, uint32_t n, size_
     }
 }
 
+// Tokens of n_cols columns whose f16 rows a workspace of ws_bytes holds for the staged products at
+// once: a chunk, at most FORGE__MMS_CHUNK.
+static uint32_t forge__mms_chunk(uint32_t n_cols, size_t ws_bytes) {
+    const size_t fit = n_cols ? ws_bytes / ((size_t)n_cols * 2) : 0;
+    return fit < FORGE__MMS_CHUNK ? (uint32_t)fit : FORGE__MMS_CHUNK;
+}
+
 // The tile forge__mms_launch runs rows x n_cols products of n_tokens on with a workspace of ws_bytes
 // for the f16 activations, in chunks of *chunk tokens; -1 where the staged kernel does not take them
 // (too few tokens, a workspace of too few, no matrix units, a shape no tile takes, a tile whose shared
 // memory this device refuses).
 template <class H> static int forge__mms_plan(uint32_t rows, uint32_t n_cols, uint32_t n_tokens, size_t ws_bytes, uint32_t *chunk) {
-    const size_t fit = n_cols ? ws_bytes / ((size_t)n_cols * 2) : 0;
-    *chunk = fit < FORGE__MMS_CHUNK ? (uint32_t)fit : FORGE__MMS_CHUNK;
+    *chunk = forge__mms_chunk(n_cols, ws_bytes);
     if (n_tokens < FORGE__MMS_MIN_TOKENS || *chunk < FORGE__MMS_MIN_TOKENS || !forge__mma_available()) return -1;
     const int tile = forge__mms_tile<H>(rows, n_cols, *chunk < n_tokens ? *chunk : n_tokens);
     return tile >= 0 && forge__mms_tile_run<H>(tile, NULL, 0, 0, 0, NULL, 0, (hipStream_t)0) ? tile : -1;
@@ -4641,11 +4647,11 @@ int forge_hip_swiglu_f16(float *gate, const float *up, size_t n, void *h16, int 
 
 // Whether a workspace of workspace_bytes holds the f16 rows of n_tokens x n_cols activations that
 // forge_hip_matmul_prompt's staged products take in one piece (FORGE_HIP_FORM_F16_PROMPT): more than
-// 64 tokens, at most one chunk of them; 0 where there is no staged path (AMD).
+// 64 tokens, at most one chunk of them (forge__mms_launch's whole batch); 0 where there is no staged
+// path (AMD).
 int forge_hip_prompt_form_ok(uint32_t n_tokens, uint32_t n_cols, size_t workspace_bytes) {
 #ifdef FORGE__MMA
-    return n_tokens >= FORGE__MMS_MIN_TOKENS && n_tokens <= FORGE__MMS_CHUNK && n_cols % 32 == 0 &&
-           (size_t)n_tokens * n_cols * 2 <= workspace_bytes;
+    return n_cols % 32 == 0 && n_tokens >= FORGE__MMS_MIN_TOKENS && n_tokens <= forge__mms_chunk(n_cols, workspace_bytes);
 #else
     (void)n_tokens, (void)n_cols, (void)workspace_bytes;
     return 0;
