@@ -9,19 +9,10 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, summary
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOL = os.path.join(HERE, "..", "tools", "kernel_trace.py")
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok " + what)
-    else:
-        failed += 1
-        print("FAIL " + what)
 
 
 def run(path, *extra):
@@ -59,8 +50,7 @@ def main():
             f.write("0 1000 1 1 forge__k_other\n")
         out = run(path)
         check(out.returncode != 0 and "no whole decode step" in out.stderr, "a trace without a whole step is refused: %r" % out.stderr)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -13,19 +13,10 @@ import tempfile
 
 import gguf
 
+from checks import check, summary
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOL = os.path.join(HERE, "..", "tools", "step_floor.py")
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok " + what)
-    else:
-        failed += 1
-        print("FAIL " + what)
 
 
 def field(reader, key):
@@ -110,8 +101,7 @@ def main():
         check(rc != 0 and not rows and "_exps" in err, "a mixture of experts is refused (%s)" % err.strip())
         rc, rows, err = launches(moe.replace("moe.json", "tiny-llama-q4_0.gguf.json"), "--span", "-1")
         check(rc != 0 and not rows and "--span" in err, "a negative span is refused (%s)" % err.strip())
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return summary()
 
 
 if __name__ == "__main__":
