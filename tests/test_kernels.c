@@ -244,6 +244,45 @@ static void staged_without_wgmma(uint32_t type, const void *dw, uint32_t n_rows,
     free(y_mma);
 }
 
+/* What the two prompt checks below share: weights w (n_rows rows of type), activations x and bias put on
+   the device, the unstaged product (forge_hip_matmul) into y0 and the staged one with a workspace of
+   ws_bytes (none: 0) into y, fetched; same counts the values equal bit for bit. ok: both came back. */
+typedef struct {
+    void *dw, *dx, *db, *dy, *dy0, *dws;
+    float *y, *y0;
+    size_t n_out, same;
+    int ok;
+} prompt_pair;
+
+static void prompt_pair_run(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, const uint8_t *w, const float *x,
+                            const float *bias, int with_bias, size_t ws_bytes, prompt_pair *pp) {
+    const forge_type_traits *t = forge_type_info(type);
+    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes;
+    const float *db;
+    size_t i;
+    pp->n_out = (size_t)n_tokens * n_rows, pp->same = 0;
+    pp->y = (float *)xmalloc(pp->n_out * sizeof(float)), pp->y0 = (float *)xmalloc(pp->n_out * sizeof(float));
+    pp->dw = dev_weights(type, n_cols, row_bytes * n_rows, w), pp->dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
+    pp->db = dev_alloc(n_rows * sizeof(float), bias), pp->dy = dev_alloc(pp->n_out * sizeof(float), NULL);
+    pp->dy0 = dev_alloc(pp->n_out * sizeof(float), NULL), pp->dws = ws_bytes ? dev_alloc(ws_bytes, NULL) : NULL;
+    db = with_bias ? (const float *)pp->db : NULL;
+    CHECK(forge_hip_matmul(type, pp->dw, n_rows, n_cols, (const float *)pp->dx, (float *)pp->dy0, n_tokens, db, NULL, msg, sizeof msg) == 0,
+          "%s %ux%u matmul: %s", t->name, n_rows, n_cols, msg);
+    CHECK(forge_hip_matmul_split(type, pp->dw, n_rows, n_cols, (const float *)pp->dx, (float *)pp->dy, n_tokens, db, pp->dws, ws_bytes, NULL, msg,
+                                 sizeof msg) == 0,
+          "%s %ux%u staged matmul: %s", t->name, n_rows, n_cols, msg);
+    pp->ok = dev_fetch(pp->y, pp->dy, pp->n_out * sizeof(float)) && dev_fetch(pp->y0, pp->dy0, pp->n_out * sizeof(float));
+    if (pp->ok)
+        for (i = 0; i < pp->n_out; i++) pp->same += memcmp(&pp->y[i], &pp->y0[i], sizeof(float)) == 0;
+}
+
+static void prompt_pair_free(prompt_pair *pp) {
+    forge_hip_arena_free(pp->dw), forge_hip_arena_free(pp->dx), forge_hip_arena_free(pp->db), forge_hip_arena_free(pp->dy);
+    forge_hip_arena_free(pp->dy0);
+    if (pp->dws) forge_hip_arena_free(pp->dws);
+    free(pp->y), free(pp->y0);
+}
+
 /* A prompt product with a workspace for its activations in f16 (forge_hip_matmul_split past 64 tokens):
    the same bits as forge_hip_matmul (the same sums in the same order) where the staged kernel runs on the
    mma.sync tiles, within 1e-3 of a double reference everywhere (where it does not run, the columns may be
@@ -253,36 +292,25 @@ static void staged_without_wgmma(uint32_t type, const void *dw, uint32_t n_rows,
 static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens, uint32_t ws_tokens, int with_bias,
                                 int same_bits) {
     const forge_type_traits *t = forge_type_info(type);
-    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, n_out = (size_t)n_tokens * n_rows;
     const size_t ws_bytes = ws_tokens ? forge_hip_prompt_bytes(ws_tokens, n_cols) : 0;
     uint8_t *w;
-    float *x, *bias, *y = (float *)xmalloc(n_out * sizeof(float)), *y0 = (float *)xmalloc(n_out * sizeof(float));
+    float *x, *bias;
     double *ref = matmul_reference(type, n_rows, n_cols, n_tokens, with_bias, &w, &x, &bias);
-    void *dw, *dx, *dy, *dy0, *db, *dws;
-    size_t i, same = 0;
-    dw = dev_weights(type, n_cols, row_bytes * n_rows, w);
-    dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
-    db = dev_alloc(n_rows * sizeof(float), bias);
-    dy = dev_alloc(n_out * sizeof(float), NULL), dy0 = dev_alloc(n_out * sizeof(float), NULL);
-    dws = ws_bytes ? dev_alloc(ws_bytes, NULL) : NULL;
-    CHECK(forge_hip_matmul(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy0, n_tokens, with_bias ? (const float *)db : NULL, NULL, msg,
-                           sizeof msg) == 0, "%s matmul: %s", t->name, msg);
-    CHECK(forge_hip_matmul_split(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, with_bias ? (const float *)db : NULL, dws,
-                                 ws_bytes, NULL, msg, sizeof msg) == 0, "%s staged matmul: %s", t->name, msg);
-    if (dev_fetch(y, dy, n_out * sizeof(float)) && dev_fetch(y0, dy0, n_out * sizeof(float))) {
-        const double err = norm_error_d(y, ref, n_out);
-        for (i = 0; i < n_out; i++) same += memcmp(&y[i], &y0[i], sizeof(float)) == 0;
+    prompt_pair pp;
+    prompt_pair_run(type, n_rows, n_cols, n_tokens, w, x, bias, with_bias, ws_bytes, &pp);
+    if (pp.ok) {
+        const double err = norm_error_d(pp.y, ref, pp.n_out);
         printf("  prompt %-6s %5u x %5u, %3u tokens, workspace %3u tokens%s: err %.2e, %.4f of the values as without it\n", t->name, n_rows,
-               n_cols, n_tokens, ws_tokens, with_bias ? " +bias" : "      ", err, (double)same / n_out);
+               n_cols, n_tokens, ws_tokens, with_bias ? " +bias" : "      ", err, (double)pp.same / pp.n_out);
         CHECK(err < 1e-3, "prompt matmul %s %ux%u tokens %u: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err);
         if (same_bits) /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
-            staged_without_wgmma(type, dw, n_rows, n_cols, dx, n_tokens, with_bias ? db : NULL, dws, ws_bytes, y, y0, n_out, &same);
-        CHECK(!same_bits || same == n_out, "prompt matmul %s %ux%u tokens %u workspace %u: %zu of %zu values differ from the unstaged product", t->name,
-              n_rows, n_cols, n_tokens, ws_tokens, n_out - same, n_out);
+            staged_without_wgmma(type, pp.dw, n_rows, n_cols, pp.dx, n_tokens, with_bias ? pp.db : NULL, pp.dws, ws_bytes, pp.y, pp.y0, pp.n_out,
+                                 &pp.same);
+        CHECK(!same_bits || pp.same == pp.n_out, "prompt matmul %s %ux%u tokens %u workspace %u: %zu of %zu values differ from the unstaged product",
+              t->name, n_rows, n_cols, n_tokens, ws_tokens, pp.n_out - pp.same, pp.n_out);
     }
-    forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(dy), forge_hip_arena_free(dy0), forge_hip_arena_free(db);
-    if (dws) forge_hip_arena_free(dws);
-    free(w), free(x), free(bias), free(y), free(y0), free(ref);
+    prompt_pair_free(&pp);
+    free(w), free(x), free(bias), free(ref);
 }
 
 /* forge_hip_swiglu_f16 against forge_hip_swiglu: its f16 rows the rounded values of the same h, gate the same
@@ -335,44 +363,36 @@ static void check_swiglu_f16(uint32_t n_ff, uint32_t n_tokens, uint32_t down_typ
    bit for bit against the unstaged product */
 static void check_prompt_tile(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32_t n_tokens) {
     const forge_type_traits *t = forge_type_info(type);
-    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes, n_out = (size_t)n_tokens * n_rows;
+    const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes;
     const size_t ws_bytes = forge_hip_prompt_bytes(n_tokens, n_cols);
     uint8_t *w = (uint8_t *)xmalloc(row_bytes * n_rows);
     float *x = (float *)xmalloc((size_t)n_tokens * n_cols * sizeof(float)), *bias = (float *)xmalloc(n_rows * sizeof(float));
-    float *y = (float *)xmalloc(n_out * sizeof(float)), *y0 = (float *)xmalloc(n_out * sizeof(float)), *wf = (float *)xmalloc(n_cols * sizeof(float));
-    void *dw, *dx, *db, *dy, *dy0, *dws;
-    size_t i, same = 0;
+    float *wf = (float *)xmalloc(n_cols * sizeof(float));
+    prompt_pair pp;
+    size_t i;
     random_blocks(type, w, (uint64_t)n_rows * (n_cols / t->block_elems));
     random_floats(x, (size_t)n_tokens * n_cols, -1.0f, 1.0f), random_floats(bias, n_rows, -1.0f, 1.0f);
-    dw = dev_weights(type, n_cols, row_bytes * n_rows, w), dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
-    db = dev_alloc(n_rows * sizeof(float), bias), dy = dev_alloc(n_out * sizeof(float), NULL), dy0 = dev_alloc(n_out * sizeof(float), NULL);
-    dws = dev_alloc(ws_bytes, NULL);
-    CHECK(forge_hip_matmul(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy0, n_tokens, (const float *)db, NULL, msg, sizeof msg) == 0 &&
-              forge_hip_matmul_split(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, (const float *)db, dws, ws_bytes, NULL, msg,
-                                     sizeof msg) == 0,
-          "%s %ux%u: %s", t->name, n_rows, n_cols, msg);
-    if (dev_fetch(y, dy, n_out * sizeof(float)) && dev_fetch(y0, dy0, n_out * sizeof(float))) {
+    prompt_pair_run(type, n_rows, n_cols, n_tokens, w, x, bias, 1, ws_bytes, &pp);
+    if (pp.ok) {
         double e2 = 0.0, r2 = 0.0;
         uint32_t seed = 12345u, k, r, c;
-        for (i = 0; i < n_out; i++) same += memcmp(&y[i], &y0[i], sizeof(float)) == 0;
         for (i = 0; i < 512; i++) {
             double sum;
             seed = seed * 1664525u + 1013904223u, r = (seed >> 8) % n_rows;
             seed = seed * 1664525u + 1013904223u, k = (seed >> 8) % n_tokens;
             forge_dequantize(type, w + (size_t)r * row_bytes, wf, n_cols);
             for (sum = bias[r], c = 0; c < n_cols; c++) sum += (double)wf[c] * x[(size_t)k * n_cols + c];
-            e2 += (y[(size_t)k * n_rows + r] - sum) * (y[(size_t)k * n_rows + r] - sum), r2 += sum * sum;
+            e2 += (pp.y[(size_t)k * n_rows + r] - sum) * (pp.y[(size_t)k * n_rows + r] - sum), r2 += sum * sum;
         }
         printf("  prompt %-6s %5u x %5u, %3u tokens (the wide tiles): err %.2e on 512 sampled outputs, %.4f of the values as without it\n", t->name,
-               n_rows, n_cols, n_tokens, sqrt(e2 / r2), (double)same / n_out);
+               n_rows, n_cols, n_tokens, sqrt(e2 / r2), (double)pp.same / pp.n_out);
         /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
-        staged_without_wgmma(type, dw, n_rows, n_cols, dx, n_tokens, db, dws, ws_bytes, y, y0, n_out, &same);
-        CHECK(sqrt(e2 / r2) < 1e-3 && same == n_out, "prompt %s %ux%u, %u tokens: error %.2e, %zu of %zu values differ from the unstaged product",
-              t->name, n_rows, n_cols, n_tokens, sqrt(e2 / r2), n_out - same, n_out);
+        staged_without_wgmma(type, pp.dw, n_rows, n_cols, pp.dx, n_tokens, pp.db, pp.dws, ws_bytes, pp.y, pp.y0, pp.n_out, &pp.same);
+        CHECK(sqrt(e2 / r2) < 1e-3 && pp.same == pp.n_out, "prompt %s %ux%u, %u tokens: error %.2e, %zu of %zu values differ from the unstaged product",
+              t->name, n_rows, n_cols, n_tokens, sqrt(e2 / r2), pp.n_out - pp.same, pp.n_out);
     }
-    forge_hip_arena_free(dw), forge_hip_arena_free(dx), forge_hip_arena_free(db), forge_hip_arena_free(dy), forge_hip_arena_free(dy0);
-    forge_hip_arena_free(dws);
-    free(w), free(x), free(bias), free(y), free(y0), free(wf);
+    prompt_pair_free(&pp);
+    free(w), free(x), free(bias), free(wf);
 }
 
 /* A prompt's norm that also writes its f16 rows (forge_hip_add_rmsnorm, FORGE_HIP_FORM_F16_PROMPT) and two
