@@ -144,6 +144,12 @@ int main(int argc, char **argv) {
         unsigned long long b;
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
+        const char *first = line + strspn(line, " \t");
+        if (*first == '-') {
+            fprintf(stderr, "step_floor: '%s': a negative byte count\n", path);
+            fclose(f);
+            return 1;
+        }
         b = strtoull(line, &end, 10);
         if (end == line) continue; // blank or comment
         if (n == MAX_LAUNCHES) {
