@@ -212,43 +212,15 @@ static void check_matmul(uint32_t type, uint32_t n_rows, uint32_t n_cols, uint32
     free(w), free(x), free(bias), free(y), free(ref);
 }
 
-/* Where the warpgroup kernel took the staged product y (which then has its own sums, not
-   forge_hip_matmul's bits), the product again with it switched off (the mma.sync tiles): y within 1e-5
-   of those, and *same set to how many of those are the bits of y0 (forge_hip_matmul's); elsewhere
-   *same is left as it is. */
-static void staged_without_wgmma(uint32_t type, const void *dw, uint32_t n_rows, uint32_t n_cols, const void *dx, uint32_t n_tokens,
-                                 const void *db, void *dws, size_t ws_bytes, const float *y, const float *y0, size_t n_out, size_t *same) {
-    forge_hip_scope scope;
-    void *dy;
-    float *y_mma;
-    double err = 0.0;
-    size_t i;
-    if (!ws_bytes || !forge_hip_prompt_wgmma(n_cols) || !forge_hip_prompt_staged(type, n_rows, n_cols, n_tokens < 512 ? n_tokens : 512, ws_bytes))
-        return;
-    y_mma = (float *)xmalloc(n_out * sizeof(float));
-    dy = dev_alloc(n_out * sizeof(float), NULL);
-    CHECK(forge_hip_enter(0, FORGE_HIP_NO_WGMMA, &scope, msg, sizeof msg) == 0, "enter: %s", msg);
-    CHECK(!forge_hip_prompt_wgmma(n_cols), "FORGE_HIP_NO_WGMMA turns the warpgroup kernel off");
-    CHECK(forge_hip_matmul_split(type, dw, n_rows, n_cols, (const float *)dx, (float *)dy, n_tokens, (const float *)db, dws, ws_bytes, NULL, msg,
-                                 sizeof msg) == 0,
-          "staged matmul without wgmma: %s", msg);
-    forge_hip_leave(&scope);
-    if (dev_fetch(y_mma, dy, n_out * sizeof(float))) {
-        err = norm_error_f(y, y_mma, n_out);
-        printf("    warpgroup kernel against the mma.sync tiles: %.2e\n", err);
-        CHECK(err < 1e-5, "prompt %s %ux%u tokens %u: the warpgroup kernel %.3e from the mma.sync tiles", forge_type_info(type)->name, n_rows, n_cols,
-              n_tokens, err);
-        for (*same = 0, i = 0; i < n_out; i++) *same += memcmp(&y_mma[i], &y0[i], sizeof(float)) == 0;
-    }
-    forge_hip_arena_free(dy);
-    free(y_mma);
-}
-
-/* What the two prompt checks below share: weights w (n_rows rows of type), activations x and bias put on
+/* What the prompt checks below share: weights w (n_rows rows of type), activations x and bias put on
    the device, the unstaged product (forge_hip_matmul) into y0 and the staged one with a workspace of
-   ws_bytes (none: 0) into y, fetched; same counts the values equal bit for bit. ok: both came back. */
+   ws_bytes (none: 0) into y, fetched; same counts the values equal bit for bit. ok: both came back.
+   bias: the device bias as the products took it (NULL without). */
 typedef struct {
+    uint32_t type, n_rows, n_cols, n_tokens;
     void *dw, *dx, *db, *dy, *dy0, *dws;
+    const float *bias;
+    size_t ws_bytes;
     float *y, *y0;
     size_t n_out, same;
     int ok;
@@ -258,17 +230,17 @@ static void prompt_pair_run(uint32_t type, uint32_t n_rows, uint32_t n_cols, uin
                             const float *bias, int with_bias, size_t ws_bytes, prompt_pair *pp) {
     const forge_type_traits *t = forge_type_info(type);
     const size_t row_bytes = (size_t)n_cols / t->block_elems * t->block_bytes;
-    const float *db;
     size_t i;
+    pp->type = type, pp->n_rows = n_rows, pp->n_cols = n_cols, pp->n_tokens = n_tokens, pp->ws_bytes = ws_bytes;
     pp->n_out = (size_t)n_tokens * n_rows, pp->same = 0;
     pp->y = (float *)xmalloc(pp->n_out * sizeof(float)), pp->y0 = (float *)xmalloc(pp->n_out * sizeof(float));
     pp->dw = dev_weights(type, n_cols, row_bytes * n_rows, w), pp->dx = dev_alloc((size_t)n_tokens * n_cols * sizeof(float), x);
     pp->db = dev_alloc(n_rows * sizeof(float), bias), pp->dy = dev_alloc(pp->n_out * sizeof(float), NULL);
     pp->dy0 = dev_alloc(pp->n_out * sizeof(float), NULL), pp->dws = ws_bytes ? dev_alloc(ws_bytes, NULL) : NULL;
-    db = with_bias ? (const float *)pp->db : NULL;
-    CHECK(forge_hip_matmul(type, pp->dw, n_rows, n_cols, (const float *)pp->dx, (float *)pp->dy0, n_tokens, db, NULL, msg, sizeof msg) == 0,
+    pp->bias = with_bias ? (const float *)pp->db : NULL;
+    CHECK(forge_hip_matmul(type, pp->dw, n_rows, n_cols, (const float *)pp->dx, (float *)pp->dy0, n_tokens, pp->bias, NULL, msg, sizeof msg) == 0,
           "%s %ux%u matmul: %s", t->name, n_rows, n_cols, msg);
-    CHECK(forge_hip_matmul_split(type, pp->dw, n_rows, n_cols, (const float *)pp->dx, (float *)pp->dy, n_tokens, db, pp->dws, ws_bytes, NULL, msg,
+    CHECK(forge_hip_matmul_split(type, pp->dw, n_rows, n_cols, (const float *)pp->dx, (float *)pp->dy, n_tokens, pp->bias, pp->dws, ws_bytes, NULL, msg,
                                  sizeof msg) == 0,
           "%s %ux%u staged matmul: %s", t->name, n_rows, n_cols, msg);
     pp->ok = dev_fetch(pp->y, pp->dy, pp->n_out * sizeof(float)) && dev_fetch(pp->y0, pp->dy0, pp->n_out * sizeof(float));
@@ -281,6 +253,40 @@ static void prompt_pair_free(prompt_pair *pp) {
     forge_hip_arena_free(pp->dy0);
     if (pp->dws) forge_hip_arena_free(pp->dws);
     free(pp->y), free(pp->y0);
+}
+
+/* Where the warpgroup kernel took the pair's staged product y (which then has its own sums, not
+   forge_hip_matmul's bits), the product again with it switched off (the mma.sync tiles): y within 1e-5
+   of those, and pp->same set to how many of those are the bits of y0 (forge_hip_matmul's); elsewhere
+   pp->same is left as it is. */
+static void staged_without_wgmma(prompt_pair *pp) {
+    const uint32_t n_rows = pp->n_rows, n_cols = pp->n_cols, n_tokens = pp->n_tokens;
+    const size_t n_out = pp->n_out;
+    forge_hip_scope scope;
+    void *dy;
+    float *y_mma;
+    double err = 0.0;
+    size_t i;
+    if (!pp->ws_bytes || !forge_hip_prompt_wgmma(n_cols) ||
+        !forge_hip_prompt_staged(pp->type, n_rows, n_cols, n_tokens < 512 ? n_tokens : 512, pp->ws_bytes))
+        return;
+    y_mma = (float *)xmalloc(n_out * sizeof(float));
+    dy = dev_alloc(n_out * sizeof(float), NULL);
+    CHECK(forge_hip_enter(0, FORGE_HIP_NO_WGMMA, &scope, msg, sizeof msg) == 0, "enter: %s", msg);
+    CHECK(!forge_hip_prompt_wgmma(n_cols), "FORGE_HIP_NO_WGMMA turns the warpgroup kernel off");
+    CHECK(forge_hip_matmul_split(pp->type, pp->dw, n_rows, n_cols, (const float *)pp->dx, (float *)dy, n_tokens, pp->bias, pp->dws, pp->ws_bytes,
+                                 NULL, msg, sizeof msg) == 0,
+          "staged matmul without wgmma: %s", msg);
+    forge_hip_leave(&scope);
+    if (dev_fetch(y_mma, dy, n_out * sizeof(float))) {
+        err = norm_error_f(pp->y, y_mma, n_out);
+        printf("    warpgroup kernel against the mma.sync tiles: %.2e\n", err);
+        CHECK(err < 1e-5, "prompt %s %ux%u tokens %u: the warpgroup kernel %.3e from the mma.sync tiles", forge_type_info(pp->type)->name, n_rows,
+              n_cols, n_tokens, err);
+        for (pp->same = 0, i = 0; i < n_out; i++) pp->same += memcmp(&y_mma[i], &pp->y0[i], sizeof(float)) == 0;
+    }
+    forge_hip_arena_free(dy);
+    free(y_mma);
 }
 
 /* A prompt product with a workspace for its activations in f16 (forge_hip_matmul_split past 64 tokens):
@@ -304,8 +310,7 @@ static void check_matmul_prompt(uint32_t type, uint32_t n_rows, uint32_t n_cols,
                n_cols, n_tokens, ws_tokens, with_bias ? " +bias" : "      ", err, (double)pp.same / pp.n_out);
         CHECK(err < 1e-3, "prompt matmul %s %ux%u tokens %u: normalized error %.3e", t->name, n_rows, n_cols, n_tokens, err);
         if (same_bits) /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
-            staged_without_wgmma(type, pp.dw, n_rows, n_cols, pp.dx, n_tokens, with_bias ? pp.db : NULL, pp.dws, ws_bytes, pp.y, pp.y0, pp.n_out,
-                                 &pp.same);
+            staged_without_wgmma(&pp);
         CHECK(!same_bits || pp.same == pp.n_out, "prompt matmul %s %ux%u tokens %u workspace %u: %zu of %zu values differ from the unstaged product",
               t->name, n_rows, n_cols, n_tokens, ws_tokens, pp.n_out - pp.same, pp.n_out);
     }
@@ -387,7 +392,7 @@ static void check_prompt_tile(uint32_t type, uint32_t n_rows, uint32_t n_cols, u
         printf("  prompt %-6s %5u x %5u, %3u tokens (the wide tiles): err %.2e on 512 sampled outputs, %.4f of the values as without it\n", t->name,
                n_rows, n_cols, n_tokens, sqrt(e2 / r2), (double)pp.same / pp.n_out);
         /* the warpgroup kernel: the mma.sync tiles keep the unstaged product's bits */
-        staged_without_wgmma(type, pp.dw, n_rows, n_cols, pp.dx, n_tokens, pp.db, pp.dws, ws_bytes, pp.y, pp.y0, pp.n_out, &pp.same);
+        staged_without_wgmma(&pp);
         CHECK(sqrt(e2 / r2) < 1e-3 && pp.same == pp.n_out, "prompt %s %ux%u, %u tokens: error %.2e, %zu of %zu values differ from the unstaged product",
               t->name, n_rows, n_cols, n_tokens, sqrt(e2 / r2), pp.n_out - pp.same, pp.n_out);
     }
