@@ -78,6 +78,9 @@ __global__ void __launch_bounds__(THREADS) k_read(const uint4 *__restrict__ p, s
     if (blockIdx.x == 0 && threadIdx.x == 0) link[slot] = acc + 1;
 }
 
+static void (*const kernels[])(const uint4 *, size_t, unsigned *, int) = {k_read<FORM_STREAM>, k_read<FORM_EARLY>, k_read<FORM_WAITING>,
+                                                                           k_read<FORM_EMPTY>};
+
 static int fail(cudaError_t err, const char *what) {
     fprintf(stderr, "step_floor: %s: %s\n", what, cudaGetErrorString(err));
     return 1;
@@ -101,12 +104,7 @@ static cudaError_t launch(int form, int pdl, const uint4 *p, size_t n16, unsigne
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
-    switch (form) {
-    case FORM_STREAM: return cudaLaunchKernelEx(&cfg, k_read<FORM_STREAM>, p, n16, link, slot);
-    case FORM_EARLY: return cudaLaunchKernelEx(&cfg, k_read<FORM_EARLY>, p, n16, link, slot);
-    case FORM_WAITING: return cudaLaunchKernelEx(&cfg, k_read<FORM_WAITING>, p, n16, link, slot);
-    default: return cudaLaunchKernelEx(&cfg, k_read<FORM_EMPTY>, p, n16, link, slot);
-    }
+    return cudaLaunchKernelEx(&cfg, kernels[form], p, n16, link, slot);
 }
 
 int main(int argc, char **argv) {
