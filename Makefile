@@ -111,12 +111,13 @@ demo: $(BUILD)/forge
 # compilations side by side (--threads 2: 4 min 19 s on an H100 host, 7 min one after the other).
 ifeq ($(GPU),nvidia)
 NVCC_ARCH ?=
-NVCC_CODE = $(if $(filter -arch=sm_90,$(NVCC_ARCH)),-gencode arch=compute_90a$(comma)code=sm_90a -gencode arch=compute_90$(comma)code=compute_90,$(NVCC_ARCH))
+SM90 = $(filter -arch=sm_90,$(NVCC_ARCH))
+NVCC_CODE = $(if $(SM90),-gencode arch=compute_90a$(comma)code=sm_90a -gencode arch=compute_90$(comma)code=compute_90,$(NVCC_ARCH))
 comma := ,
 GPU_LINK = nvcc $(NVCC_CODE)
 all: $(BUILD)/forge_kernels.o
 $(BUILD)/forge_kernels.o: forge_kernels.hip | $(BUILD)
-	nvcc -x cu -O3 $(NVCC_CODE) $(if $(filter -arch=sm_90,$(NVCC_ARCH)),--threads 2) -c $< -o $@
+	nvcc -x cu -O3 $(NVCC_CODE) $(if $(SM90),--threads 2) -c $< -o $@
 
 # every kernel against the CPU reference on the first device (needs a GPU and the CUDA runtime)
 $(BUILD)/test_kernels.o: tests/test_kernels.c forge.h tests/test.h tests/random_blocks.h tests/kv_rounding.h | $(BUILD)
