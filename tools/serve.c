@@ -97,6 +97,7 @@ struct serve_server {
     serve_model models[SERVE_MAX_MODELS];
     uint32_t n_models;
     volatile int stopping;
+    uint32_t answering; /* generation requests given a job and not yet completed by libmicrohttpd (stats_mu) */
     unsigned long next_id;
     uint64_t responses[SERVE_STATUS_CODES];
 };
@@ -111,6 +112,7 @@ typedef struct serve_conn {
     char *out; /* SSE bytes written but not yet taken by libmicrohttpd */
     size_t out_len, out_pos, sent;
     int stream_over;
+    int answering; /* counted in the server's answering until the request completes */
 } serve_conn;
 
 /* ---- small helpers ----------------------------------------------------------------------------- */
@@ -1124,6 +1126,9 @@ static enum MHD_Result handle_generate(serve_conn *c, struct MHD_Connection *con
     m->prompt_tokens += j->n_prompt;
     have_user = 0; /* the job holds it now, until its sequence is released */
     c->job = j;
+    pthread_mutex_lock(&s->stats_mu);
+    s->answering++, c->answering = 1;
+    pthread_mutex_unlock(&s->stats_mu);
     pthread_cond_broadcast(&m->work);
     if (j->stream) {
         struct MHD_Response *r;
@@ -1370,8 +1375,14 @@ static enum MHD_Result serve_access(void *cls, struct MHD_Connection *connection
 /* The end of a request, answered or not: a job still going on is cancelled. */
 static void serve_completed(void *cls, struct MHD_Connection *connection, void **con_cls, enum MHD_RequestTerminationCode toe) {
     serve_conn *c = (serve_conn *)*con_cls;
-    (void)cls, (void)connection, (void)toe;
+    (void)connection, (void)toe;
     if (!c) return;
+    if (c->answering) {
+        serve_server *s = (serve_server *)cls;
+        pthread_mutex_lock(&s->stats_mu);
+        s->answering--;
+        pthread_mutex_unlock(&s->stats_mu);
+    }
     conn_drop_job(c);
     free(c->body);
     free(c->out);
@@ -1480,6 +1491,7 @@ static int cmd_serve(int argc, char **argv) {
     uint32_t n_files = 0, port = 8080, i;
     uint64_t max_body = SERVE_MAX_BODY_DEFAULT;
     int bad = 0, sig = 0, status = 1;
+    double t_stop;
     struct sockaddr_in addr;
     struct MHD_Daemon *daemon = NULL;
     const union MHD_DaemonInfo *info;
@@ -1583,6 +1595,17 @@ shutdown:
     for (i = 0; i < s->n_models; i++)
         if (s->models[i].thread_started || s->models[i].ctx) model_unload(&s->models[i]);
     pthread_mutex_unlock(&s->load_mu);
+    /* every job has ended; the requests' threads still write their last bytes (a stream's error
+       event): stopping the daemon closes their sockets, so it waits for them, 5 s at most (a client
+       that does not read) */
+    for (t_stop = serve_now(); daemon && serve_now() - t_stop < 5.0;) {
+        uint32_t left;
+        pthread_mutex_lock(&s->stats_mu);
+        left = s->answering;
+        pthread_mutex_unlock(&s->stats_mu);
+        if (!left) break;
+        nanosleep(&(struct timespec){0, 10000000L}, NULL);
+    }
     if (daemon) MHD_stop_daemon(daemon);
     for (i = 0; i < s->n_models; i++) {
         pthread_mutex_destroy(&s->models[i].mu);
